@@ -1,0 +1,10 @@
+"""``mixlab-attn``: the command line of the attention-arch methods; each method adds its command group here."""
+
+from mixlab.shared.cli_base import domain_app, run_app
+
+app = domain_app("mixlab-attn", "Efficient attention and mixture architectures.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``mixlab-attn`` on ``argv`` (default: the command line) and return the exit code."""
+    return run_app(app, argv, prog_name="mixlab-attn")

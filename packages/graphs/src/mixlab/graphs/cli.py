@@ -1,0 +1,12 @@
+"""``mixlab-graphs``: the command line of the graphs methods; each method adds its command group here."""
+
+from mixlab.shared.cli_base import domain_app, run_app
+
+app = domain_app(
+    "mixlab-graphs", "Graph methods: graph generation, sheaf networks, odor-mixture models."
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``mixlab-graphs`` on ``argv`` (default: the command line) and return the exit code."""
+    return run_app(app, argv, prog_name="mixlab-graphs")

@@ -1,0 +1,42 @@
+"""mixlab.shared: what every mixlab method stands on.
+
+- :class:`Method` and :func:`discover_methods`: the registry behind ``mixlab list/run/reproduce``.
+- :class:`ExperimentConfig`: the base of each experiment's Config (quick and full profiles).
+- :class:`Result` and :class:`Claim`: ``result.json``, with claims computed from measured metrics.
+- :func:`seed_everything`, :func:`resolve_device`, :class:`Checkpointer`, :func:`progress`,
+  :func:`line_plot` / :func:`bar_plot`: the pieces every experiment loop needs.
+"""
+
+from mixlab.shared.checkpoint import Checkpointer, load_state, save_state
+from mixlab.shared.config import ExperimentConfig, require
+from mixlab.shared.device import resolve_device
+from mixlab.shared.paths import cache_dir
+from mixlab.shared.plotting import bar_plot, line_plot, save_figure
+from mixlab.shared.progress import progress, track
+from mixlab.shared.registry import DOMAINS, Method, discover_methods, get_method
+from mixlab.shared.result import Claim, Result
+from mixlab.shared.seeding import capture_rng_state, restore_rng_state, seed_everything
+
+__all__ = [
+    "DOMAINS",
+    "Checkpointer",
+    "Claim",
+    "ExperimentConfig",
+    "Method",
+    "Result",
+    "bar_plot",
+    "cache_dir",
+    "capture_rng_state",
+    "discover_methods",
+    "get_method",
+    "line_plot",
+    "load_state",
+    "progress",
+    "require",
+    "resolve_device",
+    "restore_rng_state",
+    "save_figure",
+    "save_state",
+    "seed_everything",
+    "track",
+]

@@ -1,0 +1,179 @@
+"""Checkpoints as safetensors + JSON (never pickle), and resuming from the last one in an out folder.
+
+A checkpoint is any nested state: dicts (keys of any JSON scalar type, as in an optimizer's state),
+lists, tuples, tensors, NumPy arrays and JSON scalars. Tensors and arrays go to
+``step_XXXXXXXX.safetensors``; the structure around them goes to ``step_XXXXXXXX.json``, written last,
+so a checkpoint counts only once both files are complete. A killed run therefore loses at most the
+steps since its last save::
+
+    checkpoints = Checkpointer(out_dir, resume=resume)
+    start = 0
+    if (last := checkpoints.load_latest()) is not None:
+        start, state = last
+        model.load_state_dict(state["model"]); optimizer.load_state_dict(state["optimizer"])
+        restore_rng_state(state["rng"])
+    for step in range(start, total_steps):
+        ...
+        if (step + 1) % save_every == 0:
+            checkpoints.save(step + 1, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                        "rng": capture_rng_state()})
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+_STEP_FILE = re.compile(r"^step_(\d{8})\.json$")
+
+
+def flatten_state(state: Any) -> tuple[dict[str, torch.Tensor], Any]:
+    """Split nested ``state`` into named CPU tensors and a JSON-ready skeleton that refers to them."""
+    tensors: dict[str, torch.Tensor] = {}
+    seen_storage: set[int] = set()
+
+    def store(tensor: torch.Tensor, path: str) -> str:
+        key = path or "tensor"
+        tensor = tensor.detach().to("cpu").contiguous()
+        # safetensors refuses tensors that share memory (tied weights): copy the repeats.
+        pointer = tensor.untyped_storage().data_ptr()
+        if pointer in seen_storage and tensor.numel() > 0:
+            tensor = tensor.clone()
+        seen_storage.add(pointer)
+        tensors[key] = tensor
+        return key
+
+    def walk(value: Any, path: str) -> Any:
+        if isinstance(value, torch.Tensor):
+            return {"__tensor__": store(value, path)}
+        if isinstance(value, np.ndarray):
+            return {"__ndarray__": store(torch.from_numpy(np.ascontiguousarray(value)), path)}
+        if isinstance(value, np.generic):
+            return walk(value.item(), path)
+        if isinstance(value, float) and not math.isfinite(value):
+            return {"__float__": repr(value)}
+        if value is None or isinstance(value, bool | int | float | str):
+            return value
+        if isinstance(value, tuple | list):
+            items = [walk(item, f"{path}.{i}" if path else str(i)) for i, item in enumerate(value)]
+            return {"__tuple__": items} if isinstance(value, tuple) else items
+        if isinstance(value, Mapping):
+            if all(isinstance(key, str) and not key.startswith("__") for key in value):
+                return {
+                    key: walk(item, f"{path}.{key}" if path else key) for key, item in value.items()
+                }
+            return {
+                "__items__": [
+                    [key, walk(item, f"{path}.{key}" if path else str(key))]
+                    for key, item in value.items()
+                ]
+            }
+        raise TypeError(
+            f"cannot checkpoint a value of type {type(value).__name__} at {path or 'the top'!r}"
+        )
+
+    return tensors, walk(state, "")
+
+
+def unflatten_state(tensors: Mapping[str, torch.Tensor], skeleton: Any) -> Any:
+    """Inverse of :func:`flatten_state`."""
+    if isinstance(skeleton, list):
+        return [unflatten_state(tensors, item) for item in skeleton]
+    if not isinstance(skeleton, dict):
+        return skeleton
+    if "__tensor__" in skeleton:
+        return tensors[skeleton["__tensor__"]]
+    if "__ndarray__" in skeleton:
+        return tensors[skeleton["__ndarray__"]].numpy()
+    if "__float__" in skeleton:
+        return float(skeleton["__float__"])
+    if "__tuple__" in skeleton:
+        return tuple(unflatten_state(tensors, item) for item in skeleton["__tuple__"])
+    if "__items__" in skeleton:
+        return {key: unflatten_state(tensors, item) for key, item in skeleton["__items__"]}
+    return {key: unflatten_state(tensors, item) for key, item in skeleton.items()}
+
+
+def save_state(state: Any, path: str | os.PathLike[str]) -> None:
+    """Write ``state`` to ``path.safetensors`` and ``path.json`` (JSON last, each written atomically)."""
+    base = Path(path)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    tensors, skeleton = flatten_state(state)
+    tensor_file, json_file = base.with_suffix(".safetensors"), base.with_suffix(".json")
+    partial = tensor_file.with_name(tensor_file.name + ".partial")
+    save_file(tensors, str(partial))
+    os.replace(partial, tensor_file)
+    partial = json_file.with_name(json_file.name + ".partial")
+    partial.write_text(json.dumps(skeleton))
+    os.replace(partial, json_file)
+
+
+def load_state(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> Any:
+    """Read a state written by :func:`save_state` (``path`` with or without a suffix)."""
+    base = Path(path)
+    skeleton = json.loads(base.with_suffix(".json").read_text())
+    tensors = load_file(str(base.with_suffix(".safetensors")), device=str(map_location))
+    return unflatten_state(tensors, skeleton)
+
+
+class Checkpointer:
+    """Numbered checkpoints in ``out_dir/checkpoints``, keeping the last ``keep_last``.
+
+    With ``resume=False`` a run starts over: checkpoints an earlier run left in the folder are
+    removed, so that a later ``--resume`` can never pick up a stale one.
+    """
+
+    def __init__(
+        self, out_dir: str | os.PathLike[str], *, resume: bool = False, keep_last: int = 2
+    ) -> None:
+        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
+            raise ValueError(f"keep_last must be an integer >= 1, got {keep_last!r}")
+        self.directory = Path(out_dir) / "checkpoints"
+        self.resume = resume
+        self.keep_last = keep_last
+        if not resume and self.directory.exists():
+            shutil.rmtree(self.directory)
+
+    def steps(self) -> list[int]:
+        """Steps of the complete checkpoints in the folder, oldest first."""
+        if not self.directory.is_dir():
+            return []
+        found = []
+        for entry in self.directory.iterdir():
+            match = _STEP_FILE.match(entry.name)
+            if match and entry.with_suffix(".safetensors").exists():
+                found.append(int(match.group(1)))
+        return sorted(found)
+
+    def path(self, step: int) -> Path:
+        return self.directory / f"step_{step:08d}"
+
+    def save(self, step: int, state: Any) -> Path:
+        """Save ``state`` as the checkpoint of ``step`` and drop all but the last ``keep_last``."""
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 10**8:
+            raise ValueError(f"step must be an integer in [0, 1e8), got {step!r}")
+        path = self.path(step)
+        save_state(state, path)
+        for old in self.steps()[: -self.keep_last]:
+            self.path(old).with_suffix(".json").unlink(missing_ok=True)
+            self.path(old).with_suffix(".safetensors").unlink(missing_ok=True)
+        return path
+
+    def load_latest(self, map_location: str | torch.device = "cpu") -> tuple[int, Any] | None:
+        """``(step, state)`` of the newest complete checkpoint when resuming, else None."""
+        if not self.resume:
+            return None
+        steps = self.steps()
+        if not steps:
+            return None
+        return steps[-1], load_state(self.path(steps[-1]), map_location=map_location)

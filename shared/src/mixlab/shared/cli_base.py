@@ -1,0 +1,68 @@
+"""What every mixlab CLI shares: a typer app, and bad input as one line on stderr with exit code 2.
+
+A domain CLI is three lines::
+
+    app = domain_app("mixlab-graphs", "Graph methods: ...")
+    def main(argv: list[str] | None = None) -> int:
+        return run_app(app, argv, prog_name="mixlab-graphs")
+
+and each method adds its command group with ``app.add_typer(flatnsd_app, name="flatnsd")``.
+Set ``MIXLAB_DEBUG=1`` to see the traceback behind a one-line error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+import typer
+from typer.exceptions import TyperException
+
+USAGE_ERROR = 2
+
+
+def domain_app(prog_name: str, help: str) -> typer.Typer:
+    """An empty command group that answers ``--help``; methods add their sub-commands to it."""
+    app = typer.Typer(
+        name=prog_name,
+        help=help,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+    )
+
+    @app.callback()
+    def _group() -> None:
+        # A callback makes the app a group even before any method adds a command to it.
+        pass
+
+    return app
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.split())
+
+
+def run_app(app: typer.Typer, argv: Sequence[str] | None = None, *, prog_name: str) -> int:
+    """Run ``app`` on ``argv`` (default: the command line) and return its exit code (console scripts
+    exit with it). No arguments shows the help; usage errors and ValueErrors become one stderr line
+    and exit code 2."""
+    args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
+    command = typer.main.get_command(app)
+    try:
+        outcome = command.main(args=args, prog_name=prog_name, standalone_mode=False)
+    except TyperException as error:  # typer's (vendored click's) usage errors: exit_code 2
+        context = getattr(error, "ctx", None)
+        where = context.command_path if context is not None else prog_name
+        typer.echo(f"{where}: error: {_one_line(error.format_message())}", err=True)
+        return error.exit_code
+    except typer.Abort:
+        typer.echo(f"{prog_name}: aborted", err=True)
+        return 130
+    except ValueError as error:
+        if os.environ.get("MIXLAB_DEBUG"):
+            raise
+        typer.echo(f"{prog_name}: error: {_one_line(str(error))}", err=True)
+        return USAGE_ERROR
+    return outcome if isinstance(outcome, int) else 0

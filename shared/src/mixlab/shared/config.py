@@ -1,0 +1,141 @@
+"""Experiment configs: one dataclass per method whose defaults are the `quick` profile.
+
+A method's `Config` subclasses :class:`ExperimentConfig`, gives every field a paper default and a
+docstring, and lists in ``PROFILES`` what the other profiles change::
+
+    @dataclass
+    class Config(ExperimentConfig):
+        hidden_dim: int = 64
+        \"\"\"width of every layer\"\"\"
+        epochs: int = 20
+
+        PROFILES: ClassVar[dict[str, dict[str, Any]]] = {"quick": {}, "full": {"epochs": 200}}
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            require(self.hidden_dim >= 1, "hidden_dim", "an integer >= 1", self.hidden_dim)
+
+    config = Config.from_profile("full", seed=3)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+from mixlab.shared.device import check_device_name
+
+PROFILE_NAMES = ("quick", "full")
+
+
+def require(ok: bool, parameter: str, allowed: str, got: object) -> None:
+    """Raise ``ValueError("<parameter> must be <allowed>, got <got>")`` unless ``ok``."""
+    if not ok:
+        raise ValueError(f"{parameter} must be {allowed}, got {got!r}")
+
+
+@dataclass
+class ExperimentConfig:
+    """Fields every experiment has. Subclass it; the dataclass defaults are the quick profile."""
+
+    seed: int = 0
+    """random seed for data, initialisation and training (the same seed gives the same metrics on CPU)"""
+    device: str = "auto"
+    """where to run: auto (CUDA when present, else CPU), cpu, cuda, cuda:N or mps"""
+    profile: str = "quick"
+    """the profile these values came from (quick: minutes on 2 CPU cores; full: closer to the paper)"""
+
+    PROFILES: ClassVar[dict[str, dict[str, Any]]] = {"quick": {}, "full": {}}
+    """per profile, the fields that differ from the dataclass defaults"""
+
+    def __post_init__(self) -> None:
+        require(
+            isinstance(self.seed, int)
+            and not isinstance(self.seed, bool)
+            and 0 <= self.seed < 2**32,
+            "seed",
+            "an integer in [0, 2**32)",
+            self.seed,
+        )
+        check_device_name(self.device)
+        require(
+            self.profile in self.PROFILES,
+            "profile",
+            f"one of {sorted(self.PROFILES)}",
+            self.profile,
+        )
+
+    @classmethod
+    def from_profile(cls, profile: str = "quick", **overrides: Any) -> Self:
+        """The config of ``profile`` with ``overrides`` applied on top (``seed=3``, ``device="cpu"``)."""
+        require(profile in cls.PROFILES, "profile", f"one of {sorted(cls.PROFILES)}", profile)
+        values = {**cls.PROFILES[profile], **overrides, "profile": profile}
+        known = {f.name for f in dataclasses.fields(cls)}
+        for name in values:
+            require(name in known, "config field", f"one of {sorted(known)}", name)
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as JSON-ready values (this is what result.json records)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def parse_overrides(cls, assignments: list[str]) -> dict[str, Any]:
+        """Turn CLI ``--set field=value`` strings into typed values, checked against the fields.
+
+        ``int``, ``float``, ``bool``, ``str`` and ``Literal`` fields parse as such; any other field
+        type (lists, tuples, dicts) takes JSON, e.g. ``--set hidden_dims=[64,64]``.
+        """
+        hints = typing.get_type_hints(cls)
+        known = {f.name for f in dataclasses.fields(cls)}
+        parsed: dict[str, Any] = {}
+        for assignment in assignments:
+            name, sep, text = assignment.partition("=")
+            require(bool(sep) and bool(name), "--set", "of the form field=value", assignment)
+            require(name in known, "--set field", f"one of {sorted(known)}", name)
+            require(name != "profile", "--set field", "not 'profile' (use --profile)", name)
+            parsed[name] = _parse_value(name, hints[name], text)
+        return parsed
+
+
+def _parse_value(name: str, annotation: Any, text: str) -> Any:
+    """Parse ``text`` as a value of type ``annotation``, or raise a ValueError naming the field."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if text.lower() in ("none", "null") and len(options) < len(typing.get_args(annotation)):
+            return None
+        if len(options) == 1:
+            return _parse_value(name, options[0], text)
+    if origin is typing.Literal:
+        allowed = typing.get_args(annotation)
+        for option in allowed:
+            if str(option) == text:
+                return option
+        raise ValueError(f"--set {name} must be one of {list(allowed)}, got {text!r}")
+    if annotation is bool:
+        lowered = text.lower()
+        if lowered in ("true", "1", "yes"):
+            return True
+        if lowered in ("false", "0", "no"):
+            return False
+        raise ValueError(f"--set {name} must be true or false, got {text!r}")
+    if annotation in (int, float):
+        try:
+            return annotation(text)
+        except ValueError:
+            raise ValueError(f"--set {name} must be {annotation.__name__}, got {text!r}") from None
+    if annotation is str:
+        return text
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise ValueError(f"--set {name} takes JSON for type {annotation}, got {text!r}") from None
+    return tuple(value) if origin is tuple and isinstance(value, list) else value
+
+
+__all__ = ["PROFILE_NAMES", "ExperimentConfig", "require"]

@@ -1,0 +1,43 @@
+"""Device selection: ``auto`` picks CUDA when present, else CPU; anything else is checked."""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+DEVICE_HELP = "auto, cpu, cuda, cuda:N or mps"
+_DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps)$")
+
+
+def check_device_name(device: str) -> None:
+    """Raise a ValueError unless ``device`` is one of auto, cpu, cuda, cuda:N, mps."""
+    if not isinstance(device, str) or not _DEVICE_PATTERN.match(device):
+        raise ValueError(f"device must be one of {DEVICE_HELP}, got {device!r}")
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """The torch device for ``device``: ``"auto"`` is CUDA when available, else CPU.
+
+    Asking for a device this machine does not have is an error, not a silent fallback.
+    """
+    if isinstance(device, torch.device):
+        device = str(device)
+    check_device_name(device)
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device {device!r} was asked for but CUDA is not available here; use cpu or auto"
+            )
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device {device!r} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(
+            "device 'mps' was asked for but MPS is not available here; use cpu or auto"
+        )
+    return torch.device(device)

@@ -1,0 +1,24 @@
+"""Where runs and caches go."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from platformdirs import user_cache_dir
+
+
+def cache_dir(*parts: str) -> Path:
+    """A folder for one-time work that later runs reuse (pre-trained models, generated data sets).
+
+    ``$MIXLAB_CACHE`` when set, else the platform's user cache folder (``~/.cache/mixlab`` on Linux).
+    """
+    root = Path(os.environ.get("MIXLAB_CACHE") or user_cache_dir("mixlab"))
+    path = root.joinpath(*parts)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def default_run_dir(method: str, profile: str, seed: int) -> Path:
+    """``runs/<method>/<profile>-seed<seed>`` below the current folder."""
+    return Path("runs") / method / f"{profile}-seed{seed}"

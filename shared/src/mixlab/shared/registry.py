@@ -1,0 +1,141 @@
+"""The method registry: a :class:`Method` per paper, found through the ``mixlab.methods`` entry points.
+
+Each method's ``experiment.py`` defines ``METHOD = Method(...)`` and its package lists it::
+
+    [project.entry-points."mixlab.methods"]
+    flatnsd = "mixlab.graphs.flatnsd.experiment:METHOD"
+
+Nothing is registered before it works: the registry is what ``mixlab list``, ``mixlab run`` and
+``mixlab reproduce`` see.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from dataclasses import dataclass, replace
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Protocol
+
+from mixlab.shared.config import PROFILE_NAMES, ExperimentConfig
+from mixlab.shared.device import resolve_device
+from mixlab.shared.result import Result, environment
+from mixlab.shared.seeding import seed_everything
+
+ENTRY_POINT_GROUP = "mixlab.methods"
+DOMAINS = ("llm-efficiency", "attention-arch", "graphs", "rl", "vision-mm", "online")
+
+
+class RunFunction(Protocol):
+    def __call__(
+        self, config: ExperimentConfig, out_dir: Path, *, resume: bool = False
+    ) -> Result: ...
+
+
+@dataclass(frozen=True)
+class Method:
+    """One paper's method as the workspace sees it.
+
+    ``run(config, out_dir, resume=...)`` runs the experiment (the method against the paper's
+    baselines), may write plots and checkpoints into ``out_dir``, and returns a :class:`Result` with
+    the metrics and the claims computed from them.
+    """
+
+    name: str
+    """short lower-case name used on the command line, e.g. ``flatnsd``"""
+    domain: str
+    """the package it lives in, one of DOMAINS"""
+    paper: str
+    """the paper's title"""
+    claim: str
+    """the paper's central claim in one line, in our words"""
+    config: type[ExperimentConfig]
+    """the experiment's Config dataclass (defaults = quick profile; PROFILES has quick and full)"""
+    run: RunFunction
+
+    def __post_init__(self) -> None:
+        if (
+            not self.name
+            or not self.name.replace("_", "").replace("-", "").isalnum()
+            or self.name != self.name.lower()
+        ):
+            raise ValueError(
+                f"Method.name must be lower-case letters, digits, '-' or '_', got {self.name!r}"
+            )
+        if self.domain not in DOMAINS:
+            raise ValueError(f"Method.domain must be one of {list(DOMAINS)}, got {self.domain!r}")
+        if not (isinstance(self.config, type) and issubclass(self.config, ExperimentConfig)):
+            raise ValueError(
+                f"Method.config must be an ExperimentConfig subclass, got {self.config!r}"
+            )
+        missing = [name for name in PROFILE_NAMES if name not in self.config.PROFILES]
+        if missing:
+            raise ValueError(
+                f"{self.name}: Config.PROFILES must define {list(PROFILE_NAMES)}, missing {missing}"
+            )
+
+    def execute(
+        self, config: ExperimentConfig, out_dir: str | os.PathLike[str], *, resume: bool = False
+    ) -> Result:
+        """Seed, run, time and record one experiment; writes ``out_dir/result.json``."""
+        if not isinstance(config, self.config):
+            raise ValueError(
+                f"config must be a {self.config.__qualname__} for method {self.name!r}, got {config!r}"
+            )
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        device = resolve_device(config.device)
+        seed_everything(config.seed)
+        start = time.perf_counter()
+        result = self.run(config, out_dir, resume=resume)
+        wall_s = time.perf_counter() - start
+        if not isinstance(result, Result):
+            raise TypeError(
+                f"{self.name}: run() must return a mixlab.shared.Result, got {type(result).__name__}"
+            )
+        result = replace(
+            result,
+            method=self.name,
+            profile=config.profile,
+            seed=config.seed,
+            config=config.to_dict(),
+            env=environment(device),
+            wall_s=round(wall_s, 3),
+        )
+        result.write(out_dir)
+        return result
+
+
+def discover_methods() -> dict[str, Method]:
+    """Every installed method, by name, sorted. A broken entry point warns and is left out."""
+    found: dict[str, Method] = {}
+    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            method = entry_point.load()
+        except Exception as error:  # one broken package must not hide the others
+            warnings.warn(
+                f"mixlab: method {entry_point.name!r} ({entry_point.value}) failed to load: {error}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            continue
+        if not isinstance(method, Method) or method.name != entry_point.name:
+            warnings.warn(
+                f"mixlab: entry point {entry_point.name!r} ({entry_point.value}) is not a Method named {entry_point.name!r}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            continue
+        found[method.name] = method
+    return dict(sorted(found.items()))
+
+
+def get_method(name: str) -> Method:
+    """The installed method called ``name``; a ValueError names the installed ones otherwise."""
+    methods = discover_methods()
+    if name not in methods:
+        known = ", ".join(methods) if methods else "none (no method package has registered one yet)"
+        raise ValueError(f"unknown method {name!r}; installed methods: {known}")
+    return methods[name]

@@ -1,0 +1,56 @@
+"""Seeding and random-number-generator state, so that runs repeat and resumed runs continue exactly."""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def seed_everything(seed: int, *, deterministic: bool = False) -> None:
+    """Seed Python's ``random``, NumPy's global generator and torch (CPU and every CUDA device).
+
+    With ``deterministic=True`` torch also picks deterministic kernels where it has them (slower on
+    GPU; warns where none exists). On CPU, the same seed gives the same numbers either way.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+    if deterministic:
+        # cuBLAS needs a fixed workspace for deterministic matmuls (CUDA docs, "Reproducibility").
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.benchmark = False
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """The state of every global generator, in a form :mod:`mixlab.shared.checkpoint` can save."""
+    numpy_state = np.random.get_state(legacy=False)
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": {
+            **numpy_state,
+            "state": {**numpy_state["state"], "key": numpy_state["state"]["key"].tolist()},
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Put back the generator states recorded by :func:`capture_rng_state`."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    numpy_state = state["numpy"]
+    key = np.asarray(numpy_state["state"]["key"], dtype=np.uint32)
+    np.random.set_state({**numpy_state, "state": {**numpy_state["state"], "key": key}})
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(list(state["cuda"]))

@@ -1,0 +1,118 @@
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from mixlab.shared import Checkpointer, capture_rng_state, load_state, restore_rng_state, save_state
+from mixlab.shared.checkpoint import flatten_state
+
+
+def _model_and_optimizer() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    loss = model(torch.randn(16, 4)).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+    return model, optimizer
+
+
+def test_nested_state_round_trips(tmp_path: Path) -> None:
+    model, optimizer = _model_and_optimizer()
+    state = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),  # int keys, nested dicts, floats, tuples (betas)
+        "array": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "history": [1.0, math.nan, -math.inf],
+        "step": 12,
+        "name": "run",
+        "nothing": None,
+        "pair": (1, "a"),
+    }
+    save_state(state, tmp_path / "state")
+    loaded = load_state(tmp_path / "state")
+
+    fresh, fresh_optimizer = _model_and_optimizer()
+    fresh.load_state_dict(loaded["model"])
+    fresh_optimizer.load_state_dict(loaded["optimizer"])
+    assert fresh_optimizer.state_dict()["param_groups"] == optimizer.state_dict()["param_groups"]
+    for key, value in optimizer.state_dict()["state"][0].items():
+        assert torch.equal(
+            torch.as_tensor(fresh_optimizer.state_dict()["state"][0][key]), torch.as_tensor(value)
+        )
+    np.testing.assert_array_equal(loaded["array"], state["array"])
+    assert loaded["history"][0] == 1.0
+    assert math.isnan(loaded["history"][1])
+    assert loaded["history"][2] == -math.inf
+    assert (loaded["step"], loaded["name"], loaded["nothing"], loaded["pair"]) == (
+        12,
+        "run",
+        None,
+        (1, "a"),
+    )
+
+
+def test_no_pickle_only_safetensors_and_json(tmp_path: Path) -> None:
+    save_state({"w": torch.ones(2)}, tmp_path / "state")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json", "state.safetensors"]
+
+
+def test_tied_tensors_are_saved(tmp_path: Path) -> None:
+    weight = torch.randn(3, 3)
+    save_state({"encoder": weight, "decoder": weight, "view": weight[0]}, tmp_path / "tied")
+    loaded = load_state(tmp_path / "tied")
+    assert torch.equal(loaded["encoder"], loaded["decoder"])
+    assert torch.equal(loaded["view"], weight[0])
+
+
+def test_unsupported_values_are_named() -> None:
+    with pytest.raises(TypeError, match=r"type object at 'outer\.inner'"):
+        flatten_state({"outer": {"inner": object()}})
+
+
+def test_checkpointer_keeps_the_last_and_resumes_from_the_newest(tmp_path: Path) -> None:
+    checkpoints = Checkpointer(tmp_path, keep_last=2)
+    for step in (10, 20, 30):
+        checkpoints.save(step, {"step": step, "w": torch.full((2,), float(step))})
+    assert checkpoints.steps() == [20, 30]
+    assert Checkpointer(tmp_path, resume=False).steps() == []  # a fresh run clears stale ones
+
+
+def test_resume_ignores_a_half_written_checkpoint(tmp_path: Path) -> None:
+    checkpoints = Checkpointer(tmp_path)
+    checkpoints.save(10, {"w": torch.ones(1)})
+    (checkpoints.directory / "step_00000020.safetensors").write_bytes(b"killed mid-write")
+    step, state = Checkpointer(tmp_path, resume=True).load_latest()
+    assert step == 10
+    assert torch.equal(state["w"], torch.ones(1))
+
+
+def test_without_resume_nothing_is_loaded(tmp_path: Path) -> None:
+    Checkpointer(tmp_path).save(5, {"w": torch.ones(1)})
+    assert Checkpointer(tmp_path, resume=True).load_latest() is not None
+    assert Checkpointer(tmp_path, resume=False).load_latest() is None
+
+
+def test_bad_arguments_are_named(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="keep_last must be an integer >= 1"):
+        Checkpointer(tmp_path, keep_last=0)
+    with pytest.raises(ValueError, match="step must be an integer"):
+        Checkpointer(tmp_path).save(-1, {})
+
+
+def test_rng_state_survives_a_checkpoint(tmp_path: Path) -> None:
+    torch.manual_seed(1)
+    np.random.seed(1)
+    random.seed(1)
+    save_state({"rng": capture_rng_state()}, tmp_path / "rng")
+    expected = (torch.rand(3), np.random.rand(3), random.random())
+    torch.manual_seed(99)
+    np.random.seed(99)
+    random.seed(99)
+    restore_rng_state(load_state(tmp_path / "rng")["rng"])
+    assert torch.equal(torch.rand(3), expected[0])
+    np.testing.assert_array_equal(np.random.rand(3), expected[1])
+    assert random.random() == expected[2]

@@ -1,0 +1,97 @@
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from mixlab.shared import ExperimentConfig, Method, Result, discover_methods, get_method
+from mixlab.shared.result import RESULT_KEYS
+
+
+def test_discovers_a_method_through_its_entry_point(toy_method: Method) -> None:
+    assert toy_method.name == "toy"
+    assert "toy" in discover_methods()
+
+
+def test_unknown_method_names_the_installed_ones(toy_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"unknown method 'nope'; installed methods: .*toy"):
+        get_method("nope")
+
+
+def test_broken_entry_point_warns_and_is_left_out(site_with_methods) -> None:
+    site_with_methods(
+        {"broken": "mixlab_broken_method:METHOD", "notamethod": "mixlab_broken_method:OTHER"},
+        {"mixlab_broken_method": "OTHER = 3\n"},
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        methods = discover_methods()
+    assert "broken" not in methods
+    assert "notamethod" not in methods
+    messages = " ".join(str(w.message) for w in caught)
+    assert "'broken'" in messages
+    assert "'notamethod'" in messages
+
+
+def test_execute_writes_the_result_schema(toy_method: Method, tmp_path: Path) -> None:
+    config = toy_method.config.from_profile("quick", seed=3, device="cpu")
+    result = toy_method.execute(config, tmp_path)
+    data = json.loads((tmp_path / "result.json").read_text())
+    assert tuple(data) == RESULT_KEYS
+    assert data["method"] == "toy"
+    assert data["profile"] == "quick"
+    assert data["seed"] == 3
+    assert data["config"]["steps"] == 100
+    assert set(data["metrics"]) == {"sgd", "least_squares"}
+    assert data["env"]["device"] == "cpu"
+    assert data["env"]["torch"] == torch.__version__
+    assert data["wall_s"] > 0
+    assert data["claims"][0]["holds"] is True
+    assert (tmp_path / "loss.png").stat().st_size > 0
+    assert Result.load(tmp_path).metrics == result.metrics
+
+
+def test_same_seed_same_metrics(toy_method: Method, tmp_path: Path) -> None:
+    runs = [
+        toy_method.execute(
+            toy_method.config.from_profile(seed=seed, device="cpu"), tmp_path / f"{i}"
+        ).metrics
+        for i, seed in enumerate([1, 1, 2])
+    ]
+    assert runs[0] == runs[1]
+    assert runs[0] != runs[2]
+
+
+def test_killed_run_resumes_to_the_same_result(toy_method: Method, tmp_path: Path) -> None:
+    straight = toy_method.execute(
+        toy_method.config.from_profile(device="cpu"), tmp_path / "straight"
+    )
+
+    interrupted = tmp_path / "interrupted"
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        toy_method.execute(
+            toy_method.config.from_profile(device="cpu", crash_at_step=25), interrupted
+        )
+    assert (interrupted / "checkpoints" / "step_00000020.json").exists()
+    resumed = toy_method.execute(
+        toy_method.config.from_profile(device="cpu"), interrupted, resume=True
+    )
+    assert resumed.metrics == straight.metrics
+
+
+def test_method_validates_its_fields() -> None:
+    def run(config, out_dir, *, resume=False):  # pragma: no cover - never called
+        raise AssertionError
+
+    with pytest.raises(ValueError, match="Method.domain must be one of"):
+        Method(name="x", domain="physics", paper="p", claim="c", config=ExperimentConfig, run=run)
+    with pytest.raises(ValueError, match="Method.name"):
+        Method(name="Bad Name", domain="rl", paper="p", claim="c", config=ExperimentConfig, run=run)
+    with pytest.raises(ValueError, match="Method.config"):
+        Method(name="x", domain="rl", paper="p", claim="c", config=dict, run=run)
+
+
+def test_execute_rejects_a_config_of_another_method(toy_method: Method, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="config must be a Config"):
+        toy_method.execute(ExperimentConfig(), tmp_path)

@@ -1,0 +1,72 @@
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mixlab.shared import Claim, Result
+
+
+def test_compare_computes_holds_and_evidence() -> None:
+    claim = Claim.compare(
+        "ours is lower", 0.08, "<", 0.81, value_label="ours", reference_label="Q-learning"
+    )
+    assert claim.holds is True
+    assert claim.evidence == "ours 0.08 < Q-learning 0.81"
+    assert Claim.compare("ours is lower", 0.9, "<", 0.81).holds is False
+    assert Claim.compare("at least", 2, ">=", 2).holds is True
+
+
+def test_a_diverged_number_never_makes_a_claim_hold() -> None:
+    assert Claim.compare("lower", math.nan, "<", 1.0).holds is False
+    assert Claim.compare("higher", math.inf, ">", 1.0).holds is False
+
+
+def test_all_of_needs_every_part() -> None:
+    parts = [Claim.compare("a", 1, "<", 2), Claim.compare("b", 3, "<", 2)]
+    combined = Claim.all_of("both", parts)
+    assert combined.holds is False
+    assert combined.evidence == "1 < 2; 3 < 2"
+
+
+def test_claims_must_be_computed() -> None:
+    with pytest.raises(ValueError, match="holds must be a bool"):
+        Claim(text="x", holds="yes", evidence="")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="op must be one of"):
+        Claim.compare("x", 1, "==", 1)  # type: ignore[arg-type]
+
+
+def test_metric_rows_share_keys() -> None:
+    with pytest.raises(ValueError, match="rows must share their keys"):
+        Result(metrics={"ours": {"acc": 1.0}, "base": {"loss": 2.0}}, claims=[])
+    with pytest.raises(ValueError, match="must be a number"):
+        Result(metrics={"ours": {"acc": "high"}}, claims=[])
+
+
+def test_non_finite_metrics_are_written_as_null(tmp_path: Path) -> None:
+    result = Result(
+        metrics={"ours": {"loss": np.float32(0.5)}, "base": {"loss": float("nan")}}, claims=[]
+    )
+    path = result.write(tmp_path)
+    data = json.loads(path.read_text())
+    assert data["metrics"] == {"ours": {"loss": 0.5}, "base": {"loss": None}}
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    claim = Claim.compare("lower", 1.0, "<", 2.0)
+    result = Result(
+        metrics={"a": {"x": 1.0}, "b": {"x": 2.0}},
+        claims=[claim],
+        method="m",
+        profile="quick",
+        seed=0,
+    )
+    loaded = Result.load(result.write(tmp_path))
+    assert loaded == result
+
+
+def test_load_rejects_other_json(tmp_path: Path) -> None:
+    (tmp_path / "result.json").write_text('{"metrics": {}}')
+    with pytest.raises(ValueError, match="missing"):
+        Result.load(tmp_path)
