@@ -95,3 +95,13 @@ def test_method_validates_its_fields() -> None:
 def test_execute_rejects_a_config_of_another_method(toy_method: Method, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="config must be a Config"):
         toy_method.execute(ExperimentConfig(), tmp_path)
+
+
+def test_every_public_name_resolves() -> None:
+    import mixlab.shared
+
+    assert sorted(mixlab.shared.__all__) == sorted(mixlab.shared._MODULE_OF)
+    for name in mixlab.shared.__all__:
+        assert getattr(mixlab.shared, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = mixlab.shared.nope

@@ -5,22 +5,40 @@
 - :class:`Result` and :class:`Claim`: ``result.json``, with claims computed from measured metrics.
 - :func:`seed_everything`, :func:`resolve_device`, :class:`Checkpointer`, :func:`progress`,
   :func:`line_plot` / :func:`bar_plot`: the pieces every experiment loop needs.
+
+Names load on first use (PEP 562), so that a CLI answers ``--help`` without importing torch.
 """
 
-from mixlab.shared.checkpoint import Checkpointer, load_state, save_state
-from mixlab.shared.config import ExperimentConfig, require
-from mixlab.shared.device import resolve_device
-from mixlab.shared.paths import cache_dir
-from mixlab.shared.plotting import bar_plot, line_plot, save_figure
-from mixlab.shared.progress import progress, track
-from mixlab.shared.registry import DOMAINS, Method, discover_methods, get_method
-from mixlab.shared.result import Claim, Result
-from mixlab.shared.seeding import capture_rng_state, restore_rng_state, seed_everything
+import importlib
+from typing import TYPE_CHECKING, Any
 
+_MODULE_OF = {
+    "Checkpointer": "checkpoint",
+    "load_state": "checkpoint",
+    "save_state": "checkpoint",
+    "ExperimentConfig": "config",
+    "require": "config",
+    "resolve_device": "device",
+    "cache_dir": "paths",
+    "bar_plot": "plotting",
+    "line_plot": "plotting",
+    "save_figure": "plotting",
+    "progress": "progress",
+    "track": "progress",
+    "DOMAINS": "registry",
+    "Method": "registry",
+    "discover_methods": "registry",
+    "get_method": "registry",
+    "Claim": "result",
+    "Result": "result",
+    "capture_rng_state": "seeding",
+    "restore_rng_state": "seeding",
+    "seed_everything": "seeding",
+}
 __all__ = [
-    "DOMAINS",
     "Checkpointer",
     "Claim",
+    "DOMAINS",
     "ExperimentConfig",
     "Method",
     "Result",
@@ -40,3 +58,27 @@ __all__ = [
     "seed_everything",
     "track",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module 'mixlab.shared' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"mixlab.shared.{_MODULE_OF[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:
+    from mixlab.shared.checkpoint import Checkpointer, load_state, save_state
+    from mixlab.shared.config import ExperimentConfig, require
+    from mixlab.shared.device import resolve_device
+    from mixlab.shared.paths import cache_dir
+    from mixlab.shared.plotting import bar_plot, line_plot, save_figure
+    from mixlab.shared.progress import progress, track
+    from mixlab.shared.registry import DOMAINS, Method, discover_methods, get_method
+    from mixlab.shared.result import Claim, Result
+    from mixlab.shared.seeding import capture_rng_state, restore_rng_state, seed_everything
