@@ -36,9 +36,9 @@ _MODULE_OF = {
     "seed_everything": "seeding",
 }
 __all__ = [
+    "DOMAINS",
     "Checkpointer",
     "Claim",
-    "DOMAINS",
     "ExperimentConfig",
     "Method",
     "Result",
