@@ -1,0 +1,550 @@
+"""Streaming matrix completion estimators with the scikit-learn conventions.
+
+All share one interface: ``fit(X, mask)`` pre-trains on a source batch, ``partial_fit(X, mask)``
+adapts on the stream (one sample or a batch), ``transform(X, mask)`` completes samples (observed
+entries kept), ``score(X, mask, X_full)`` is the completion error on the unobserved entries, and
+``save``/``load`` keep the state (safetensors + JSON). Missing entries are given by ``mask``
+(True = observed) or, with ``mask=None``, as NaN in ``X``. Samples are rows.
+
+- :class:`MoSAIC`: K routed rank-r experts, pre-trained by k-subspaces with missing data; each
+  stream sample updates only the expert it is routed to (one GROUSE step).
+- :class:`GROUSE`: one rank-r subspace tracked by GROUSE steps (Balzano, Nowak, Recht 2010).
+- :class:`PETRELS`: one rank-r subspace tracked by row-wise recursive least squares with a
+  forgetting factor (Chi, Eldar, Calderbank, IEEE TSP 2013).
+- :class:`WindowedKSubspaces`: batch k-subspaces re-run on a sliding window (offline reference).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Self
+
+import numpy as np
+from sklearn.base import BaseEstimator
+
+from mixlab.online.mosaic.subspace import (
+    complete_routed,
+    fit_basis,
+    grouse_step,
+    k_subspaces,
+    random_basis,
+    route,
+)
+from mixlab.shared import load_state, require, save_state
+
+__all__ = ["GROUSE", "PETRELS", "MoSAIC", "WindowedKSubspaces", "check_stream"]
+
+
+def check_stream(
+    X: Any, mask: Any = None, *, n_features: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Validate a batch of partially observed samples; return ``(X with zeros where missing, mask)``.
+
+    ``X`` is ``(n_samples, n_features)`` or one sample ``(n_features,)``. Without ``mask``, NaN marks
+    the missing entries. Raises ValueError naming the problem: shape mismatch, a sample with no
+    observed entry, NaN or inf in an observed entry, or a feature count other than the fitted one.
+    """
+    X = np.array(X, dtype=np.float64, copy=True)
+    if X.ndim == 1:
+        X = X[None]
+    require(
+        X.ndim == 2, "X", "a 2-D array (n_samples, n_features) or one sample (n_features,)", X.shape
+    )
+    require(
+        X.shape[0] >= 1 and X.shape[1] >= 2,
+        "X",
+        "at least one sample of at least 2 features",
+        X.shape,
+    )
+    if mask is None:
+        mask = ~np.isnan(X)
+    else:
+        mask = np.asarray(mask)
+        if mask.ndim == 1:
+            mask = mask[None]
+        require(
+            mask.shape == X.shape,
+            "mask",
+            f"a boolean array of the shape of X {X.shape}",
+            mask.shape,
+        )
+        require(mask.dtype == bool, "mask", "a boolean array (True = observed)", mask.dtype)
+    if not np.isfinite(X[mask]).all():
+        raise ValueError(
+            "X has NaN or inf in observed entries; mark missing entries in mask (or as NaN with mask=None)"
+        )
+    empty = np.flatnonzero(~mask.any(axis=1))
+    if len(empty):
+        raise ValueError(
+            f"every sample needs at least one observed entry; samples {empty[:5].tolist()} have none"
+        )
+    if n_features is not None and X.shape[1] != n_features:
+        raise ValueError(
+            f"X has {X.shape[1]} features, but this estimator was fitted with {n_features}"
+        )
+    X[~mask] = 0.0
+    return X, mask
+
+
+class _StreamingCompleter(BaseEstimator):
+    """The shared contract. Subclasses implement ``_pretrain`` (from a source batch), ``_start`` (from
+    nothing, when ``partial_fit`` comes first), ``_update`` (one batch of the stream) and ``_estimate``
+    (the model's values on all coordinates), and list their learned state in ``_state_attributes``."""
+
+    _state_attributes: tuple[str, ...] = ()
+
+    def _validate_params(self) -> None:
+        require(isinstance(self.rank, int) and self.rank >= 1, "rank", "an integer >= 1", self.rank)
+
+    def _check(self, X: Any, mask: Any) -> tuple[np.ndarray, np.ndarray]:
+        X, mask = check_stream(X, mask, n_features=getattr(self, "n_features_in_", None))
+        require(
+            self.rank < X.shape[1],
+            "rank",
+            f"smaller than the number of features ({X.shape[1]})",
+            self.rank,
+        )
+        return X, mask
+
+    def fit(self, X: Any, mask: Any = None) -> Self:
+        """Pre-train on a source batch (replaces any earlier state)."""
+        self._validate_params()
+        for name in ("n_features_in_", "n_samples_seen_"):
+            self.__dict__.pop(name, None)
+        X, mask = self._check(X, mask)
+        self._rng = np.random.default_rng(self.random_state)
+        self._pretrain(X, mask)
+        self.n_features_in_, self.n_samples_seen_ = X.shape[1], len(X)
+        return self
+
+    def partial_fit(self, X: Any, mask: Any = None, **options: Any) -> Self:
+        """Adapt on one sample or a batch of the stream, in order."""
+        X, mask = self._check(X, mask)
+        if not hasattr(self, "n_features_in_"):  # no pre-training: the stream is the only data
+            self._validate_params()
+            self._rng = np.random.default_rng(self.random_state)
+            self._start(X.shape[1])
+            self.n_features_in_, self.n_samples_seen_ = X.shape[1], 0
+        self._update(X, mask, **options)
+        self.n_samples_seen_ += len(X)
+        return self
+
+    def _require_fitted(self) -> None:
+        if not hasattr(self, "n_features_in_"):
+            raise ValueError(
+                f"this {type(self).__name__} is not fitted yet: call fit or partial_fit first"
+            )
+
+    def transform(self, X: Any, mask: Any = None) -> np.ndarray:
+        """Complete samples: the model's estimate on missing entries, the observed values kept."""
+        self._require_fitted()
+        X, mask = self._check(X, mask)
+        return np.where(mask, X, self._estimate(X, mask))
+
+    predict = transform
+
+    def score(self, X: Any, mask: Any, X_full: Any) -> float:
+        """Normalised completion error on the unobserved entries, ``‖(X̂ − X_full)_Ωᶜ‖ / ‖(X_full)_Ωᶜ‖``.
+
+        Lower is better (unlike scikit-learn's higher-is-better ``score``): it is the paper's metric.
+        """
+        completed = self.transform(X, mask)
+        X_full = np.asarray(X_full, dtype=np.float64).reshape(completed.shape)
+        missing = ~check_stream(X, mask)[1]
+        denominator = np.linalg.norm(X_full[missing])
+        require(denominator > 0, "X_full", "non-zero on the unobserved entries", "all zeros")
+        return float(np.linalg.norm((completed - X_full)[missing]) / denominator)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Save parameters and learned state to ``path.safetensors`` + ``path.json`` (no pickle)."""
+        self._require_fitted()
+        save_state(
+            {
+                "class": type(self).__name__,
+                "params": self.get_params(),
+                "n_features_in_": self.n_features_in_,
+                "n_samples_seen_": self.n_samples_seen_,
+                "learned": {name: getattr(self, name) for name in self._state_attributes},
+                "rng": self._rng.bit_generator.state,
+            },
+            path,
+        )
+        return Path(path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Self:
+        """Load an estimator saved by :meth:`save`."""
+        state = load_state(path)
+        if state["class"] != cls.__name__:
+            raise ValueError(f"{path} holds a {state['class']}, not a {cls.__name__}")
+        estimator = cls(**state["params"])
+        estimator.n_features_in_ = state["n_features_in_"]
+        estimator.n_samples_seen_ = state["n_samples_seen_"]
+        for name, value in state["learned"].items():
+            setattr(estimator, name, np.array(value) if isinstance(value, np.ndarray) else value)
+        estimator._rng = np.random.default_rng()
+        estimator._rng.bit_generator.state = state["rng"]
+        return estimator
+
+
+class _GrouseSteps:
+    """The step schedule ``η_t = max(min_step, η₀ / (1 + t/τ))``: constant when τ (``step_decay``) is
+    None, ~1/t otherwise (GROUSE's decreasing schedule for stationary data, with a floor so that
+    drift can still be tracked). t counts an expert's updates since the last ``reset_steps``."""
+
+    step_size: float
+    step_decay: float | None
+    min_step: float
+    updates_: np.ndarray
+
+    def _validate_steps(self) -> None:
+        step_size, step_decay, min_step = self.step_size, self.step_decay, self.min_step
+        require(
+            0 < step_size <= 1,
+            "step_size",
+            "in (0, 1] (a fraction of the greedy GROUSE step)",
+            step_size,
+        )
+        require(
+            step_decay is None or step_decay > 0,
+            "step_decay",
+            "None (constant step) or > 0 samples",
+            step_decay,
+        )
+        require(0 <= min_step <= step_size, "min_step", f"in [0, step_size={step_size}]", min_step)
+
+    def _step_fraction(self, expert: int) -> float:
+        if self.step_decay is None:
+            return self.step_size
+        return max(self.min_step, self.step_size / (1.0 + self.updates_[expert] / self.step_decay))
+
+    def reset_steps(self) -> None:
+        """Restart the decreasing step schedule (at a known change of epoch)."""
+        self.updates_[:] = 0
+
+
+class _RoutedExperts:
+    """Completion and routing with K expert bases ``bases_`` of shape ``(K, n_features, r)``."""
+
+    bases_: np.ndarray
+    _require_fitted: Any
+    _check: Any
+
+    def route(self, X: Any, mask: Any = None) -> np.ndarray:
+        """The expert each sample is routed to: ``argmin_k ‖x_Ω − U_{k,Ω} w_k‖² / |Ω|``."""
+        self._require_fitted()
+        return route(self.bases_, *self._check(X, mask))[0]
+
+    def _estimate(self, X: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return complete_routed(self.bases_, X, mask)
+
+
+class MoSAIC(_GrouseSteps, _RoutedExperts, _StreamingCompleter):
+    """MoSAIC: a routed mixture of K rank-r subspace experts for online matrix completion.
+
+    Phase 1, :meth:`fit`: k-subspaces with missing data on a source batch. Phase 2,
+    :meth:`partial_fit`: each sample is routed to the expert with the smallest residual per observed
+    coordinate, and only that expert takes a GROUSE step toward it. Without :meth:`fit`, the experts
+    start as random subspaces (k-GROUSE).
+
+    Parameters:
+        n_experts: number of experts K (default: 4).
+        rank: rank r of each expert (default: 5).
+        step_size: GROUSE step as a fraction of the greedy step, in (0, 1] (default: 0.5).
+        step_decay: τ of the schedule ``max(min_step, step_size/(1 + t_k/τ))``; None keeps the step
+            constant (default: None).
+        min_step: floor of the decreasing schedule (default: 0.05).
+        adapt: False freezes the experts after pre-training (the "frozen" baseline) (default: True).
+        n_init, max_iter: k-subspaces seedings and iterations in :meth:`fit` (default: 5, 30).
+        random_state: seed of the seeding and of random starts (default: None).
+
+    Attributes:
+        bases_: ``(K, n_features, r)`` orthonormal expert bases.
+        updates_: ``(K,)`` updates of each expert since the last :meth:`reset_steps`.
+        labels_: ``(n_samples,)`` expert of each sample of the :meth:`fit` batch.
+        last_routes_: expert of each sample of the last :meth:`partial_fit` batch.
+
+    Example:
+        >>> model = MoSAIC(n_experts=4, rank=5, random_state=0).fit(X_source, mask_source)
+        >>> completed = model.transform(x, mask)  # complete first (prequential) ...
+        >>> model = model.partial_fit(x, mask)    # ... then adapt
+    """
+
+    _state_attributes = ("bases_", "updates_")
+
+    def __init__(
+        self,
+        n_experts: int = 4,
+        rank: int = 5,
+        *,
+        step_size: float = 0.5,
+        step_decay: float | None = None,
+        min_step: float = 0.05,
+        adapt: bool = True,
+        n_init: int = 5,
+        max_iter: int = 30,
+        random_state: int | None = None,
+    ) -> None:
+        self.n_experts = n_experts
+        self.rank = rank
+        self.step_size = step_size
+        self.step_decay = step_decay
+        self.min_step = min_step
+        self.adapt = adapt
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.random_state = random_state
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        self._validate_steps()
+        for name in ("n_experts", "n_init", "max_iter"):
+            value = getattr(self, name)
+            require(isinstance(value, int) and value >= 1, name, "an integer >= 1", value)
+
+    def _pretrain(self, X: np.ndarray, mask: np.ndarray) -> None:
+        self.bases_, self.labels_, _ = k_subspaces(
+            X,
+            mask,
+            self.n_experts,
+            self.rank,
+            self._rng,
+            n_init=self.n_init,
+            max_iter=self.max_iter,
+        )
+        self.updates_ = np.zeros(self.n_experts, dtype=np.int64)
+
+    def _start(self, n_features: int) -> None:
+        self.bases_ = np.stack(
+            [random_basis(n_features, self.rank, self._rng) for _ in range(self.n_experts)]
+        )
+        self.updates_ = np.zeros(self.n_experts, dtype=np.int64)
+
+    def partial_fit(self, X: Any, mask: Any = None, *, experts: Any = None) -> Self:
+        """Phase 2: route each sample and take one GROUSE step on its expert only.
+
+        A batch is routed with the experts as they are at its start (one vectorised pass); the
+        GROUSE steps then run in order, so batches of 1 are the exact online algorithm and larger
+        batches differ only in routing decisions made with slightly older experts.
+        ``experts`` forces the routing (the oracle baseline, or labelled data).
+        """
+        return super().partial_fit(X, mask, experts=experts)
+
+    def _update(self, X: np.ndarray, mask: np.ndarray, experts: Any = None) -> None:
+        if experts is None:
+            chosen = route(self.bases_, X, mask)[0]
+        else:
+            chosen = np.asarray(experts).reshape(-1)
+            valid = len(chosen) == len(X) and np.isin(chosen, np.arange(self.n_experts)).all()
+            require(valid, "experts", f"one integer in [0, {self.n_experts}) per sample", chosen)
+        self.last_routes_ = chosen
+        if not self.adapt:
+            return
+        for x, observed, k in zip(X, mask, chosen, strict=True):
+            self.bases_[k] = grouse_step(self.bases_[k], x, observed, self._step_fraction(k))
+            self.updates_[k] += 1
+
+
+class GROUSE(_GrouseSteps, _StreamingCompleter):
+    """GROUSE: one rank-r subspace tracked by Grassmannian rank-one steps (Balzano, Nowak, Recht 2010).
+
+    :meth:`fit` initialises the subspace as the rank-r fit of a source batch (alternating least
+    squares); without it the first :meth:`partial_fit` starts from a random subspace. The step
+    parameters are those of :class:`MoSAIC`.
+    """
+
+    _state_attributes = ("basis_", "updates_")
+
+    def __init__(
+        self,
+        rank: int = 5,
+        *,
+        step_size: float = 0.5,
+        step_decay: float | None = None,
+        min_step: float = 0.05,
+        random_state: int | None = None,
+    ) -> None:
+        self.rank = rank
+        self.step_size = step_size
+        self.step_decay = step_decay
+        self.min_step = min_step
+        self.random_state = random_state
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        self._validate_steps()
+
+    def _pretrain(self, X: np.ndarray, mask: np.ndarray) -> None:
+        self.basis_ = fit_basis(X, mask, self.rank, self._rng)
+        self.updates_ = np.zeros(1, dtype=np.int64)
+
+    def _start(self, n_features: int) -> None:
+        self.basis_ = random_basis(n_features, self.rank, self._rng)
+        self.updates_ = np.zeros(1, dtype=np.int64)
+
+    def _update(self, X: np.ndarray, mask: np.ndarray) -> None:
+        for x, observed in zip(X, mask, strict=True):
+            self.basis_ = grouse_step(self.basis_, x, observed, self._step_fraction(0))
+            self.updates_[0] += 1
+
+    def _estimate(self, X: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return complete_routed(self.basis_[None], X, mask)
+
+
+class PETRELS(_StreamingCompleter):
+    """PETRELS: subspace tracking by parallel row-wise recursive least squares (Chi, Eldar,
+    Calderbank, IEEE TSP 2013, Alg. 1), with forgetting factor λ.
+
+    For each sample, ``a = argmin ‖x_Ω − D_Ω a‖``; then every observed row m updates its inverse
+    correlation ``P_m ← λ⁻¹P_m − β⁻¹ v vᵀ`` (``v = λ⁻¹P_m a``, ``β = 1 + λ⁻¹aᵀP_m a``) and its row
+    ``d_m ← d_m + (x_m − aᵀd_m) P_m a``, all observed rows at once.
+
+    Parameters:
+        rank: rank of the tracked subspace (default: 5).
+        forgetting: λ in (0, 1] (default: 0.98).
+        initial_inverse: P_m starts as this times the identity (default: 1.0).
+        random_state: seed of the random start (default: None).
+    """
+
+    _state_attributes = ("basis_", "inverse_")
+
+    def __init__(
+        self,
+        rank: int = 5,
+        *,
+        forgetting: float = 0.98,
+        initial_inverse: float = 1.0,
+        random_state: int | None = None,
+    ) -> None:
+        self.rank = rank
+        self.forgetting = forgetting
+        self.initial_inverse = initial_inverse
+        self.random_state = random_state
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        require(0 < self.forgetting <= 1, "forgetting", "in (0, 1]", self.forgetting)
+        require(self.initial_inverse > 0, "initial_inverse", "> 0", self.initial_inverse)
+
+    def _pretrain(self, X: np.ndarray, mask: np.ndarray) -> None:
+        self.basis_ = fit_basis(X, mask, self.rank, self._rng)
+        self.inverse_ = np.tile(self.initial_inverse * np.eye(self.rank), (X.shape[1], 1, 1))
+
+    def _start(self, n_features: int) -> None:
+        self.basis_ = random_basis(n_features, self.rank, self._rng)
+        self.inverse_ = np.tile(self.initial_inverse * np.eye(self.rank), (n_features, 1, 1))
+
+    def _update(self, X: np.ndarray, mask: np.ndarray) -> None:
+        inverse_forgetting = 1.0 / self.forgetting
+        for x, observed in zip(X, mask, strict=True):
+            rows = np.flatnonzero(observed)
+            basis_rows = self.basis_[rows]  # (m, r)
+            coefficients = np.linalg.lstsq(basis_rows, x[rows], rcond=None)[0]  # (r,)
+            gain = inverse_forgetting * self.inverse_[rows] @ coefficients  # v = λ⁻¹ P_m a, (m, r)
+            beta = 1.0 + gain @ coefficients  # (m,)
+            inverse = (
+                inverse_forgetting * self.inverse_[rows]
+                - np.einsum("mr,ms->mrs", gain, gain) / beta[:, None, None]
+            )
+            errors = x[rows] - basis_rows @ coefficients  # (m,)
+            self.basis_[rows] = basis_rows + errors[:, None] * (inverse @ coefficients)
+            self.inverse_[rows] = inverse
+
+    def _estimate(self, X: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        # D is not orthonormal: complete in an orthonormal basis of its span (same span, better conditioned).
+        return complete_routed(np.linalg.qr(self.basis_)[0][None], X, mask)
+
+
+class WindowedKSubspaces(_RoutedExperts, _StreamingCompleter):
+    """Batch k-subspaces with missing data re-run on the last ``window`` samples every
+    ``refit_every`` samples, warm-started from the current experts; an offline reference.
+
+    Parameters:
+        n_experts, rank: as in :class:`MoSAIC` (default: 4, 5).
+        window: samples kept (default: 1000).
+        refit_every: samples between refits (default: 500).
+        init: ``"k-subspaces"`` to pre-train in :meth:`fit`, or a ``(K, n_features, rank)`` array of
+            bases to start from (e.g. a fitted MoSAIC's ``bases_``) (default: "k-subspaces").
+        n_init, max_iter: k-subspaces seedings and iterations (default: 2, 10).
+        random_state: seed (default: None).
+    """
+
+    _state_attributes = ("bases_", "window_X_", "window_mask_", "since_refit_")
+
+    def __init__(
+        self,
+        n_experts: int = 4,
+        rank: int = 5,
+        *,
+        window: int = 1000,
+        refit_every: int = 500,
+        init: str | np.ndarray = "k-subspaces",
+        n_init: int = 2,
+        max_iter: int = 10,
+        random_state: int | None = None,
+    ) -> None:
+        self.n_experts = n_experts
+        self.rank = rank
+        self.window = window
+        self.refit_every = refit_every
+        self.init = init
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.random_state = random_state
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        smallest = 2 * self.n_experts * self.rank
+        require(isinstance(self.window, int) and self.window >= smallest, "window", f"an integer >= 2·n_experts·rank = {smallest}", self.window)  # fmt: skip
+        require(isinstance(self.refit_every, int) and self.refit_every >= 1, "refit_every", "an integer >= 1", self.refit_every)  # fmt: skip
+        if isinstance(self.init, str):
+            require(
+                self.init == "k-subspaces", "init", "'k-subspaces' or an array of bases", self.init
+            )
+
+    def _pretrain(self, X: np.ndarray, mask: np.ndarray) -> None:
+        if isinstance(self.init, str):
+            self.bases_ = k_subspaces(X, mask, self.n_experts, self.rank, self._rng, n_init=self.n_init, max_iter=self.max_iter)[0]  # fmt: skip
+        else:
+            bases = np.array(self.init, dtype=np.float64)
+            expected = (self.n_experts, X.shape[1], self.rank)
+            require(bases.shape == expected, "init", f"an array of shape {expected}", bases.shape)
+            self.bases_ = bases
+        self.window_X_, self.window_mask_ = X[-self.window :], mask[-self.window :]
+        self.since_refit_ = 0
+
+    def _start(self, n_features: int) -> None:
+        self.bases_ = np.stack(
+            [random_basis(n_features, self.rank, self._rng) for _ in range(self.n_experts)]
+        )
+        self.window_X_ = np.zeros((0, n_features))
+        self.window_mask_ = np.zeros((0, n_features), dtype=bool)
+        self.since_refit_ = 0
+
+    def _update(self, X: np.ndarray, mask: np.ndarray) -> None:
+        self.window_X_ = np.concatenate([self.window_X_, X])[-self.window :]
+        self.window_mask_ = np.concatenate([self.window_mask_, mask])[-self.window :]
+        self.since_refit_ += len(X)
+        if (
+            self.since_refit_ >= self.refit_every
+            and len(self.window_X_) >= 2 * self.n_experts * self.rank
+        ):
+            self.bases_ = self._refit()
+            self.since_refit_ = 0
+
+    def _refit(self) -> np.ndarray:
+        """Alternate routing and per-expert refits on the window, from the current bases."""
+        X, mask, bases = self.window_X_, self.window_mask_, self.bases_.copy()
+        labels = np.full(len(X), -1)
+        for _ in range(self.max_iter):
+            new_labels = route(bases, X, mask)[0]
+            if np.array_equal(new_labels, labels):
+                break
+            labels = new_labels
+            for k in range(self.n_experts):
+                members = labels == k
+                if members.sum() >= self.rank:
+                    bases[k] = fit_basis(X[members], mask[members], self.rank, self._rng, n_iter=5)
+        return bases
+
