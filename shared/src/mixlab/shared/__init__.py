@@ -9,8 +9,9 @@
 Names load on first use (PEP 562), so that a CLI answers ``--help`` without importing torch.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from mixlab.shared.lazy import lazy_exports
 
 _MODULE_OF = {
     "Checkpointer": "checkpoint",
@@ -60,17 +61,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _MODULE_OF:
-        raise AttributeError(f"module 'mixlab.shared' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"mixlab.shared.{_MODULE_OF[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
-
+__getattr__, __dir__ = lazy_exports(__name__, _MODULE_OF)
 
 if TYPE_CHECKING:
     from mixlab.shared.checkpoint import Checkpointer, load_state, save_state

@@ -13,21 +13,28 @@ Estimators (scikit-learn conventions, samples as rows, ``mask`` True where obser
     ...     model.partial_fit(x)
 """
 
-from mixlab.online.mosaic.diagnostics import (
-    contraction_exponent,
-    match_experts,
-    routing_accuracy,
-    subspace_distance,
-)
-from mixlab.online.mosaic.estimators import (
-    GROUSE,
-    PETRELS,
-    MoSAIC,
-    WindowedKSubspaces,
-    check_stream,
-)
-from mixlab.online.mosaic.stream import DriftingSubspaceStream, Epoch, Stream
-from mixlab.online.mosaic.subspace import grouse_step, k_subspaces, observed_fit
+from typing import TYPE_CHECKING
+
+from mixlab.shared.lazy import lazy_exports
+
+_MODULE_OF = {
+    "contraction_exponent": "diagnostics",
+    "match_experts": "diagnostics",
+    "routing_accuracy": "diagnostics",
+    "subspace_distance": "diagnostics",
+    "GROUSE": "estimators",
+    "PETRELS": "estimators",
+    "MoSAIC": "estimators",
+    "WindowedKSubspaces": "estimators",
+    "check_stream": "estimators",
+    "DriftingSubspaceStream": "stream",
+    "Epoch": "stream",
+    "Stream": "stream",
+    "grouse_step": "subspace",
+    "k_subspaces": "subspace",
+    "observed_fit": "subspace",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _MODULE_OF)
 
 __all__ = [
     "GROUSE",
@@ -46,3 +53,20 @@ __all__ = [
     "routing_accuracy",
     "subspace_distance",
 ]
+
+if TYPE_CHECKING:
+    from mixlab.online.mosaic.diagnostics import (
+        contraction_exponent,
+        match_experts,
+        routing_accuracy,
+        subspace_distance,
+    )
+    from mixlab.online.mosaic.estimators import (
+        GROUSE,
+        PETRELS,
+        MoSAIC,
+        WindowedKSubspaces,
+        check_stream,
+    )
+    from mixlab.online.mosaic.stream import DriftingSubspaceStream, Epoch, Stream
+    from mixlab.online.mosaic.subspace import grouse_step, k_subspaces, observed_fit

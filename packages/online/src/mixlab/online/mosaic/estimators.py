@@ -57,6 +57,10 @@ def check_stream(
         "at least one sample of at least 2 features",
         X.shape,
     )
+    if n_features is not None and X.shape[1] != n_features:
+        raise ValueError(
+            f"X has {X.shape[1]} features, but this estimator was fitted with {n_features}"
+        )
     if mask is None:
         mask = ~np.isnan(X)
     else:
@@ -547,4 +551,3 @@ class WindowedKSubspaces(_RoutedExperts, _StreamingCompleter):
                 if members.sum() >= self.rank:
                     bases[k] = fit_basis(X[members], mask[members], self.rank, self._rng, n_iter=5)
         return bases
-

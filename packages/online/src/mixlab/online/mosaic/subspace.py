@@ -82,9 +82,8 @@ def grouse_step(
     ``θ* = arctan(‖ρ‖/‖p‖)`` (Zhang & Balzano, AISTATS 2016), which makes the new span contain the
     sample's observed part when ``step_fraction = 1``; smaller fractions average noise.
     """
-    observed_basis = basis[mask]
-    gram = observed_basis.T @ observed_basis
-    weights = np.linalg.solve(gram + RIDGE * np.eye(basis.shape[1]), observed_basis.T @ x[mask])
+    # Exact least squares (no ridge): the step is orthonormal only if ρ is exactly ⟂ span(U).
+    weights = np.linalg.lstsq(basis[mask], x[mask], rcond=None)[0]
     projection = basis @ weights
     residual = np.zeros_like(x)
     residual[mask] = x[mask] - projection[mask]

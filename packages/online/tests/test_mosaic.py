@@ -1,0 +1,268 @@
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.linalg import subspace_angles
+from sklearn.base import clone
+
+from mixlab.online.cli import main
+from mixlab.online.mosaic import (
+    GROUSE,
+    PETRELS,
+    DriftingSubspaceStream,
+    Epoch,
+    MoSAIC,
+    WindowedKSubspaces,
+    contraction_exponent,
+    grouse_step,
+    observed_fit,
+    routing_accuracy,
+    subspace_distance,
+)
+from mixlab.online.mosaic.experiment import METHOD, SYSTEMS, Config
+from mixlab.online.mosaic.subspace import fit_basis, random_basis
+
+
+def union_samples(
+    n_features=40, n_subspaces=3, rank=3, n_samples=600, observed=0.5, noise=0.0, seed=0
+):
+    rng = np.random.default_rng(seed)
+    bases = np.stack([random_basis(n_features, rank, rng) for _ in range(n_subspaces)])
+    labels = rng.integers(0, n_subspaces, n_samples)
+    X_full = np.einsum("bnr,br->bn", bases[labels], rng.standard_normal((n_samples, rank)))
+    X_full += noise * rng.standard_normal(X_full.shape)
+    mask = rng.random(X_full.shape) < observed
+    return bases, labels, X_full, mask
+
+
+def test_observed_fit_matches_per_sample_least_squares() -> None:
+    rng = np.random.default_rng(1)
+    bases = np.stack([random_basis(12, 3, rng) for _ in range(2)])
+    X = rng.standard_normal((5, 12))
+    mask = rng.random((5, 12)) < 0.6
+    weights, residual = observed_fit(bases, X * mask, mask)
+    for i in range(5):
+        for k in range(2):
+            U = bases[k][mask[i]]
+            w, *_ = np.linalg.lstsq(U, X[i, mask[i]], rcond=None)
+            np.testing.assert_allclose(weights[i, k], w, atol=1e-6)
+            np.testing.assert_allclose(
+                residual[i, k], np.sum((X[i, mask[i]] - U @ w) ** 2), atol=1e-8
+            )
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), fraction=st.floats(0.05, 1.0), observed=st.floats(0.3, 1.0))
+def test_grouse_step_keeps_the_basis_orthonormal(
+    seed: int, fraction: float, observed: float
+) -> None:
+    rng = np.random.default_rng(seed)
+    basis = random_basis(20, 4, rng)
+    x = rng.standard_normal(20)
+    mask = rng.random(20) < observed
+    mask[:5] = True
+    updated = grouse_step(basis, x, mask, fraction)
+    np.testing.assert_allclose(updated.T @ updated, np.eye(4), atol=1e-10)
+
+
+def test_greedy_grouse_step_takes_the_sample_into_the_span() -> None:
+    rng = np.random.default_rng(3)
+    basis, x = random_basis(15, 3, rng), rng.standard_normal(15)
+    updated = grouse_step(basis, x, np.ones(15, bool), 1.0)
+    assert np.linalg.norm(x - updated @ (updated.T @ x)) < 1e-10 * np.linalg.norm(x)
+
+
+def test_noiseless_single_subspace_is_recovered_exactly() -> None:
+    truth, _, X_full, mask = union_samples(n_subspaces=1, n_samples=1500, observed=0.4)
+    X = np.where(mask, X_full, np.nan)
+    tracker = GROUSE(rank=3, step_size=1.0, random_state=0).partial_fit(X)
+    assert subspace_distance(tracker.basis_, truth[0]) < 1e-6
+    assert (
+        subspace_distance(fit_basis(X_full * mask, mask, 3, np.random.default_rng(0)), truth[0])
+        < 1e-6
+    )
+    completed = tracker.transform(X[-50:])
+    np.testing.assert_allclose(completed, X_full[-50:], atol=1e-5)
+
+
+def test_petrels_tracks_a_stationary_subspace() -> None:
+    truth, _, X_full, mask = union_samples(n_subspaces=1, n_samples=800, observed=0.5, noise=1e-4)
+    tracker = PETRELS(rank=3, random_state=0).partial_fit(np.where(mask, X_full, np.nan))
+    assert subspace_distance(np.linalg.qr(tracker.basis_)[0], truth[0]) < 1e-2
+
+
+def test_pretrained_experts_route_well_separated_subspaces_correctly() -> None:
+    truth, labels, X_full, mask = union_samples(n_samples=900, observed=0.5, noise=1e-3)
+    model = MoSAIC(n_experts=3, rank=3, n_init=2, random_state=0).fit(X_full[:600], mask[:600])
+    assert routing_accuracy(model.labels_, labels[:600]) == 1.0
+    assert routing_accuracy(model.route(X_full[600:], mask[600:]), labels[600:]) == 1.0
+    for basis in model.bases_:
+        assert min(subspace_distance(basis, t) for t in truth) < 1e-2
+    assert model.score(X_full[600:], mask[600:], X_full[600:]) < 1e-2
+
+
+def test_partial_fit_one_by_one_equals_batched() -> None:
+    _, _, X_full, mask = union_samples(n_samples=700, observed=0.6, noise=1e-3, seed=4)
+    start = MoSAIC(n_experts=3, rank=3, n_init=2, random_state=0).fit(X_full[:400], mask[:400])
+    one_by_one, batched = clone(start), clone(start)
+    one_by_one.__dict__.update(
+        {k: np.copy(v) if isinstance(v, np.ndarray) else v for k, v in start.__dict__.items()}
+    )
+    batched.__dict__.update(
+        {k: np.copy(v) if isinstance(v, np.ndarray) else v for k, v in start.__dict__.items()}
+    )
+    for i in range(400, 700):
+        one_by_one.partial_fit(X_full[i], mask[i])
+    batched.partial_fit(X_full[400:700], mask[400:700])
+    for a, b in zip(one_by_one.bases_, batched.bases_, strict=True):
+        assert subspace_distance(a, b) < 1e-3
+
+
+def test_same_seed_same_model() -> None:
+    _, _, X_full, mask = union_samples(seed=5)
+    first = (
+        MoSAIC(3, 3, n_init=2, random_state=7).fit(X_full, mask).partial_fit(X_full[:50], mask[:50])
+    )
+    second = (
+        MoSAIC(3, 3, n_init=2, random_state=7).fit(X_full, mask).partial_fit(X_full[:50], mask[:50])
+    )
+    np.testing.assert_array_equal(first.bases_, second.bases_)
+
+
+def test_frozen_experts_do_not_move() -> None:
+    _, _, X_full, mask = union_samples(seed=6)
+    model = MoSAIC(3, 3, n_init=1, adapt=False, random_state=0).fit(X_full[:300], mask[:300])
+    before = model.bases_.copy()
+    model.partial_fit(X_full[300:], mask[300:])
+    np.testing.assert_array_equal(model.bases_, before)
+
+
+@pytest.mark.parametrize("estimator", [MoSAIC(3, 3, n_init=1, random_state=0), GROUSE(3, random_state=0),
+                                       PETRELS(4, random_state=0), WindowedKSubspaces(3, 3, window=100, random_state=0)],
+                         ids=lambda e: type(e).__name__)  # fmt: skip
+def test_save_and_load_round_trip(estimator, tmp_path: Path) -> None:
+    _, _, X_full, mask = union_samples(seed=8)
+    estimator.fit(X_full[:300], mask[:300]).partial_fit(X_full[300:350], mask[300:350])
+    estimator.save(tmp_path / "model")
+    loaded = type(estimator).load(tmp_path / "model")
+    np.testing.assert_array_equal(
+        loaded.transform(X_full[350:], mask[350:]), estimator.transform(X_full[350:], mask[350:])
+    )
+    # both continue identically
+    estimator.partial_fit(X_full[350:400], mask[350:400])
+    loaded.partial_fit(X_full[350:400], mask[350:400])
+    np.testing.assert_allclose(
+        loaded.transform(X_full[400:], mask[400:]), estimator.transform(X_full[400:], mask[400:])
+    )
+    with pytest.raises(ValueError, match="holds a"):
+        (GROUSE if not isinstance(estimator, GROUSE) else PETRELS).load(tmp_path / "model")
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda m, X, M: m.fit(X, M[:, :-1]), "mask must be a boolean array of the shape of X"),
+        (lambda m, X, M: m.fit(X, M.astype(int)), "mask must be a boolean array"),
+        (lambda m, X, M: m.fit(X, np.zeros_like(M)), "at least one observed entry; samples \\[0, 1, 2, 3, 4\\]"),
+        (lambda m, X, M: m.fit(np.where(M, np.nan, X), M), "NaN or inf in observed entries"),
+        (lambda m, X, M: m.set_params(rank=40).fit(X, M), "rank must be smaller than the number of features \\(40\\)"),
+        (lambda m, X, M: m.set_params(rank=0).fit(X, M), "rank must be an integer >= 1"),
+        (lambda m, X, M: m.set_params(step_size=1.5).fit(X, M), "step_size must be in \\(0, 1\\]"),
+        (lambda m, X, M: m.set_params(n_experts=0).fit(X, M), "n_experts must be an integer >= 1"),
+        (lambda m, X, M: m.transform(X, M), "not fitted yet"),
+        (lambda m, X, M: m.fit(X, M).partial_fit(X[:, :10], M[:, :10]), "X has 10 features, but this estimator was fitted with 40"),
+        (lambda m, X, M: m.fit(X, M).partial_fit(X[:3], M[:3], experts=[0, 1, 9]), "experts must be one integer in \\[0, 3\\)"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_named(call, message: str) -> None:
+    _, _, X_full, mask = union_samples(n_samples=200)
+    with pytest.raises(ValueError, match=message):
+        call(MoSAIC(3, 3, n_init=1, max_iter=3, random_state=0), X_full, mask)
+
+
+def test_stream_geodesic_drift_moves_at_the_given_rate() -> None:
+    generator = DriftingSubspaceStream(
+        n_features=30,
+        n_subspaces=2,
+        rank=3,
+        n_source=10,
+        epochs=(Epoch("drift", 200, drift_rate=2e-3),),
+        snapshot_every=50,
+    )
+    stream = generator.generate(0)
+    for basis in stream.snapshots.reshape(-1, 30, 3):
+        np.testing.assert_allclose(basis.T @ basis, np.eye(3), atol=1e-10)
+    first, last = stream.snapshots[0], stream.snapshots[-1]
+    moved = stream.snapshot_times[-1] - stream.snapshot_times[0]
+    for k in range(2):
+        # ‖Θ‖_F equals the arc length along a unit-speed geodesic (Edelman, Arias, Smith 1998)
+        assert np.linalg.norm(subspace_angles(first[k], last[k])) == pytest.approx(
+            2e-3 * moved, rel=1e-6
+        )
+
+
+def test_stream_switch_replaces_one_subspace_and_is_seeded() -> None:
+    generator = DriftingSubspaceStream(
+        n_features=30, n_subspaces=3, rank=2, n_source=10,
+        epochs=(Epoch("stationary", 50), Epoch("switch", 50)), snapshot_every=50,
+    )  # fmt: skip
+    stream = generator.generate(1)
+    moved = [
+        subspace_distance(a, b) > 1e-6
+        for a, b in zip(stream.snapshots[0], stream.snapshots[1], strict=True)
+    ]
+    assert sum(moved) == 1
+    np.testing.assert_array_equal(generator.generate(1).X_full, stream.X_full)
+    assert abs(stream.mask.mean() - generator.observed_fraction) < 0.05
+    with pytest.raises(ValueError, match="observed_fraction must be in"):
+        DriftingSubspaceStream(observed_fraction=0.0)
+
+
+def test_diagnostics() -> None:
+    labels = np.array([0, 0, 1, 1, 2, 2])
+    assert routing_accuracy(np.array([2, 2, 0, 0, 1, 1]), labels) == 1.0
+    assert routing_accuracy(np.array([2, 2, 0, 0, 1, 0]), labels) == pytest.approx(5 / 6)
+    steps = np.arange(1, 100)
+    assert contraction_exponent(steps, 3.0 * steps**-0.4) == pytest.approx(0.4)
+
+
+def test_quick_experiment_smoke(tmp_path: Path) -> None:
+    config = Config.from_profile(
+        "quick", device="cpu", n_features=30, n_subspaces=2, rank=2, observed_fractions=(0.5,), n_seeds=1,
+        n_source=200, epoch_lengths=(100, 100, 100), n_init=1, window=100, refit_every=50,
+    )  # fmt: skip
+    result = METHOD.execute(config, tmp_path)
+    data = json.loads((tmp_path / "result.json").read_text())
+    assert set(data["metrics"]) == set(SYSTEMS)
+    assert len(data["claims"]) == 4
+    assert all(isinstance(claim["holds"], bool) for claim in data["claims"])
+    assert (tmp_path / "error_over_time.png").exists()
+    # resuming a finished run reuses its checkpoint and reproduces the metrics
+    assert METHOD.execute(config, tmp_path, resume=True).metrics == result.metrics
+
+
+def test_cli_generate_and_complete(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stream = tmp_path / "stream.npz"
+    assert main(["mosaic", "generate", "--out", str(stream), "--n-features", "30", "--n-source", "300",
+                 "--epochs", "stationary:200", "--observed-fraction", "0.5"]) == 0  # fmt: skip
+    completed = tmp_path / "completed.npy"
+    argv = [
+        "mosaic",
+        "complete",
+        str(stream),
+        "--pretrain",
+        "300",
+        "--rank",
+        "5",
+        "--out",
+        str(completed),
+    ]
+    assert main([*argv, "--truth", str(stream), "--save-model", str(tmp_path / "model")]) == 0
+    error = float(capsys.readouterr().out.strip().split()[-1])
+    assert error < 0.05
+    assert np.isfinite(np.load(completed)).all()
+    assert main(["mosaic", "complete", str(stream), "--pretrain", "-1"]) == 2
+    assert "--pretrain must be in" in capsys.readouterr().err
