@@ -30,11 +30,8 @@ N_SUBSPACES, RANK, OBSERVED, BATCH = 4, 5, 0.3, 20
 
 
 def state_bytes(model) -> int:
-    return sum(
-        value.nbytes
-        for name, value in vars(model).items()
-        if name.endswith("_") and isinstance(value, np.ndarray)
-    )
+    """Bytes of the learned state that ``save`` writes."""
+    return sum(np.asarray(getattr(model, name)).nbytes for name in model._state_attributes)
 
 
 def make_systems(source: np.ndarray) -> dict:

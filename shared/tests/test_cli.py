@@ -19,7 +19,7 @@ def test_list_shows_installed_methods(toy_path: Path, capsys: pytest.CaptureFixt
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "toy" in out
-    assert "A toy for the registry tests" in out
+    assert "registry" in out  # from the paper title (the table may wrap it)
 
 
 def test_run_writes_result_json(toy_path: Path, tmp_path: Path) -> None:
@@ -58,7 +58,7 @@ def test_run_resumes_after_a_kill(toy_path: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["run", "does-not-exist"], "unknown method 'does-not-exist'; installed methods: toy"),
+        (["run", "does-not-exist"], "unknown method 'does-not-exist'; installed methods: "),
         (["run", "toy", "--profile", "huge"], "profile must be one of ['full', 'quick']"),
         (["run", "toy", "--seed", "-3"], "seed must be an integer"),
         (["run", "toy", "--seed", "abc"], "Invalid value for '--seed'"),
@@ -66,7 +66,7 @@ def test_run_resumes_after_a_kill(toy_path: Path, tmp_path: Path) -> None:
         (["run", "toy", "--set", "stepz=3"], "--set field must be one of"),
         (["run", "toy", "--set", "steps=0"], "steps must be an integer >= 1"),
         (["run", "toy", "--bogus"], "No such option: --bogus"),
-        (["reproduce", "--only", "toy,nope"], "--only must name installed methods (toy)"),
+        (["reproduce", "--only", "toy,nope"], "--only must name installed methods ("),
         (["frobnicate"], "No such command 'frobnicate'"),
     ],
 )
@@ -89,7 +89,7 @@ def test_bad_input_is_one_line_and_exit_2(
 def test_reproduce_writes_reports(
     toy_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["reproduce", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    assert main(["reproduce", "--only", "toy", "--device", "cpu", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "reproduce.json").read_text())
     (row,) = [row for row in report["methods"] if row["method"] == "toy"]
     assert row["status"] == "ok"
@@ -130,10 +130,11 @@ def test_console_script_exits_2_with_one_line(toy_path: Path) -> None:
         timeout=120,
     )
     assert completed.returncode == 2
-    assert (
-        completed.stderr
-        == "mixlab: error: unknown method 'does-not-exist'; installed methods: toy\n"
+    assert completed.stderr.startswith(
+        "mixlab: error: unknown method 'does-not-exist'; installed methods: "
     )
+    assert completed.stderr.count("\n") == 1
+    assert "toy" in completed.stderr
 
 
 def test_no_arguments_shows_help(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,3 +1,4 @@
+import copy
 import json
 from pathlib import Path
 
@@ -107,13 +108,7 @@ def test_pretrained_experts_route_well_separated_subspaces_correctly() -> None:
 def test_partial_fit_one_by_one_equals_batched() -> None:
     _, _, X_full, mask = union_samples(n_samples=700, observed=0.6, noise=1e-3, seed=4)
     start = MoSAIC(n_experts=3, rank=3, n_init=2, random_state=0).fit(X_full[:400], mask[:400])
-    one_by_one, batched = clone(start), clone(start)
-    one_by_one.__dict__.update(
-        {k: np.copy(v) if isinstance(v, np.ndarray) else v for k, v in start.__dict__.items()}
-    )
-    batched.__dict__.update(
-        {k: np.copy(v) if isinstance(v, np.ndarray) else v for k, v in start.__dict__.items()}
-    )
+    one_by_one, batched = copy.deepcopy(start), copy.deepcopy(start)
     for i in range(400, 700):
         one_by_one.partial_fit(X_full[i], mask[i])
     batched.partial_fit(X_full[400:700], mask[400:700])
@@ -266,3 +261,22 @@ def test_cli_generate_and_complete(tmp_path: Path, capsys: pytest.CaptureFixture
     assert np.isfinite(np.load(completed)).all()
     assert main(["mosaic", "complete", str(stream), "--pretrain", "-1"]) == 2
     assert "--pretrain must be in" in capsys.readouterr().err
+
+
+def test_scikit_learn_conventions() -> None:
+    model = MoSAIC(3, 3, step_decay=100.0, random_state=1)
+    copied = clone(model)
+    assert copied.get_params() == model.get_params()
+    assert not hasattr(copied, "bases_")  # __init__ only stores parameters
+    _, _, X_full, mask = union_samples(n_samples=200)
+    assert copied.fit(X_full, mask) is copied
+    assert copied.partial_fit(X_full[:5], mask[:5]) is copied
+    assert copied.n_samples_seen_ == 205
+    assert copied.bases_.shape == (3, 40, 3)
+
+
+def test_missing_entries_as_nan_equal_an_explicit_mask() -> None:
+    _, _, X_full, mask = union_samples(n_samples=300, seed=9)
+    with_mask = MoSAIC(3, 3, n_init=1, random_state=0).fit(X_full, mask)
+    with_nan = MoSAIC(3, 3, n_init=1, random_state=0).fit(np.where(mask, X_full, np.nan))
+    np.testing.assert_array_equal(with_mask.bases_, with_nan.bases_)

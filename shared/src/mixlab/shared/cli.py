@@ -186,10 +186,18 @@ def _markdown(report: dict[str, Any]) -> str:
 
 
 def _print_result(result: Result) -> None:
+    systems = list(result.metrics)
     metric_names = list(next(iter(result.metrics.values())))
-    metrics = Table("system", *metric_names, title=f"{result.method}: metrics")
-    for system, row in result.metrics.items():
-        metrics.add_row(system, *(format_number(row[name]) for name in metric_names))
+    if len(metric_names) > len(systems):  # many metrics: one row per metric, one column per system
+        metrics = Table("metric", *systems, title=f"{result.method}: metrics")
+        for name in metric_names:
+            metrics.add_row(
+                name, *(format_number(result.metrics[system][name]) for system in systems)
+            )
+    else:
+        metrics = Table("system", *metric_names, title=f"{result.method}: metrics")
+        for system, row in result.metrics.items():
+            metrics.add_row(system, *(format_number(row[name]) for name in metric_names))
     console.print(metrics)
     claims = Table("claim", "result", "evidence", title=f"{result.method}: claims", show_lines=True)
     for claim in result.claims:
