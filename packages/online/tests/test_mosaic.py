@@ -237,6 +237,8 @@ def test_quick_experiment_smoke(tmp_path: Path) -> None:
     assert (tmp_path / "error_over_time.png").exists()
     # resuming a finished run reuses its checkpoint and reproduces the metrics
     assert METHOD.execute(config, tmp_path, resume=True).metrics == result.metrics
+    # the same seed gives the same metrics
+    assert METHOD.execute(config, tmp_path / "again").metrics == result.metrics
 
 
 def test_cli_generate_and_complete(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

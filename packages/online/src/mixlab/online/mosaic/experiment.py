@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -202,7 +201,6 @@ def run_stream(config: Config, observed_fraction: float, seed: int) -> dict[str,
     observed_X = stream.X
     squared_error = {name: np.zeros(n_samples) for name in systems}
     routes = {name: np.zeros(n_samples, dtype=int) for name in ROUTED}
-    seconds = dict.fromkeys(systems, 0.0)
     # per tracked system and batch: distance of each true subspace to its nearest expert
     distances: dict[str, list[list[float]]] = {name: [] for name in TRACKED}
     epoch_starts = set(stream.epoch_starts.tolist())
@@ -214,7 +212,6 @@ def run_stream(config: Config, observed_fraction: float, seed: int) -> dict[str,
         if epoch_starts & set(range(start, start + config.batch_size)):
             systems["mosaic_decreasing"].reset_steps()
         for name, model in systems.items():
-            tic = time.perf_counter()
             completed = (
                 model.transform(X, mask)
                 if hasattr(model, "n_features_in_")
@@ -224,7 +221,6 @@ def run_stream(config: Config, observed_fraction: float, seed: int) -> dict[str,
                 model.partial_fit(X, mask, experts=oracle_expert[stream.labels[batch]])
             else:
                 model.partial_fit(X, mask)
-            seconds[name] += time.perf_counter() - tic
             squared_error[name][batch] = (((completed - truth) * ~mask) ** 2).sum(axis=1)
             if name in routes:
                 routes[name][batch] = (
@@ -240,7 +236,7 @@ def run_stream(config: Config, observed_fraction: float, seed: int) -> dict[str,
     epoch_bounds = [*stream.epoch_starts.tolist(), n_samples]
     cell: dict[str, Any] = {"observed_fraction": observed_fraction, "seed": seed, "systems": {}}
     for name in systems:
-        row: dict[str, float | None] = {"us_per_sample": 1e6 * seconds[name] / n_samples}
+        row: dict[str, float | None] = {}
         for epoch, lo, hi in zip(EPOCHS, epoch_bounds[:-1], epoch_bounds[1:], strict=True):
             row[f"nrmse_{epoch}"] = float(
                 np.sqrt(squared_error[name][lo:hi].sum() / missing_energy[lo:hi].sum())
@@ -310,7 +306,8 @@ def _rate_key(rate: float) -> str:
 
 def summarise(cells: list[dict[str, Any]], config: Config) -> dict[str, dict[str, float | None]]:
     """One row per system: NRMSE per rate and epoch (mean over seeds), overall mean and spread over
-    seeds, routing accuracy per epoch (mean over rates and seeds), microseconds per sample."""
+    seeds, routing accuracy per epoch (mean over rates and seeds). Speed is measured in
+    ``benchmarks/mosaic.py``, not here, so that the same seed gives the same metrics."""
     metrics: dict[str, dict[str, float | None]] = {}
     for name in SYSTEMS:
         row: dict[str, float | None] = {}
@@ -328,7 +325,6 @@ def summarise(cells: list[dict[str, Any]], config: Config) -> dict[str, dict[str
         for epoch in EPOCHS:
             values = [c["systems"][name][f"routing_{epoch}"] for c in cells]
             row[f"routing_accuracy_{epoch}"] = None if values[0] is None else float(np.mean(values))
-        row["us_per_sample"] = float(np.mean([c["systems"][name]["us_per_sample"] for c in cells]))
         metrics[name] = row
     for name in SYSTEMS:
         exponents = [c["contraction_exponent"].get(name) for c in cells]
