@@ -78,6 +78,9 @@ def test_checkpointer_keeps_the_last_and_resumes_from_the_newest(tmp_path: Path)
     for step in (10, 20, 30):
         checkpoints.save(step, {"step": step, "w": torch.full((2,), float(step))})
     assert checkpoints.steps() == [20, 30]
+    step, state = Checkpointer(tmp_path, resume=True).load_latest()
+    assert (step, state["step"]) == (30, 30)
+    assert torch.equal(state["w"], torch.full((2,), 30.0))
     assert Checkpointer(tmp_path, resume=False).steps() == []  # a fresh run clears stale ones
 
 
@@ -116,3 +119,18 @@ def test_rng_state_survives_a_checkpoint(tmp_path: Path) -> None:
     assert torch.equal(torch.rand(3), expected[0])
     np.testing.assert_array_equal(np.random.rand(3), expected[1])
     assert random.random() == expected[2]
+
+
+def test_colliding_paths_keep_both_tensors(tmp_path: Path) -> None:
+    state = {
+        1: torch.zeros(2),
+        "1": torch.ones(2),
+        "a.b": torch.full((1,), 3.0),
+        "a": {"b": torch.full((1,), 4.0)},
+    }
+    save_state(state, tmp_path / "collide")
+    loaded = load_state(tmp_path / "collide")
+    assert torch.equal(loaded[1], torch.zeros(2))
+    assert torch.equal(loaded["1"], torch.ones(2))
+    assert loaded["a.b"].item() == 3.0
+    assert loaded["a"]["b"].item() == 4.0

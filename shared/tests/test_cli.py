@@ -50,6 +50,7 @@ def test_run_resumes_after_a_kill(toy_path: Path, tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="simulated kill"):
         main(["run", "toy", "--device", "cpu", "--out", str(out), "--set", "crash_at_step=55"])
     assert main(["run", "toy", "--device", "cpu", "--out", str(out), "--resume"]) == 0
+    assert (out / "resumed_from.txt").read_text() == "50"
     resumed = json.loads((out / "result.json").read_text())["metrics"]
     assert main(["run", "toy", "--device", "cpu", "--out", str(tmp_path / "straight")]) == 0
     assert json.loads((tmp_path / "straight" / "result.json").read_text())["metrics"] == resumed

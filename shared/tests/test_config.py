@@ -1,3 +1,4 @@
+import json
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -67,6 +68,8 @@ def test_overrides_parse_by_field_type() -> None:
         ("use_bias=maybe", "true or false"),
         ("nope=1", "--set field must be one of"),
         ("profile=full", "use --profile"),
+        ("widths=4", "takes a JSON list"),
+        ('widths=[4, "a"]', "takes a list of int"),
     ],
 )
 def test_bad_overrides_are_named(assignment: str, message: str) -> None:
@@ -75,5 +78,6 @@ def test_bad_overrides_are_named(assignment: str, message: str) -> None:
 
 
 def test_to_dict_is_json_ready() -> None:
-    assert Config().to_dict()["widths"] == (8, 8)
-    assert Config().to_dict()["profile"] == "quick"
+    restored = json.loads(json.dumps(Config(limit=3).to_dict()))
+    assert restored["widths"] == [8, 8]
+    assert (restored["profile"], restored["limit"]) == ("quick", 3)

@@ -77,6 +77,7 @@ def test_killed_run_resumes_to_the_same_result(toy_method: Method, tmp_path: Pat
     resumed = toy_method.execute(
         toy_method.config.from_profile(device="cpu"), interrupted, resume=True
     )
+    assert (interrupted / "resumed_from.txt").read_text() == "20"
     assert resumed.metrics == straight.metrics
 
 

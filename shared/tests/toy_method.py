@@ -54,6 +54,7 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     start = 0
     if (last := checkpoints.load_latest()) is not None:
         start, state = last
+        (out_dir / "resumed_from.txt").write_text(str(start))
         with torch.no_grad():
             weights.copy_(state["weights"])
         optimizer.load_state_dict(state["optimizer"])

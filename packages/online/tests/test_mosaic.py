@@ -136,7 +136,7 @@ def test_frozen_experts_do_not_move() -> None:
 
 
 @pytest.mark.parametrize("estimator", [MoSAIC(3, 3, n_init=1, random_state=0), GROUSE(3, random_state=0),
-                                       PETRELS(4, random_state=0), WindowedKSubspaces(3, 3, window=100, random_state=0)],
+                                       PETRELS(4, random_state=0), WindowedKSubspaces(3, 3, window=100, refit_every=20, random_state=0)],
                          ids=lambda e: type(e).__name__)  # fmt: skip
 def test_save_and_load_round_trip(estimator, tmp_path: Path) -> None:
     _, _, X_full, mask = union_samples(seed=8)
@@ -224,21 +224,34 @@ def test_diagnostics() -> None:
     assert contraction_exponent(steps, 3.0 * steps**-0.4) == pytest.approx(0.4)
 
 
-def test_quick_experiment_smoke(tmp_path: Path) -> None:
-    config = Config.from_profile(
+def _tiny_config(**changes) -> Config:
+    return Config.from_profile(
         "quick", device="cpu", n_features=30, n_subspaces=2, rank=2, observed_fractions=(0.5,), n_seeds=1,
-        n_source=200, epoch_lengths=(100, 100, 100), n_init=1, window=100, refit_every=50,
+        n_source=200, epoch_lengths=(100, 100, 100), n_init=1, window=100, refit_every=50, **changes,
     )  # fmt: skip
+
+
+def test_quick_experiment_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = _tiny_config()
     result = METHOD.execute(config, tmp_path)
     data = json.loads((tmp_path / "result.json").read_text())
     assert set(data["metrics"]) == set(SYSTEMS)
     assert len(data["claims"]) == 4
     assert all(isinstance(claim["holds"], bool) for claim in data["claims"])
+    assert data["env"]["device"] == "cpu"
     assert (tmp_path / "error_over_time.png").exists()
-    # resuming a finished run reuses its checkpoint and reproduces the metrics
-    assert METHOD.execute(config, tmp_path, resume=True).metrics == result.metrics
     # the same seed gives the same metrics
     assert METHOD.execute(config, tmp_path / "again").metrics == result.metrics
+    # resuming a finished run reuses every stream from the checkpoint: none is run again
+    import mixlab.online.mosaic.experiment as experiment
+
+    def must_not_run(*args):
+        raise AssertionError("a finished stream was run again on --resume")
+
+    monkeypatch.setattr(experiment, "run_stream", must_not_run)
+    assert METHOD.execute(config, tmp_path, resume=True).metrics == result.metrics
+    with pytest.raises(ValueError, match="written with other values of \\['noise'\\]"):
+        METHOD.execute(_tiny_config(noise=0.1), tmp_path, resume=True)
 
 
 def test_cli_generate_and_complete(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -282,3 +295,88 @@ def test_missing_entries_as_nan_equal_an_explicit_mask() -> None:
     with_mask = MoSAIC(3, 3, n_init=1, random_state=0).fit(X_full, mask)
     with_nan = MoSAIC(3, 3, n_init=1, random_state=0).fit(np.where(mask, X_full, np.nan))
     np.testing.assert_array_equal(with_mask.bases_, with_nan.bases_)
+
+
+def _naive_petrels(basis, inverse, X, mask, forgetting):
+    """Chi, Eldar, Calderbank (2013), Alg. 1, row by row over all rows (p_m = 0 or 1)."""
+    basis, inverse = basis.copy(), inverse.copy()
+    for x, observed in zip(X, mask, strict=True):
+        a = np.linalg.lstsq(basis[observed], x[observed], rcond=None)[0]
+        for m in range(len(basis)):
+            p_m = float(observed[m])
+            v = inverse[m] @ a / forgetting
+            beta = 1 + a @ v
+            inverse[m] = inverse[m] / forgetting - p_m * np.outer(v, v) / beta
+            basis[m] = basis[m] + p_m * (x[m] - a @ basis[m]) * (inverse[m] @ a)
+    return basis
+
+
+def test_petrels_matches_the_row_by_row_recursion() -> None:
+    _, _, X_full, mask = union_samples(
+        n_features=12, n_subspaces=1, rank=2, n_samples=60, observed=0.5, noise=1e-2
+    )
+    mask[:, :3] = True  # enough observed rows per sample for the least squares
+    tracker = PETRELS(rank=2, forgetting=0.9, random_state=0).partial_fit(X_full[:1], mask[:1])
+    start_basis, start_inverse = tracker.basis_.copy(), tracker.inverse_.copy()
+    # the lazily-applied forgetting of rows unobserved in the first sample
+    start_inverse *= (1 / 0.9) ** (tracker.steps_[0] - tracker.last_observed_)[:, None, None]
+    tracker.partial_fit(X_full[1:], mask[1:])
+    expected = _naive_petrels(start_basis, start_inverse, X_full[1:], mask[1:], 0.9)
+    np.testing.assert_allclose(tracker.basis_, expected, rtol=1e-8, atol=1e-10)
+
+
+def test_only_the_routed_expert_moves() -> None:
+    _, _, X_full, mask = union_samples(seed=10, noise=1e-3)
+    model = MoSAIC(3, 3, n_init=1, random_state=0).fit(X_full[:300], mask[:300])
+    before = model.bases_.copy()
+    model.partial_fit(X_full[300], mask[300])
+    (routed,) = model.last_routes_
+    assert not np.array_equal(model.bases_[routed], before[routed])
+    for k in set(range(3)) - {int(routed)}:
+        np.testing.assert_array_equal(model.bases_[k], before[k])
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: GROUSE(rank=2, step_size=0.0), "step_size must be in"),
+        (lambda: GROUSE(rank=2, step_decay=-1.0), "step_decay must be None"),
+        (
+            lambda: GROUSE(rank=2, step_size=0.1, step_decay=10.0, min_step=0.5),
+            "min_step must be in",
+        ),
+        (lambda: PETRELS(rank=2, forgetting=1.5), "forgetting must be in"),
+        (lambda: PETRELS(rank=2, initial_inverse=0.0), "initial_inverse must be > 0"),
+        (lambda: WindowedKSubspaces(2, 2, window=3), "window must be an integer >= 8"),
+        (lambda: WindowedKSubspaces(0, 2), "n_experts must be an integer >= 1"),
+        (
+            lambda: WindowedKSubspaces(2, 2, init=np.zeros((2, 5, 2))),
+            "init must be an array of shape",
+        ),
+        (lambda: MoSAIC(2, np.int64(2), step_size=2.0), "step_size must be in"),
+    ],
+)
+def test_baselines_name_bad_parameters(make, message: str) -> None:
+    _, _, X_full, mask = union_samples(n_samples=100)
+    with pytest.raises(ValueError, match=message):
+        make().fit(X_full, mask)
+
+
+def test_parameters_changed_after_fit_are_checked() -> None:
+    _, _, X_full, mask = union_samples(n_samples=100)
+    model = MoSAIC(3, 3, n_init=1, random_state=0).fit(X_full, mask)
+    with pytest.raises(ValueError, match="step_decay must be None"):
+        model.set_params(step_decay=-1.0).partial_fit(X_full[:2], mask[:2])
+    # a small constant step needs no min_step
+    MoSAIC(3, 3, n_init=1, step_size=0.01, random_state=0).fit(X_full, mask)
+
+
+def test_experiment_config_is_checked() -> None:
+    with pytest.raises(ValueError, match="observed_fractions must be distinct rates in \\(0, 1\\)"):
+        Config(observed_fractions=(0.2, 1.0))
+    with pytest.raises(ValueError, match="n_subspaces·rank must be < n_features=30"):
+        Config(n_features=30, n_subspaces=4, rank=8)
+    with pytest.raises(ValueError, match="epoch_lengths must be three lengths"):
+        Config(epoch_lengths=(1510, 2000, 1500))
+    with pytest.raises(ValueError, match="computes with NumPy on the CPU"):
+        METHOD.execute(Config(device="cuda"), Path("unused"))

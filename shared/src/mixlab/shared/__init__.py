@@ -19,6 +19,7 @@ _MODULE_OF = {
     "save_state": "checkpoint",
     "ExperimentConfig": "config",
     "require": "config",
+    "is_count": "config",
     "resolve_device": "device",
     "cache_dir": "paths",
     "bar_plot": "plotting",
@@ -48,6 +49,7 @@ __all__ = [
     "capture_rng_state",
     "discover_methods",
     "get_method",
+    "is_count",
     "line_plot",
     "load_state",
     "progress",
@@ -65,7 +67,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _MODULE_OF)
 
 if TYPE_CHECKING:
     from mixlab.shared.checkpoint import Checkpointer, load_state, save_state
-    from mixlab.shared.config import ExperimentConfig, require
+    from mixlab.shared.config import ExperimentConfig, is_count, require
     from mixlab.shared.device import resolve_device
     from mixlab.shared.paths import cache_dir
     from mixlab.shared.plotting import bar_plot, line_plot, save_figure

@@ -43,7 +43,10 @@ def flatten_state(state: Any) -> tuple[dict[str, torch.Tensor], Any]:
     seen_storage: set[int] = set()
 
     def store(tensor: torch.Tensor, path: str) -> str:
-        key = path or "tensor"
+        key = base = path or "tensor"
+        suffix = 1
+        while key in tensors:  # {1: a, "1": b} or {"a.b": x, "a": {"b": y}} give the same path
+            key, suffix = f"{base}#{suffix}", suffix + 1
         tensor = tensor.detach().to("cpu").contiguous()
         # safetensors refuses tensors that share memory (tied weights): copy the repeats.
         pointer = tensor.untyped_storage().data_ptr()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 import types
 import typing
 from dataclasses import dataclass
@@ -30,6 +31,11 @@ from typing import Any, ClassVar, Self
 from mixlab.shared.device import check_device_name
 
 PROFILE_NAMES = ("quick", "full")
+
+
+def is_count(value: object, minimum: int = 1) -> bool:
+    """True for an integer (Python or NumPy, not bool) that is at least ``minimum``."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= minimum
 
 
 def require(ok: bool, parameter: str, allowed: str, got: object) -> None:
@@ -135,7 +141,18 @@ def _parse_value(name: str, annotation: Any, text: str) -> Any:
         value = json.loads(text)
     except json.JSONDecodeError:
         raise ValueError(f"--set {name} takes JSON for type {annotation}, got {text!r}") from None
-    return tuple(value) if origin is tuple and isinstance(value, list) else value
+    if origin in (tuple, list):
+        if not isinstance(value, list):
+            raise ValueError(f"--set {name} takes a JSON list like [1, 2], got {text!r}")
+        item_types = [t for t in typing.get_args(annotation) if t is not Ellipsis]
+        if len(set(item_types)) == 1 and item_types[0] in (int, float):
+            allowed = (int,) if item_types[0] is int else (int, float)
+            if not all(isinstance(item, allowed) and not isinstance(item, bool) for item in value):
+                raise ValueError(
+                    f"--set {name} takes a list of {item_types[0].__name__}, got {text!r}"
+                )
+        return tuple(value) if origin is tuple else value
+    return value
 
 
-__all__ = ["PROFILE_NAMES", "ExperimentConfig", "require"]
+__all__ = ["PROFILE_NAMES", "ExperimentConfig", "is_count", "require"]

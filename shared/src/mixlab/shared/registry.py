@@ -17,7 +17,7 @@ import warnings
 from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from mixlab.shared.config import PROFILE_NAMES, ExperimentConfig
 from mixlab.shared.device import resolve_device
@@ -54,6 +54,8 @@ class Method:
     config: type[ExperimentConfig]
     """the experiment's Config dataclass (defaults = quick profile; PROFILES has quick and full)"""
     run: RunFunction
+    backend: Literal["torch", "numpy"] = "torch"
+    """"numpy" for methods that compute with NumPy on the CPU: --device must then be auto or cpu"""
 
     def __post_init__(self) -> None:
         if (
@@ -70,6 +72,8 @@ class Method:
             raise ValueError(
                 f"Method.config must be an ExperimentConfig subclass, got {self.config!r}"
             )
+        if self.backend not in ("torch", "numpy"):
+            raise ValueError(f"Method.backend must be 'torch' or 'numpy', got {self.backend!r}")
         missing = [name for name in PROFILE_NAMES if name not in self.config.PROFILES]
         if missing:
             raise ValueError(
@@ -86,7 +90,14 @@ class Method:
             )
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        device = resolve_device(config.device)
+        if self.backend == "numpy":
+            if config.device not in ("auto", "cpu"):
+                raise ValueError(
+                    f"{self.name} computes with NumPy on the CPU: device must be auto or cpu, got {config.device!r}"
+                )
+            device = "cpu"
+        else:
+            device = resolve_device(config.device)
         seed_everything(config.seed)
         start = time.perf_counter()
         result = self.run(config, out_dir, resume=resume)

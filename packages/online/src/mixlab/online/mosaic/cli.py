@@ -35,7 +35,10 @@ def _parse_epochs(text: str) -> tuple:
 @app.command()
 def generate(
     out: Annotated[
-        Path, typer.Option(help="output .npz: X (NaN = missing), X_full, mask, labels, source_*")
+        Path,
+        typer.Option(
+            help="output .npz: X (NaN = missing), X_full, labels, n_source (source rows first)"
+        ),
     ],
     n_features: int = 100,
     n_subspaces: int = 4,
@@ -66,6 +69,8 @@ def generate(
         n_source=n_source,
         epochs=parsed,
     ).generate(seed)
+    if out.suffix != ".npz":
+        raise ValueError(f"--out must end in .npz, got {str(out)!r}")
     out.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(
         out,
@@ -115,7 +120,10 @@ def complete(
     ] = 20,
     seed: int = 0,
     load_model: Annotated[
-        Path | None, typer.Option(help="continue from a model saved with --save-model")
+        Path | None,
+        typer.Option(
+            help="continue from a model saved with --save-model (its experts, rank and steps)"
+        ),
     ] = None,
     save_model: Annotated[
         Path | None, typer.Option(help="save the adapted model here (.safetensors + .json)")
@@ -138,6 +146,14 @@ def complete(
     if batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
     if load_model is not None:
+        if pretrain:
+            raise ValueError(
+                "--pretrain cannot be combined with --load-model: the loaded model is already trained"
+            )
+        if not load_model.with_suffix(".json").exists():
+            raise ValueError(
+                f"--load-model {str(load_model)!r}: no saved model there (expected {load_model.with_suffix('.json')})"
+            )
         model = MoSAIC.load(load_model)
     else:
         model = MoSAIC(n_experts, rank, step_size=step_size, random_state=seed)

@@ -59,3 +59,23 @@ def contraction_exponent(steps: np.ndarray, errors: np.ndarray) -> float:
     )
     slope = np.polyfit(np.log(steps[keep]), np.log(errors[keep]), 1)[0]
     return float(-slope)
+
+
+def power_law_fits_better(steps: np.ndarray, errors: np.ndarray) -> bool:
+    """Whether ``log error`` is fitted better (least squares) by a power law ``c·t^(−a)`` (linear in
+    log t) than by an exponential ``c·e^(−b t)`` (linear in t): sublinear versus linear contraction."""
+    steps, errors = np.asarray(steps, dtype=float), np.asarray(errors, dtype=float)
+    keep = (steps > 0) & (errors > 0)
+    require(
+        keep.sum() >= 3,
+        "steps/errors",
+        "at least 3 points with positive step and error",
+        int(keep.sum()),
+    )
+    log_errors = np.log(errors[keep])
+
+    def residual(abscissa: np.ndarray) -> float:
+        coefficients = np.polyfit(abscissa, log_errors, 1)
+        return float(np.sum((np.polyval(coefficients, abscissa) - log_errors) ** 2))
+
+    return residual(np.log(steps[keep])) < residual(steps[keep])

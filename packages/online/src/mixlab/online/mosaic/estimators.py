@@ -31,7 +31,7 @@ from mixlab.online.mosaic.subspace import (
     random_basis,
     route,
 )
-from mixlab.shared import load_state, require, save_state
+from mixlab.shared import is_count, load_state, require, save_state
 
 __all__ = ["GROUSE", "PETRELS", "MoSAIC", "WindowedKSubspaces", "check_stream"]
 
@@ -91,6 +91,12 @@ def check_stream(
     return X, mask
 
 
+def require_count(estimator: Any, name: str, minimum: int = 1) -> None:
+    """ValueError unless the parameter ``name`` is an integer >= ``minimum`` (NumPy integers too)."""
+    value = getattr(estimator, name)
+    require(is_count(value, minimum), name, f"an integer >= {minimum}", value)
+
+
 class _StreamingCompleter(BaseEstimator):
     """The shared contract. Subclasses implement ``_pretrain`` (from a source batch), ``_start`` (from
     nothing, when ``partial_fit`` comes first), ``_update`` (one batch of the stream) and ``_estimate``
@@ -99,7 +105,7 @@ class _StreamingCompleter(BaseEstimator):
     _state_attributes: tuple[str, ...] = ()
 
     def _validate_params(self) -> None:
-        require(isinstance(self.rank, int) and self.rank >= 1, "rank", "an integer >= 1", self.rank)
+        require_count(self, "rank")
 
     def _check(self, X: Any, mask: Any) -> tuple[np.ndarray, np.ndarray]:
         X, mask = check_stream(X, mask, n_features=getattr(self, "n_features_in_", None))
@@ -124,9 +130,9 @@ class _StreamingCompleter(BaseEstimator):
 
     def partial_fit(self, X: Any, mask: Any = None, **options: Any) -> Self:
         """Adapt on one sample or a batch of the stream, in order."""
+        self._validate_params()  # set_params may have changed them since fit
         X, mask = self._check(X, mask)
         if not hasattr(self, "n_features_in_"):  # no pre-training: the stream is the only data
-            self._validate_params()
             self._rng = np.random.default_rng(self.random_state)
             self._start(X.shape[1])
             self.n_features_in_, self.n_samples_seen_ = X.shape[1], 0
@@ -216,7 +222,10 @@ class _GrouseSteps:
             "None (constant step) or > 0 samples",
             step_decay,
         )
-        require(0 <= min_step <= step_size, "min_step", f"in [0, step_size={step_size}]", min_step)
+        if step_decay is not None:
+            require(
+                0 <= min_step <= step_size, "min_step", f"in [0, step_size={step_size}]", min_step
+            )
 
     def _step_fraction(self, expert: int) -> float:
         if self.step_decay is None:
@@ -304,8 +313,7 @@ class MoSAIC(_GrouseSteps, _RoutedExperts, _StreamingCompleter):
         super()._validate_params()
         self._validate_steps()
         for name in ("n_experts", "n_init", "max_iter"):
-            value = getattr(self, name)
-            require(isinstance(value, int) and value >= 1, name, "an integer >= 1", value)
+            require_count(self, name)
 
     def _pretrain(self, X: np.ndarray, mask: np.ndarray) -> None:
         self.bases_, self.labels_, _ = k_subspaces(
@@ -340,7 +348,11 @@ class MoSAIC(_GrouseSteps, _RoutedExperts, _StreamingCompleter):
             chosen = route(self.bases_, X, mask)[0]
         else:
             chosen = np.asarray(experts).reshape(-1)
-            valid = len(chosen) == len(X) and np.isin(chosen, np.arange(self.n_experts)).all()
+            valid = (
+                len(chosen) == len(X)
+                and np.issubdtype(chosen.dtype, np.integer)
+                and np.isin(chosen, np.arange(self.n_experts)).all()
+            )
             require(valid, "experts", f"one integer in [0, {self.n_experts}) per sample", chosen)
         self.last_routes_ = chosen
         if not self.adapt:
@@ -400,9 +412,12 @@ class PETRELS(_StreamingCompleter):
     """PETRELS: subspace tracking by parallel row-wise recursive least squares (Chi, Eldar,
     Calderbank, IEEE TSP 2013, Alg. 1), with forgetting factor λ.
 
-    For each sample, ``a = argmin ‖x_Ω − D_Ω a‖``; then every observed row m updates its inverse
-    correlation ``P_m ← λ⁻¹P_m − β⁻¹ v vᵀ`` (``v = λ⁻¹P_m a``, ``β = 1 + λ⁻¹aᵀP_m a``) and its row
-    ``d_m ← d_m + (x_m − aᵀd_m) P_m a``, all observed rows at once.
+    For each sample, ``a = argmin ‖x_Ω − D_Ω a‖``. Every row's inverse correlation follows
+    ``P_m ← λ⁻¹P_m − p_m β⁻¹ v vᵀ`` (``v = λ⁻¹P_m a``, ``β = 1 + λ⁻¹aᵀP_m a``, ``p_m`` = 1 if row m
+    is observed), and observed rows move ``d_m ← d_m + (x_m − aᵀd_m) P_m a``. Unobserved rows only
+    forget, ``P_m ← λ⁻¹P_m``; that scaling is applied lazily, as ``λ^−(gap)`` when the row is next
+    observed, so a sample costs O(|Ω| r²) and not O(n r²). The factor is capped at 1e12 (a row
+    unobserved for ~1,400 samples at λ = 0.98 has forgotten everything anyway).
 
     Parameters:
         rank: rank of the tracked subspace (default: 5).
@@ -411,7 +426,7 @@ class PETRELS(_StreamingCompleter):
         random_state: seed of the random start (default: None).
     """
 
-    _state_attributes = ("basis_", "inverse_")
+    _state_attributes = ("basis_", "inverse_", "last_observed_", "steps_")
 
     def __init__(
         self,
@@ -432,28 +447,35 @@ class PETRELS(_StreamingCompleter):
         require(self.initial_inverse > 0, "initial_inverse", "> 0", self.initial_inverse)
 
     def _pretrain(self, X: np.ndarray, mask: np.ndarray) -> None:
+        self._start(X.shape[1])
         self.basis_ = fit_basis(X, mask, self.rank, self._rng)
-        self.inverse_ = np.tile(self.initial_inverse * np.eye(self.rank), (X.shape[1], 1, 1))
 
     def _start(self, n_features: int) -> None:
         self.basis_ = random_basis(n_features, self.rank, self._rng)
         self.inverse_ = np.tile(self.initial_inverse * np.eye(self.rank), (n_features, 1, 1))
+        self.last_observed_ = np.zeros(
+            n_features, dtype=np.int64
+        )  # step at which P_m was last updated
+        self.steps_ = np.zeros(1, dtype=np.int64)
 
     def _update(self, X: np.ndarray, mask: np.ndarray) -> None:
-        inverse_forgetting = 1.0 / self.forgetting
+        log_forgetting = -np.log(self.forgetting)
         for x, observed in zip(X, mask, strict=True):
+            self.steps_[0] += 1
             rows = np.flatnonzero(observed)
             basis_rows = self.basis_[rows]  # (m, r)
-            coefficients = np.linalg.lstsq(basis_rows, x[rows], rcond=None)[0]  # (r,)
-            gain = inverse_forgetting * self.inverse_[rows] @ coefficients  # v = λ⁻¹ P_m a, (m, r)
+            coefficients = np.linalg.lstsq(basis_rows, x[rows], rcond=None)[0]  # a, (r,)
+            # λ⁻¹ for this step and every step the row went unobserved: λ^−(t − t_m)
+            gap = self.steps_[0] - self.last_observed_[rows]
+            scale = np.exp(np.minimum(gap * log_forgetting, np.log(1e12)))
+            inverse = scale[:, None, None] * self.inverse_[rows]  # λ⁻¹ P_m, (m, r, r)
+            gain = inverse @ coefficients  # v, (m, r)
             beta = 1.0 + gain @ coefficients  # (m,)
-            inverse = (
-                inverse_forgetting * self.inverse_[rows]
-                - np.einsum("mr,ms->mrs", gain, gain) / beta[:, None, None]
-            )
+            inverse = inverse - np.einsum("mr,ms->mrs", gain, gain) / beta[:, None, None]
             errors = x[rows] - basis_rows @ coefficients  # (m,)
             self.basis_[rows] = basis_rows + errors[:, None] * (inverse @ coefficients)
             self.inverse_[rows] = inverse
+            self.last_observed_[rows] = self.steps_[0]
 
     def _estimate(self, X: np.ndarray, mask: np.ndarray) -> np.ndarray:
         # D is not orthonormal: complete in an orthonormal basis of its span (same span, better conditioned).
@@ -499,29 +521,45 @@ class WindowedKSubspaces(_RoutedExperts, _StreamingCompleter):
 
     def _validate_params(self) -> None:
         super()._validate_params()
-        smallest = 2 * self.n_experts * self.rank
-        require(isinstance(self.window, int) and self.window >= smallest, "window", f"an integer >= 2·n_experts·rank = {smallest}", self.window)  # fmt: skip
-        require(isinstance(self.refit_every, int) and self.refit_every >= 1, "refit_every", "an integer >= 1", self.refit_every)  # fmt: skip
+        for name in ("n_experts", "n_init", "max_iter"):
+            require_count(self, name)
+        require_count(self, "window", 2 * self.n_experts * self.rank)
+        require_count(self, "refit_every")
         if isinstance(self.init, str):
             require(
                 self.init == "k-subspaces", "init", "'k-subspaces' or an array of bases", self.init
             )
 
-    def _pretrain(self, X: np.ndarray, mask: np.ndarray) -> None:
+    def _initial_bases(self, n_features: int) -> np.ndarray | None:
+        """The ``init`` array, checked; None when ``init`` is "k-subspaces"."""
         if isinstance(self.init, str):
-            self.bases_ = k_subspaces(X, mask, self.n_experts, self.rank, self._rng, n_init=self.n_init, max_iter=self.max_iter)[0]  # fmt: skip
-        else:
-            bases = np.array(self.init, dtype=np.float64)
-            expected = (self.n_experts, X.shape[1], self.rank)
-            require(bases.shape == expected, "init", f"an array of shape {expected}", bases.shape)
-            self.bases_ = bases
+            return None
+        bases = np.array(self.init, dtype=np.float64)
+        expected = (self.n_experts, n_features, self.rank)
+        require(bases.shape == expected, "init", f"an array of shape {expected}", bases.shape)
+        return bases
+
+    def _pretrain(self, X: np.ndarray, mask: np.ndarray) -> None:
+        self.bases_ = self._initial_bases(X.shape[1])
+        if self.bases_ is None:
+            self.bases_ = k_subspaces(
+                X,
+                mask,
+                self.n_experts,
+                self.rank,
+                self._rng,
+                n_init=self.n_init,
+                max_iter=self.max_iter,
+            )[0]
         self.window_X_, self.window_mask_ = X[-self.window :], mask[-self.window :]
         self.since_refit_ = 0
 
     def _start(self, n_features: int) -> None:
-        self.bases_ = np.stack(
-            [random_basis(n_features, self.rank, self._rng) for _ in range(self.n_experts)]
-        )
+        self.bases_ = self._initial_bases(n_features)
+        if self.bases_ is None:
+            self.bases_ = np.stack(
+                [random_basis(n_features, self.rank, self._rng) for _ in range(self.n_experts)]
+            )
         self.window_X_ = np.zeros((0, n_features))
         self.window_mask_ = np.zeros((0, n_features), dtype=bool)
         self.since_refit_ = 0

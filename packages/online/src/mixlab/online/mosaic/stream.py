@@ -18,7 +18,7 @@ from typing import Literal
 import numpy as np
 
 from mixlab.online.mosaic.subspace import random_basis
-from mixlab.shared import require
+from mixlab.shared import is_count, require
 
 EpochKind = Literal["stationary", "drift", "switch"]
 
@@ -41,9 +41,9 @@ class Epoch:
             "stationary, drift or switch",
             self.kind,
         )
-        require(self.length >= 1, "length", "an integer >= 1", self.length)
+        require(is_count(self.length), "length", "an integer >= 1", self.length)
         require(self.drift_rate >= 0, "drift_rate", ">= 0 radians per sample", self.drift_rate)
-        require(self.n_switched >= 1, "n_switched", "an integer >= 1", self.n_switched)
+        require(is_count(self.n_switched), "n_switched", "an integer >= 1", self.n_switched)
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,8 @@ class Stream:
     """(T,) the subspace each sample came from"""
     epoch_starts: np.ndarray
     """(E,) index of each epoch's first sample"""
+    switched: tuple[tuple[int, ...], ...]
+    """per epoch, the subspaces replaced at its start (empty unless a switch epoch)"""
     snapshot_times: np.ndarray
     """(S,) sample indices at which the true bases were recorded"""
     snapshots: np.ndarray
@@ -105,25 +107,21 @@ class DriftingSubspaceStream:
     """probabilities of the subspaces (None: uniform)"""
 
     def __post_init__(self) -> None:
-        require(self.n_subspaces >= 1, "n_subspaces", "an integer >= 1", self.n_subspaces)
-        require(
-            1 <= self.rank < self.n_features,
-            "rank",
-            f"in [1, n_features={self.n_features})",
-            self.rank,
-        )
-        require(
-            0 < self.observed_fraction <= 1,
-            "observed_fraction",
-            "in (0, 1]",
-            self.observed_fraction,
-        )
+        n_features = self.n_features
+        require(is_count(n_features, 2), "n_features", "an integer >= 2", n_features)
+        require(is_count(self.n_subspaces), "n_subspaces", "an integer >= 1", self.n_subspaces)
+        valid_rank = is_count(self.rank) and self.rank < n_features
+        require(valid_rank, "rank", f"an integer in [1, n_features={n_features})", self.rank)
+        rate = self.observed_fraction
+        require(0 < rate <= 1, "observed_fraction", "in (0, 1]", rate)
         require(self.noise >= 0, "noise", ">= 0", self.noise)
-        require(self.n_source >= 0, "n_source", "an integer >= 0", self.n_source)
+        require(is_count(self.n_source, 0), "n_source", "an integer >= 0", self.n_source)
         require(len(self.epochs) >= 1, "epochs", "at least one Epoch", self.epochs)
-        require(self.snapshot_every >= 1, "snapshot_every", "an integer >= 1", self.snapshot_every)
+        require(
+            is_count(self.snapshot_every), "snapshot_every", "an integer >= 1", self.snapshot_every
+        )
         if self.mixture is not None:
-            weights = np.asarray(self.mixture)
+            weights = np.asarray(self.mixture, dtype=float)
             ok = (
                 len(weights) == self.n_subspaces
                 and (weights >= 0).all()
@@ -133,12 +131,8 @@ class DriftingSubspaceStream:
                 bool(ok), "mixture", f"{self.n_subspaces} probabilities summing to 1", self.mixture
             )
         for epoch in self.epochs:
-            require(
-                epoch.n_switched <= self.n_subspaces,
-                "n_switched",
-                f"<= n_subspaces={self.n_subspaces}",
-                epoch.n_switched,
-            )
+            allowed = f"<= n_subspaces={self.n_subspaces}"
+            require(epoch.n_switched <= self.n_subspaces, "n_switched", allowed, epoch.n_switched)
 
     def _draw(self, bases: np.ndarray, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         weights = rng.standard_normal((len(labels), self.rank))
@@ -156,19 +150,27 @@ class DriftingSubspaceStream:
         rng = np.random.default_rng(seed)
         n, K = self.n_features, self.n_subspaces
         bases = np.stack([random_basis(n, self.rank, rng) for _ in range(K)])
-        probabilities = None if self.mixture is None else np.asarray(self.mixture)
+        # renormalised: the check above allows a rounding error that rng.choice would refuse
+        probabilities = (
+            None if self.mixture is None else np.asarray(self.mixture) / np.sum(self.mixture)
+        )
 
         source_labels = rng.choice(K, size=self.n_source, p=probabilities)
         source_X = self._draw(bases, source_labels, rng)
         source_mask = self._mask(self.n_source, rng)
 
-        samples, labels, starts, snapshot_times, snapshots = [], [], [], [], []
+        samples, labels, starts, snapshot_times, snapshots, switched = [], [], [], [], [], []
         t = 0
         for epoch in self.epochs:
             starts.append(t)
-            if epoch.kind == "switch":
-                for k in rng.choice(K, size=epoch.n_switched, replace=False):
-                    bases[k] = random_basis(n, self.rank, rng)
+            replaced = (
+                rng.choice(K, size=epoch.n_switched, replace=False)
+                if epoch.kind == "switch"
+                else []
+            )
+            for k in replaced:
+                bases[k] = random_basis(n, self.rank, rng)
+            switched.append(tuple(int(k) for k in replaced))
             directions = (
                 [_geodesic_direction(bases[k], rng) for k in range(K)]
                 if epoch.kind == "drift"
@@ -193,6 +195,7 @@ class DriftingSubspaceStream:
             mask=self._mask(t, rng),
             labels=np.concatenate(labels),
             epoch_starts=np.asarray(starts),
+            switched=tuple(switched),
             snapshot_times=np.asarray(snapshot_times),
             snapshots=np.asarray(snapshots),
             source_X=source_X,

@@ -159,16 +159,18 @@ def k_subspaces(
             if np.array_equal(new_labels, labels):
                 break
             labels = new_labels
+            # Experts that lost their samples are reseeded on disjoint slices of the worst-explained ones.
+            worst_first = np.argsort(residual.min(axis=1) / counts)[::-1]
+            reseed_size = max(4 * rank, n_samples // (4 * n_experts))
+            reseeded = 0
             for k in range(n_experts):
                 members = labels == k
-                if (
-                    members.sum() < rank
-                ):  # an expert lost its samples: reseed on the worst-explained ones
-                    worst = np.argsort(residual.min(axis=1) / counts)[
-                        -max(4 * rank, n_samples // (4 * n_experts)) :
-                    ]
+                if members.sum() < rank:
                     members = np.zeros(n_samples, bool)
-                    members[worst] = True
+                    members[worst_first[reseeded * reseed_size : (reseeded + 1) * reseed_size]] = (
+                        True
+                    )
+                    reseeded += 1
                 bases[k] = fit_basis(X[members], mask[members], rank, rng, n_iter=fit_iter)
         labels, residual = route(bases, X, mask)
         objective = float((residual.min(axis=1) / counts).mean())
