@@ -20,6 +20,7 @@ from mixlab.online.mosaic import (
     contraction_exponent,
     grouse_step,
     observed_fit,
+    power_law_fits_better,
     routing_accuracy,
     subspace_distance,
 )
@@ -222,6 +223,8 @@ def test_diagnostics() -> None:
     assert routing_accuracy(np.array([2, 2, 0, 0, 1, 0]), labels) == pytest.approx(5 / 6)
     steps = np.arange(1, 100)
     assert contraction_exponent(steps, 3.0 * steps**-0.4) == pytest.approx(0.4)
+    assert power_law_fits_better(steps, 3.0 * steps**-0.4)
+    assert not power_law_fits_better(steps, 3.0 * np.exp(-0.05 * steps))
 
 
 def _tiny_config(**changes) -> Config:
@@ -380,3 +383,11 @@ def test_experiment_config_is_checked() -> None:
         Config(epoch_lengths=(1510, 2000, 1500))
     with pytest.raises(ValueError, match="computes with NumPy on the CPU"):
         METHOD.execute(Config(device="cuda"), Path("unused"))
+
+
+def test_public_api_resolves() -> None:
+    import mixlab.online.mosaic as mosaic
+
+    assert sorted(mosaic.__all__) == sorted(mosaic._MODULE_OF)
+    for name in mosaic.__all__:
+        assert getattr(mosaic, name) is not None

@@ -2,7 +2,7 @@
 
 A checkpoint is any nested state: dicts (keys of any JSON scalar type, as in an optimizer's state),
 lists, tuples, tensors, NumPy arrays and JSON scalars. Tensors and arrays go to
-``step_XXXXXXXX.safetensors``; the structure around them goes to ``step_XXXXXXXX.json``, written last,
+``step_<8-digit step>.safetensors``; the structure around them goes to ``step_<8-digit step>.json``, written last,
 so a checkpoint counts only once both files are complete. A killed run therefore loses at most the
 steps since its last save::
 

@@ -20,6 +20,7 @@ from mixlab.shared.lazy import lazy_exports
 _MODULE_OF = {
     "contraction_exponent": "diagnostics",
     "match_experts": "diagnostics",
+    "power_law_fits_better": "diagnostics",
     "routing_accuracy": "diagnostics",
     "subspace_distance": "diagnostics",
     "GROUSE": "estimators",
@@ -50,6 +51,7 @@ __all__ = [
     "k_subspaces",
     "match_experts",
     "observed_fit",
+    "power_law_fits_better",
     "routing_accuracy",
     "subspace_distance",
 ]
@@ -58,6 +60,7 @@ if TYPE_CHECKING:
     from mixlab.online.mosaic.diagnostics import (
         contraction_exponent,
         match_experts,
+        power_law_fits_better,
         routing_accuracy,
         subspace_distance,
     )

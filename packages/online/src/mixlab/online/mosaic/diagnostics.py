@@ -43,39 +43,34 @@ def routing_accuracy(routes: np.ndarray, labels: np.ndarray, n_experts: int | No
     return float(confusion[rows, columns].sum() / len(routes))
 
 
+def _decay_points(steps: np.ndarray, errors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The points with positive step and error, as ``(steps, log errors)``; at least 3 of them."""
+    steps, errors = np.asarray(steps, dtype=float), np.asarray(errors, dtype=float)
+    keep = (steps > 0) & (errors > 0)
+    usable = int(keep.sum())
+    require(usable >= 3, "steps/errors", "at least 3 points with positive step and error", usable)
+    return steps[keep], np.log(errors[keep])
+
+
+def _least_squares_residual(abscissa: np.ndarray, ordinate: np.ndarray) -> float:
+    coefficients = np.polyfit(abscissa, ordinate, 1)
+    return float(np.sum((np.polyval(coefficients, abscissa) - ordinate) ** 2))
+
+
 def contraction_exponent(steps: np.ndarray, errors: np.ndarray) -> float:
     """The exponent a of a power-law fit ``error ≈ c · t^(−a)`` by least squares in log–log space.
 
     a in (0, 1) is sublinear contraction; a > 1 superlinear; an exponential decay fitted this way
-    gives an exponent that grows with the window.
+    gives an exponent that grows with the window (see :func:`power_law_fits_better`).
     """
-    steps, errors = np.asarray(steps, dtype=float), np.asarray(errors, dtype=float)
-    keep = (steps > 0) & (errors > 0)
-    require(
-        keep.sum() >= 3,
-        "steps/errors",
-        "at least 3 points with positive step and error",
-        int(keep.sum()),
-    )
-    slope = np.polyfit(np.log(steps[keep]), np.log(errors[keep]), 1)[0]
-    return float(-slope)
+    steps, log_errors = _decay_points(steps, errors)
+    return float(-np.polyfit(np.log(steps), log_errors, 1)[0])
 
 
 def power_law_fits_better(steps: np.ndarray, errors: np.ndarray) -> bool:
     """Whether ``log error`` is fitted better (least squares) by a power law ``c·t^(−a)`` (linear in
     log t) than by an exponential ``c·e^(−b t)`` (linear in t): sublinear versus linear contraction."""
-    steps, errors = np.asarray(steps, dtype=float), np.asarray(errors, dtype=float)
-    keep = (steps > 0) & (errors > 0)
-    require(
-        keep.sum() >= 3,
-        "steps/errors",
-        "at least 3 points with positive step and error",
-        int(keep.sum()),
+    steps, log_errors = _decay_points(steps, errors)
+    return _least_squares_residual(np.log(steps), log_errors) < _least_squares_residual(
+        steps, log_errors
     )
-    log_errors = np.log(errors[keep])
-
-    def residual(abscissa: np.ndarray) -> float:
-        coefficients = np.polyfit(abscissa, log_errors, 1)
-        return float(np.sum((np.polyval(coefficients, abscissa) - log_errors) ** 2))
-
-    return residual(np.log(steps[keep])) < residual(steps[keep])
