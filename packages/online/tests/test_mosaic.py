@@ -379,7 +379,7 @@ def test_experiment_config_is_checked() -> None:
         Config(observed_fractions=(0.2, 1.0))
     with pytest.raises(ValueError, match="n_subspaces·rank must be < n_features=30"):
         Config(n_features=30, n_subspaces=4, rank=8)
-    with pytest.raises(ValueError, match="epoch_lengths must be three lengths"):
+    with pytest.raises(ValueError, match="epoch_lengths must be three multiples of batch_size=20"):
         Config(epoch_lengths=(1510, 2000, 1500))
     with pytest.raises(ValueError, match="computes with NumPy on the CPU"):
         METHOD.execute(Config(device="cuda"), Path("unused"))
@@ -391,3 +391,51 @@ def test_public_api_resolves() -> None:
     assert sorted(mosaic.__all__) == sorted(mosaic._MODULE_OF)
     for name in mosaic.__all__:
         assert getattr(mosaic, name) is not None
+
+
+def test_changing_the_shape_after_fit_asks_for_a_refit() -> None:
+    _, _, X_full, mask = union_samples(n_samples=100)
+    model = MoSAIC(3, 3, n_init=1, random_state=0).fit(X_full, mask)
+    with pytest.raises(ValueError, match="call fit again after changing n_experts or rank"):
+        model.set_params(n_experts=4).partial_fit(X_full[:2], mask[:2])
+    with pytest.raises(ValueError, match="routes must be non-negative integers"):
+        routing_accuracy(np.array([-1, 0]), np.array([0, 0]))
+
+
+def test_cli_completes_source_rows_with_the_pretrained_model(tmp_path: Path) -> None:
+    stream = tmp_path / "stream.npz"
+    assert main(["mosaic", "generate", "--out", str(stream), "--n-features", "30", "--n-source", "300",
+                 "--epochs", "stationary:100,switch:200", "--observed-fraction", "0.5"]) == 0  # fmt: skip
+    out = tmp_path / "completed.npy"
+    assert (
+        main(
+            [
+                "mosaic",
+                "complete",
+                str(stream),
+                "--pretrain",
+                "300",
+                "--rank",
+                "5",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    with np.load(stream) as archive:
+        full, observed = archive["X_full"], archive["X"]
+    missing = np.isnan(observed[:300])
+    error = np.linalg.norm((np.load(out)[:300] - full[:300])[missing]) / np.linalg.norm(
+        full[:300][missing]
+    )
+    assert error < 0.05
+    (tmp_path / "broken.npz").write_bytes(b"PK\x03\x04 not a zip")
+    assert main(["mosaic", "complete", str(tmp_path / "broken.npz")]) == 2
+
+
+def test_experiment_integer_fields_are_checked() -> None:
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
+        Config(batch_size=0)
+    with pytest.raises(ValueError, match="n_seeds must be an integer >= 1"):
+        Config(n_seeds=1.5)

@@ -46,8 +46,8 @@ def _one_line(message: str) -> str:
 
 def run_app(app: typer.Typer, argv: Sequence[str] | None = None, *, prog_name: str) -> int:
     """Run ``app`` on ``argv`` (default: the command line) and return its exit code (console scripts
-    exit with it). No arguments shows the help; usage errors, ValueErrors and missing files
-    become one stderr line and exit code 2."""
+    exit with it). No arguments shows the help; usage errors, ValueErrors and file errors
+    (OSError) become one stderr line and exit code 2."""
     args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
     command = typer.main.get_command(app)
     try:
@@ -60,7 +60,7 @@ def run_app(app: typer.Typer, argv: Sequence[str] | None = None, *, prog_name: s
     except typer.Abort:
         typer.echo(f"{prog_name}: aborted", err=True)
         return 130
-    except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as error:
+    except (ValueError, OSError) as error:  # bad values, and paths that cannot be read or written
         if os.environ.get("MIXLAB_DEBUG"):
             raise
         typer.echo(f"{prog_name}: error: {_one_line(str(error))}", err=True)

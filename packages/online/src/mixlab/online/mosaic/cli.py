@@ -8,6 +8,7 @@ observed streams with MoSAIC.
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import Annotated
 
@@ -89,15 +90,18 @@ def _read_matrix(path: Path, key: str = "X"):
 
     if not path.exists():
         raise ValueError(f"data file {str(path)!r} does not exist")
-    if path.suffix == ".npy":
-        return np.load(path, allow_pickle=False)
-    if path.suffix == ".npz":
-        with np.load(path, allow_pickle=False) as archive:
-            if key not in archive:
-                raise ValueError(f"{path} has no array {key!r}; it has {sorted(archive.files)}")
-            return archive[key]
-    if path.suffix == ".csv":
-        return np.genfromtxt(path, delimiter=",", filling_values=np.nan)
+    try:
+        if path.suffix == ".npy":
+            return np.asarray(np.load(path, allow_pickle=False), dtype=float)
+        if path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as archive:
+                if key not in archive:
+                    raise ValueError(f"{path} has no array {key!r}; it has {sorted(archive.files)}")
+                return np.asarray(archive[key], dtype=float)
+        if path.suffix == ".csv":
+            return np.genfromtxt(path, delimiter=",", filling_values=np.nan)
+    except (OSError, zipfile.BadZipFile, TypeError) as error:
+        raise ValueError(f"cannot read {str(path)!r} as a numeric matrix: {error}") from None
     raise ValueError(
         f"data file must be .npy, .npz (array 'X') or .csv (empty cells = missing), got {str(path)!r}"
     )
@@ -157,9 +161,9 @@ def complete(
         model = MoSAIC.load(load_model)
     else:
         model = MoSAIC(n_experts, rank, step_size=step_size, random_state=seed)
-        if pretrain:
-            model.fit(X[:pretrain])
     completed = np.array(X, dtype=float)
+    if pretrain:  # the source rows are completed by the model fitted on them
+        completed[:pretrain] = model.fit(X[:pretrain]).transform(X[:pretrain])
     _, observed = check_stream(X[pretrain:])
     for start in range(pretrain, len(X), batch_size):
         batch = X[start : start + batch_size]
@@ -168,8 +172,6 @@ def complete(
         else:
             completed[start : start + batch_size] = np.nan_to_num(batch)
         model.partial_fit(batch)
-    if pretrain:
-        completed[:pretrain] = model.transform(X[:pretrain])
     out.parent.mkdir(parents=True, exist_ok=True)
     np.save(out, completed)
     typer.echo(f"wrote {out}: {len(X)} rows, {int((~observed).sum())} stream entries completed")

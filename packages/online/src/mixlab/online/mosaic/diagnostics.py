@@ -36,6 +36,11 @@ def routing_accuracy(routes: np.ndarray, labels: np.ndarray, n_experts: int | No
         f"a 1-D array like labels {labels.shape}",
         routes.shape,
     )
+    for name, values in (("routes", routes), ("labels", labels)):
+        valid = np.issubdtype(values.dtype, np.integer) and (values >= 0).all()
+        require(
+            bool(valid), name, "non-negative integers", values.dtype if not valid else values.min()
+        )
     size = max(int(routes.max()) + 1, int(labels.max()) + 1, n_experts or 0)
     confusion = np.zeros((size, size))
     np.add.at(confusion, (routes, labels), 1)

@@ -108,6 +108,18 @@ class _StreamingCompleter(BaseEstimator):
         require_count(self, "rank")
 
     def _check(self, X: Any, mask: Any) -> tuple[np.ndarray, np.ndarray]:
+        learned = getattr(self, "bases_", getattr(self, "basis_", None))
+        if learned is not None:
+            expected = (
+                (self.n_experts, self.n_features_in_, self.rank)
+                if learned.ndim == 3
+                else (self.n_features_in_, self.rank)
+            )
+            if learned.shape != expected:
+                raise ValueError(
+                    f"the learned state has shape {learned.shape} but the parameters ask for {expected}: "
+                    "call fit again after changing n_experts or rank"
+                )
         X, mask = check_stream(X, mask, n_features=getattr(self, "n_features_in_", None))
         require(
             self.rank < X.shape[1],
