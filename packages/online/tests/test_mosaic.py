@@ -257,11 +257,11 @@ def test_quick_experiment_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         METHOD.execute(_tiny_config(noise=0.1), tmp_path, resume=True)
 
 
-def test_cli_generate_and_complete(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    stream = tmp_path / "stream.npz"
+def _generate_and_complete(tmp_path: Path, epochs: str, *extra: str) -> tuple[Path, Path]:
+    """``mosaic generate`` a 30-feature stream (300 source rows), then ``mosaic complete`` it."""
+    stream, completed = tmp_path / "stream.npz", tmp_path / "completed.npy"
     assert main(["mosaic", "generate", "--out", str(stream), "--n-features", "30", "--n-source", "300",
-                 "--epochs", "stationary:200", "--observed-fraction", "0.5"]) == 0  # fmt: skip
-    completed = tmp_path / "completed.npy"
+                 "--epochs", epochs, "--observed-fraction", "0.5"]) == 0  # fmt: skip
     argv = [
         "mosaic",
         "complete",
@@ -273,7 +273,19 @@ def test_cli_generate_and_complete(tmp_path: Path, capsys: pytest.CaptureFixture
         "--out",
         str(completed),
     ]
-    assert main([*argv, "--truth", str(stream), "--save-model", str(tmp_path / "model")]) == 0
+    assert main([*argv, *extra]) == 0
+    return stream, completed
+
+
+def test_cli_generate_and_complete(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stream, completed = _generate_and_complete(
+        tmp_path,
+        "stationary:200",
+        "--truth",
+        str(tmp_path / "stream.npz"),
+        "--save-model",
+        str(tmp_path / "model"),
+    )
     error = float(capsys.readouterr().out.strip().split()[-1])
     assert error < 0.05
     assert np.isfinite(np.load(completed)).all()
@@ -403,26 +415,7 @@ def test_changing_the_shape_after_fit_asks_for_a_refit() -> None:
 
 
 def test_cli_completes_source_rows_with_the_pretrained_model(tmp_path: Path) -> None:
-    stream = tmp_path / "stream.npz"
-    assert main(["mosaic", "generate", "--out", str(stream), "--n-features", "30", "--n-source", "300",
-                 "--epochs", "stationary:100,switch:200", "--observed-fraction", "0.5"]) == 0  # fmt: skip
-    out = tmp_path / "completed.npy"
-    assert (
-        main(
-            [
-                "mosaic",
-                "complete",
-                str(stream),
-                "--pretrain",
-                "300",
-                "--rank",
-                "5",
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    stream, out = _generate_and_complete(tmp_path, "stationary:100,switch:200")
     with np.load(stream) as archive:
         full, observed = archive["X_full"], archive["X"]
     missing = np.isnan(observed[:300])
