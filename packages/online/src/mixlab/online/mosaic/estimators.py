@@ -29,6 +29,7 @@ from mixlab.online.mosaic.subspace import (
     grouse_step,
     k_subspaces,
     random_basis,
+    refine_subspaces,
     route,
 )
 from mixlab.shared import is_count, load_state, require, save_state
@@ -171,9 +172,11 @@ class _StreamingCompleter(BaseEstimator):
 
         Lower is better (unlike scikit-learn's higher-is-better ``score``): it is the paper's metric.
         """
-        completed = self.transform(X, mask)
+        self._require_fitted()
+        X, mask = self._check(X, mask)
+        completed = np.where(mask, X, self._estimate(X, mask))
         X_full = np.asarray(X_full, dtype=np.float64).reshape(completed.shape)
-        missing = ~check_stream(X, mask)[1]
+        missing = ~mask
         denominator = np.linalg.norm(X_full[missing])
         require(denominator > 0, "X_full", "non-zero on the unobserved entries", "all zeros")
         return float(np.linalg.norm((completed - X_full)[missing]) / denominator)
@@ -256,6 +259,11 @@ class _RoutedExperts:
     _require_fitted: Any
     _check: Any
 
+    def _validate_params(self) -> None:
+        super()._validate_params()  # type: ignore[misc]
+        for name in ("n_experts", "n_init", "max_iter"):
+            require_count(self, name)
+
     def route(self, X: Any, mask: Any = None) -> np.ndarray:
         """The expert each sample is routed to: ``argmin_k ‖x_Ω − U_{k,Ω} w_k‖² / |Ω|``."""
         self._require_fitted()
@@ -324,8 +332,6 @@ class MoSAIC(_GrouseSteps, _RoutedExperts, _StreamingCompleter):
     def _validate_params(self) -> None:
         super()._validate_params()
         self._validate_steps()
-        for name in ("n_experts", "n_init", "max_iter"):
-            require_count(self, name)
 
     def _pretrain(self, X: np.ndarray, mask: np.ndarray) -> None:
         self.bases_, self.labels_, _ = k_subspaces(
@@ -533,8 +539,6 @@ class WindowedKSubspaces(_RoutedExperts, _StreamingCompleter):
 
     def _validate_params(self) -> None:
         super()._validate_params()
-        for name in ("n_experts", "n_init", "max_iter"):
-            require_count(self, name)
         require_count(self, "window", 2 * self.n_experts * self.rank)
         require_count(self, "refit_every")
         if isinstance(self.init, str):
@@ -588,16 +592,7 @@ class WindowedKSubspaces(_RoutedExperts, _StreamingCompleter):
             self.since_refit_ = 0
 
     def _refit(self) -> np.ndarray:
-        """Alternate routing and per-expert refits on the window, from the current bases."""
-        X, mask, bases = self.window_X_, self.window_mask_, self.bases_.copy()
-        labels = np.full(len(X), -1)
-        for _ in range(self.max_iter):
-            new_labels = route(bases, X, mask)[0]
-            if np.array_equal(new_labels, labels):
-                break
-            labels = new_labels
-            for k in range(self.n_experts):
-                members = labels == k
-                if members.sum() >= self.rank:
-                    bases[k] = fit_basis(X[members], mask[members], self.rank, self._rng, n_iter=5)
-        return bases
+        """k-subspaces iterations on the window, from the current bases."""
+        return refine_subspaces(
+            self.bases_, self.window_X_, self.window_mask_, self._rng, max_iter=self.max_iter
+        )[0]

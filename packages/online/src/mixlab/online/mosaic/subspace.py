@@ -148,36 +148,54 @@ def k_subspaces(
 
     Returns bases ``(K, n, r)``, labels ``(B,)`` and the mean residual per observed coordinate.
     """
-    n_samples = len(X)
     counts = np.maximum(mask.sum(axis=1), 1)
     best: tuple[np.ndarray, np.ndarray, float] | None = None
     for _ in range(n_init):
         bases = _trimmed_seeding(X, mask, n_experts, rank, rng, counts)
-        labels = np.full(n_samples, -1)
-        for _ in range(max_iter):
-            new_labels, residual = route(bases, X, mask)
-            if np.array_equal(new_labels, labels):
-                break
-            labels = new_labels
-            # Experts that lost their samples are reseeded on disjoint slices of the worst-explained ones.
-            worst_first = np.argsort(residual.min(axis=1) / counts)[::-1]
-            reseed_size = max(4 * rank, n_samples // (4 * n_experts))
-            reseeded = 0
-            for k in range(n_experts):
-                members = labels == k
-                if members.sum() < rank:
-                    members = np.zeros(n_samples, bool)
-                    members[worst_first[reseeded * reseed_size : (reseeded + 1) * reseed_size]] = (
-                        True
-                    )
-                    reseeded += 1
-                bases[k] = fit_basis(X[members], mask[members], rank, rng, n_iter=fit_iter)
-        labels, residual = route(bases, X, mask)
+        bases, labels = refine_subspaces(bases, X, mask, rng, max_iter=max_iter, fit_iter=fit_iter)
+        residual = route(bases, X, mask)[1]
         objective = float((residual.min(axis=1) / counts).mean())
         if best is None or objective < best[2]:
             best = (bases.copy(), labels, objective)
     assert best is not None
     return best
+
+
+def refine_subspaces(
+    bases: np.ndarray,
+    X: np.ndarray,
+    mask: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    max_iter: int,
+    fit_iter: int = 5,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The k-subspaces iterations from ``bases``: route every sample to its best expert, re-fit each
+    expert on its samples, until the routing stops changing (or ``max_iter``). An expert left with
+    fewer than ``rank`` samples is reseeded on a disjoint slice of the worst-explained samples.
+
+    Returns the new bases ``(K, n, r)`` and the final routing ``(B,)``.
+    """
+    bases = bases.copy()
+    n_samples, (n_experts, _, rank) = len(X), bases.shape
+    counts = np.maximum(mask.sum(axis=1), 1)
+    labels = np.full(n_samples, -1)
+    for _ in range(max_iter):
+        new_labels, residual = route(bases, X, mask)
+        if np.array_equal(new_labels, labels):
+            break
+        labels = new_labels
+        worst_first = np.argsort(residual.min(axis=1) / counts)[::-1]
+        reseed_size = max(4 * rank, n_samples // (4 * n_experts))
+        reseeded = 0
+        for k in range(n_experts):
+            members = labels == k
+            if members.sum() < rank:
+                members = np.zeros(n_samples, bool)
+                members[worst_first[reseeded * reseed_size : (reseeded + 1) * reseed_size]] = True
+                reseeded += 1
+            bases[k] = fit_basis(X[members], mask[members], rank, rng, n_iter=fit_iter)
+    return bases, route(bases, X, mask)[0]
 
 
 def _trimmed_seeding(
