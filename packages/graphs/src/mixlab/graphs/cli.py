@@ -1,10 +1,12 @@
 """``mixlab-graphs``: the command line of the graphs methods; each method adds its command group here."""
 
+from mixlab.graphs.flatnsd.cli import app as flatnsd_app
 from mixlab.shared.cli_base import domain_app, run_app
 
 app = domain_app(
     "mixlab-graphs", "Graph methods: graph generation, sheaf networks, odor-mixture models."
 )
+app.add_typer(flatnsd_app, name="flatnsd")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,385 @@
+"""Sheaf diffusion layers as PyG ``MessagePassing`` modules, and models that stack them.
+
+Node features are flattened stalks: x ∈ R^{N × d·f} is read as X ∈ R^{N × d × f} (stalk dimension
+d, f channels). Every layer first mixes X ← W_left X W_right (W_left d×d initialised to I, W_right
+f×f orthogonal, as in NSD's ``disc_models.py``), then diffuses with the normalised sheaf Laplacian
+Δ_F = (D+I)^{-1/2} L_F (D+I)^{-1/2}:
+
+- ``update="discrete"`` (NSD): X ← (1 + tanh ε) ⊙ X − ELU(Δ_F W_left X W_right);
+- ``update="heat"`` (BuNN-style): X ← ELU(H(t) W_left X W_right) with the heat kernel
+  H(t) = exp(−tΔ_F) as a K-term Taylor series and a learnable time t ∈ (0, 2) per channel.
+  There is no residual: H(t) keeps constant sections, so X + ELU(H(t)X) would double them at
+  every layer (measured: training stalls at chance on RingTransfer with 4 layers).
+
+:class:`FlatNSDConv` learns one map per node (a flat bundle): Δ_F = Âᵀ(Δ_w ⊗ I)Â needs one graph
+propagation of d·f numbers per edge. :class:`NSDConv` learns per-edge maps (NSD's diagonal,
+bundle and general sheaves) and propagates d×d transports per edge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.nn import GATConv, GCNConv, GINConv, MessagePassing
+from torch_geometric.nn.pool import global_add_pool, global_max_pool, global_mean_pool
+
+from mixlab.graphs.flatnsd.maps import (
+    EDGE_MAP_KINDS,
+    NODE_MAP_KINDS,
+    EdgeMapLearner,
+    EdgeWeightLearner,
+    NodeMapLearner,
+    check_kind,
+)
+from mixlab.graphs.flatnsd.sheaf import as_matrices, check_edge_index, inverse_sqrt_spd
+
+UPDATES = ("discrete", "heat")
+MAX_DIFFUSION_TIME = 2.0  # keeps tλ ≤ 4 (λ(Δ_F) < 2), where an 8-term Taylor series is usable
+POOLS = {"mean": global_mean_pool, "add": global_add_pool, "max": global_max_pool}
+
+Operator = Callable[[Tensor], Tensor]
+
+
+def _check_positive(value: int, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+class SheafDiffusionConv(MessagePassing):
+    """The update shared by every sheaf layer; subclasses build the operator y ↦ Δ_F y."""
+
+    def __init__(
+        self,
+        channels: int,
+        stalk_dim: int,
+        *,
+        update: str = "discrete",
+        taylor_terms: int = 8,
+    ) -> None:
+        super().__init__(aggr="add")
+        _check_positive(channels, "channels")
+        _check_positive(stalk_dim, "stalk_dim")
+        _check_positive(taylor_terms, "taylor_terms")
+        check_kind(update, UPDATES, "update")
+        self.channels, self.stalk_dim = channels, stalk_dim
+        self.update_rule, self.taylor_terms = update, taylor_terms
+        self.left = nn.Parameter(torch.empty(stalk_dim, stalk_dim))
+        self.right = nn.Parameter(torch.empty(channels, channels))
+        discrete = update == "discrete"
+        self.epsilon = nn.Parameter(torch.empty(stalk_dim)) if discrete else None
+        self.time_logit = nn.Parameter(torch.empty(channels)) if update == "heat" else None
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            self.left.copy_(torch.eye(self.stalk_dim))
+            nn.init.orthogonal_(self.right)
+            if self.epsilon is not None:
+                self.epsilon.zero_()
+            if self.time_logit is not None:
+                self.time_logit.zero_()  # t = 1, BuNN's default
+        for module in self.children():
+            if hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+
+    @property
+    def diffusion_time(self) -> Tensor | None:
+        """The heat variant's time t per channel (None for the discrete update)."""
+        if self.time_logit is None:
+            return None
+        return MAX_DIFFUSION_TIME * torch.sigmoid(self.time_logit)
+
+    def operator(self, x: Tensor, edge_index: Tensor, reverse: Tensor) -> Operator:
+        raise NotImplementedError
+
+    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        num_nodes, width = x.shape
+        if width != self.stalk_dim * self.channels:
+            raise ValueError(
+                f"x must have stalk_dim·channels = {self.stalk_dim * self.channels} features, "
+                f"got {width}"
+            )
+        reverse = check_edge_index(edge_index, num_nodes)
+        laplacian = self.operator(x, edge_index, reverse)
+        stalks = x.view(num_nodes, self.stalk_dim, self.channels)
+        mixed = self.left @ stalks @ self.right
+        if self.epsilon is not None:
+            out = (1 + torch.tanh(self.epsilon))[:, None] * stalks - F.elu(laplacian(mixed))
+        else:
+            # exp(−tΔ)y = Σ_k (−tΔ)^k y / k!, accumulated term by term (BuNN's Taylor recursion).
+            time = self.diffusion_time
+            term, heat = mixed, mixed
+            for k in range(1, self.taylor_terms + 1):
+                term = -(time / k) * laplacian(term)
+                heat = heat + term
+            out = F.elu(heat)
+        return out.reshape(num_nodes, -1)
+
+    def _neighbour_sum(self, edge_index: Tensor, values: Tensor, **edge_data: Tensor) -> Tensor:
+        num_nodes = values.size(0)
+        summed = self.propagate(edge_index, value=values.reshape(num_nodes, -1), **edge_data)
+        return summed.view_as(values)
+
+    def extra_repr(self) -> str:
+        return f"channels={self.channels}, stalk_dim={self.stalk_dim}, update={self.update_rule}"
+
+
+class FlatNSDConv(SheafDiffusionConv):
+    """Neural sheaf diffusion on a learned flat bundle: one map A_v per node, from x_v.
+
+    Δ_F y = Mᵀ Âᵀ (L_w ⊗ I) Â M y with M_v = (w_v A_vᵀA_v + I)^{-1/2} (w_v the weighted degree),
+    so one layer costs one graph propagation of d·f numbers per edge plus N small d×d products.
+    ``maps="orthogonal"`` (O(d), the paper's flat bundle) or ``"general"`` (invertible, exp of a
+    matrix); ``edge_weights=True`` learns w_e = σ(W[x_i ‖ x_j]), the only part of a flat sheaf
+    that can move its effective resistance (see :func:`sheaf_effective_resistance`).
+
+        >>> conv = FlatNSDConv(channels=16, stalk_dim=2)
+        >>> out = conv(x, edge_index)       # x: [N, 32], edge_index undirected
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        stalk_dim: int = 2,
+        *,
+        maps: str = "orthogonal",
+        edge_weights: bool = True,
+        update: str = "discrete",
+        taylor_terms: int = 8,
+    ) -> None:
+        super().__init__(channels, stalk_dim, update=update, taylor_terms=taylor_terms)
+        check_kind(maps, NODE_MAP_KINDS, "maps")
+        self.maps = maps
+        width = stalk_dim * channels
+        self.map_learner = NodeMapLearner(width, stalk_dim, maps)
+        self.weight_learner = EdgeWeightLearner(width) if edge_weights else None
+        self.reset_parameters()
+
+    def sheaf(
+        self, x: Tensor, edge_index: Tensor, reverse: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """The flat sheaf this layer builds from ``x``: node maps [N, d, d] and edge weights [E]."""
+        if reverse is None:
+            reverse = check_edge_index(edge_index, x.size(0))
+        node_maps = self.map_learner(x)
+        if self.weight_learner is None:
+            weight = x.new_ones(edge_index.size(1))
+        else:
+            weight = self.weight_learner(x, edge_index, reverse)
+        return node_maps, weight
+
+    def operator(self, x: Tensor, edge_index: Tensor, reverse: Tensor) -> Operator:
+        node_maps, weight = self.sheaf(x, edge_index, reverse)
+        degree = x.new_zeros(x.size(0)).index_add_(0, edge_index[1], weight)
+        if self.maps == "orthogonal":  # A_vᵀA_v = I: the normaliser is a scalar per node
+            lift = node_maps * (degree + 1).rsqrt()[:, None, None]
+        else:
+            eye = torch.eye(self.stalk_dim, dtype=x.dtype, device=x.device)
+            gram = degree[:, None, None] * node_maps.transpose(-1, -2) @ node_maps
+            lift = node_maps @ inverse_sqrt_spd(gram + eye)
+
+        def apply(y: Tensor) -> Tensor:
+            z = lift @ y
+            neighbours = self._neighbour_sum(edge_index, z, weight=weight)
+            return lift.transpose(-1, -2) @ (degree[:, None, None] * z - neighbours)
+
+        return apply
+
+    def message(self, value_j: Tensor, weight: Tensor) -> Tensor:
+        return weight[:, None] * value_j
+
+
+class NSDConv(SheafDiffusionConv):
+    """Neural Sheaf Diffusion (Bodnar et al., NeurIPS 2022) with per-edge maps F = tanh(W[x_i‖x_j]):
+    ``maps="diag"`` (Diag-NSD), ``"orthogonal"`` (Bundle-NSD, O(d) maps per edge, not flat) or
+    ``"general"`` (General-NSD). Same contract as :class:`FlatNSDConv`."""
+
+    def __init__(
+        self,
+        channels: int,
+        stalk_dim: int = 2,
+        *,
+        maps: str = "diag",
+        update: str = "discrete",
+        taylor_terms: int = 8,
+    ) -> None:
+        super().__init__(channels, stalk_dim, update=update, taylor_terms=taylor_terms)
+        check_kind(maps, EDGE_MAP_KINDS, "maps")
+        self.maps = maps
+        self.map_learner = EdgeMapLearner(stalk_dim * channels, stalk_dim, maps)
+        self.reset_parameters()
+
+    def sheaf(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        """Per-edge maps [E, d, d] (or [E, d] for ``"diag"``) this layer builds from ``x``."""
+        return self.map_learner(x, edge_index)
+
+    def operator(self, x: Tensor, edge_index: Tensor, reverse: Tensor) -> Operator:
+        target_maps = as_matrices(self.sheaf(x, edge_index))
+        transport = target_maps.transpose(-1, -2) @ target_maps[reverse]  # F_{i⊴e}ᵀ F_{j⊴e}
+        d = self.stalk_dim
+        eye = torch.eye(d, dtype=x.dtype, device=x.device)
+        if self.maps == "orthogonal":  # FᵀF = I on every edge: D = deg·I exactly
+            degree = x.new_zeros(x.size(0)).index_add_(
+                0, edge_index[1], x.new_ones(edge_index.size(1))
+            )
+            diagonal = degree[:, None, None] * eye
+        else:
+            gram = target_maps.transpose(-1, -2) @ target_maps
+            diagonal = x.new_zeros(x.size(0), d, d).index_add_(0, edge_index[1], gram)
+        scale = inverse_sqrt_spd(diagonal + eye)
+
+        def apply(y: Tensor) -> Tensor:
+            z = scale @ y
+            neighbours = self._neighbour_sum(edge_index, z, transport=transport)
+            return scale @ (diagonal @ z - neighbours)
+
+        return apply
+
+    def message(self, value_j: Tensor, transport: Tensor) -> Tensor:
+        stalks = value_j.view(value_j.size(0), self.stalk_dim, self.channels)
+        return (transport @ stalks).reshape(value_j.size(0), -1)
+
+
+SHEAVES = ("flat", "flat_general", "diag", "bundle", "general")
+MESSAGE_PASSING = ("gcn", "gin", "gat")
+
+
+def make_sheaf_conv(sheaf: str, channels: int, stalk_dim: int, **kwargs) -> SheafDiffusionConv:
+    """A sheaf layer by name: ``flat`` (FlatNSD, orthogonal), ``flat_general``, ``diag``,
+    ``bundle`` (per-edge orthogonal) or ``general``."""
+    check_kind(sheaf, SHEAVES, "sheaf")
+    if sheaf.startswith("flat"):
+        maps = "general" if sheaf == "flat_general" else "orthogonal"
+        return FlatNSDConv(channels, stalk_dim, maps=maps, **kwargs)
+    maps = {"diag": "diag", "bundle": "orthogonal", "general": "general"}[sheaf]
+    return NSDConv(channels, stalk_dim, maps=maps, **kwargs)
+
+
+class _NodeOrGraphModel(nn.Module):
+    """lin_in → ELU → layers → lin_out, read per node or pooled per graph (``pool``)."""
+
+    def __init__(self, pool: str | None, dropout: float) -> None:
+        super().__init__()
+        if pool is not None:
+            check_kind(pool, tuple(POOLS), "pool")
+        if not 0 <= dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        self.pool, self.dropout = pool, dropout
+
+    def readout(self, h: Tensor, batch: Tensor | None) -> Tensor:
+        if self.pool is not None:
+            if batch is None:
+                batch = h.new_zeros(h.size(0), dtype=torch.long)
+            h = POOLS[self.pool](h, batch)
+        return self.lin_out(h)
+
+
+class SheafDiffusionNet(_NodeOrGraphModel):
+    """A stack of sheaf diffusion layers for node tasks (``pool=None``) or graph tasks
+    (``pool="mean" | "add" | "max"``).
+
+        >>> model = SheafDiffusionNet(dataset.num_features, dataset.num_classes, sheaf="flat",
+        ...                           stalk_dim=2, channels=16, num_layers=4)
+        >>> logits = model(data.x, data.edge_index)
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        *,
+        sheaf: str = "flat",
+        stalk_dim: int = 2,
+        channels: int = 16,
+        num_layers: int = 2,
+        dropout: float = 0.0,
+        pool: str | None = None,
+        **conv_kwargs,
+    ) -> None:
+        super().__init__(pool, dropout)
+        for value, name in ((in_channels, "in_channels"), (out_channels, "out_channels")):
+            _check_positive(value, name)
+        _check_positive(num_layers, "num_layers")
+        self.sheaf = sheaf
+        width = stalk_dim * channels
+        self.lin_in = nn.Linear(in_channels, width)
+        self.convs = nn.ModuleList(
+            make_sheaf_conv(sheaf, channels, stalk_dim, **conv_kwargs) for _ in range(num_layers)
+        )
+        self.lin_out = nn.Linear(width, out_channels)
+
+    def layer_inputs(self, x: Tensor, edge_index: Tensor) -> list[Tensor]:
+        """The input of every layer (what each layer's map learner reads)."""
+        h = F.elu(self.lin_in(x))
+        inputs = []
+        for conv in self.convs:
+            inputs.append(h)
+            h = conv(F.dropout(h, self.dropout, self.training), edge_index)
+        return inputs
+
+    def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None) -> Tensor:
+        h = F.elu(self.lin_in(x))
+        for conv in self.convs:
+            h = conv(F.dropout(h, self.dropout, self.training), edge_index)
+        return self.readout(h, batch)
+
+
+class MessagePassingNet(_NodeOrGraphModel):
+    """The message-passing baselines in the same contract: lin_in, residual GCN / GIN / GAT layers
+    (h ← h + ReLU(conv(h))), lin_out."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        *,
+        conv: str = "gcn",
+        hidden: int = 32,
+        num_layers: int = 2,
+        dropout: float = 0.0,
+        pool: str | None = None,
+    ) -> None:
+        super().__init__(pool, dropout)
+        check_kind(conv, MESSAGE_PASSING, "conv")
+        for value, name in ((in_channels, "in_channels"), (out_channels, "out_channels")):
+            _check_positive(value, name)
+        _check_positive(hidden, "hidden")
+        _check_positive(num_layers, "num_layers")
+        self.lin_in = nn.Linear(in_channels, hidden)
+        self.convs = nn.ModuleList(_mp_conv(conv, hidden) for _ in range(num_layers))
+        self.lin_out = nn.Linear(hidden, out_channels)
+
+    def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None) -> Tensor:
+        h = self.lin_in(x)
+        for conv in self.convs:
+            h = h + F.relu(conv(F.dropout(h, self.dropout, self.training), edge_index))
+        return self.readout(h, batch)
+
+
+def _mp_conv(conv: str, hidden: int) -> MessagePassing:
+    if conv == "gcn":
+        return GCNConv(hidden, hidden)
+    if conv == "gat":
+        return GATConv(hidden, hidden, heads=1)
+    mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden))
+    return GINConv(mlp)
+
+
+def parameter_count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def width_for_budget(build: Callable[[int], nn.Module], budget: int, widths: range) -> int:
+    """The width in ``widths`` whose model's parameter count is closest to ``budget`` (counts grow
+    with width, so a bisection finds it with a few builds)."""
+    low, high = 0, len(widths) - 1
+    while low < high:  # the first width whose count reaches the budget
+        middle = (low + high) // 2
+        if parameter_count(build(widths[middle])) < budget:
+            low = middle + 1
+        else:
+            high = middle
+    candidates = [widths[i] for i in (low - 1, low) if 0 <= i < len(widths)]
+    return min(candidates, key=lambda width: abs(parameter_count(build(width)) - budget))

@@ -1,0 +1,354 @@
+"""Cellular sheaves on graphs: the sheaf Laplacian, sheaf effective resistance and the Jacobian
+sensitivity of sheaf diffusion.
+
+Conventions (PyG): ``edge_index`` [2, E] lists every undirected edge in both directions, without
+self-loops; directed edge k = (j → i) has source ``j = edge_index[0, k]`` and target
+``i = edge_index[1, k]``. A sheaf gives each directed edge k the restriction map of its *target*
+onto the edge, ``edge_maps[k] = F_{i⊴e}`` (d×d, or its diagonal as d numbers); the source's map
+is the one stored on the reverse edge. A flat bundle gives one map per node, ``node_maps[v] = A_v``,
+used on every edge at v (F_{v⊴e} = A_v), so transport A_u⁻¹A_v is path-independent.
+
+With the coboundary (δx)_e = F_{i⊴e} x_i − F_{j⊴e} x_j and edge weights w_e, the Laplacian is
+L_F = δᵀWδ (NSD, Hansen & Ghrist 2019): blocks L[i,i] = Σ_e w_e F_{i⊴e}ᵀF_{i⊴e} and
+L[i,j] = −w_e F_{i⊴e}ᵀF_{j⊴e}.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+DENSE_LIMIT = 6000
+"""largest n·d for which resistances are computed with a dense pseudo-inverse"""
+
+
+def check_edge_index(edge_index: Tensor, num_nodes: int, *, name: str = "edge_index") -> Tensor:
+    """Validate an undirected ``edge_index`` and return the reverse-edge permutation ``rev``
+    (``edge_index[:, rev[k]]`` is edge k reversed)."""
+    if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2:
+        shape = tuple(edge_index.shape) if isinstance(edge_index, Tensor) else type(edge_index)
+        raise ValueError(f"{name} must be a [2, num_edges] integer tensor, got {shape}")
+    if edge_index.dtype.is_floating_point or edge_index.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer node indices, got dtype {edge_index.dtype}")
+    if num_nodes < 1:
+        raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
+    if edge_index.numel() == 0:
+        return torch.zeros(0, dtype=torch.long, device=edge_index.device)
+    low, high = int(edge_index.min()), int(edge_index.max())
+    if low < 0 or high >= num_nodes:
+        bad = low if low < 0 else high
+        raise ValueError(
+            f"{name} has node index {bad} outside [0, num_nodes={num_nodes}); "
+            "pass num_nodes or fix the indices"
+        )
+    source, target = edge_index.long()
+    if bool((source == target).any()):
+        raise ValueError(
+            f"{name} has self-loops, which carry no sheaf information; "
+            "remove them (torch_geometric.utils.remove_self_loops)"
+        )
+    key = target * num_nodes + source
+    order = torch.argsort(key)
+    sorted_key = key[order]
+    if bool((sorted_key[1:] == sorted_key[:-1]).any()):
+        raise ValueError(
+            f"{name} has duplicate edges; coalesce it (torch_geometric.utils.coalesce)"
+        )
+    reverse_key = source * num_nodes + target
+    position = torch.searchsorted(sorted_key, reverse_key).clamp_max(key.numel() - 1)
+    if not bool((sorted_key[position] == reverse_key).all()):
+        raise ValueError(
+            f"{name} must list every edge in both directions (sheaf diffusion is undirected); "
+            "use torch_geometric.utils.to_undirected"
+        )
+    return order[position]
+
+
+def as_matrices(edge_maps: Tensor) -> Tensor:
+    """Per-edge restriction maps as [E, d, d] matrices; an [E, d] input holds diagonal maps."""
+    if edge_maps.dim() == 3 and edge_maps.size(1) == edge_maps.size(2):
+        return edge_maps
+    if edge_maps.dim() == 2:
+        return torch.diag_embed(edge_maps)
+    raise ValueError(
+        f"edge_maps must be [E, d, d] or [E, d] (diagonal), got {tuple(edge_maps.shape)}"
+    )
+
+
+def _edge_weight(
+    edge_weight: Tensor | None, edge_index: Tensor, rev: Tensor, like: Tensor
+) -> Tensor:
+    num_edges = edge_index.size(1)
+    if edge_weight is None:
+        return like.new_ones(num_edges)
+    if edge_weight.shape != (num_edges,):
+        raise ValueError(
+            f"edge_weight must have shape ({num_edges},), got {tuple(edge_weight.shape)}"
+        )
+    if bool((edge_weight < 0).any()) or not torch.allclose(edge_weight, edge_weight[rev]):
+        raise ValueError("edge_weight must be non-negative and equal on both directions of an edge")
+    return edge_weight.to(like.dtype)
+
+
+def _restriction_maps(
+    edge_index: Tensor,
+    edge_maps: Tensor | None,
+    node_maps: Tensor | None,
+    num_nodes: int | None,
+) -> tuple[Tensor, Tensor, Tensor, int]:
+    """(target maps [E,d,d], source maps [E,d,d], rev, num_nodes) from either kind of sheaf."""
+    if (edge_maps is None) == (node_maps is None):
+        raise ValueError(
+            "pass exactly one of edge_maps (per-edge sheaf) or node_maps (flat bundle)"
+        )
+    if node_maps is not None:
+        if node_maps.dim() != 3 or node_maps.size(1) != node_maps.size(2):
+            raise ValueError(f"node_maps must be [num_nodes, d, d], got {tuple(node_maps.shape)}")
+        num_nodes = node_maps.size(0) if num_nodes is None else num_nodes
+        if node_maps.size(0) != num_nodes:
+            raise ValueError(
+                f"node_maps has {node_maps.size(0)} maps but the graph has {num_nodes} nodes"
+            )
+        rev = check_edge_index(edge_index, num_nodes)
+        return node_maps[edge_index[1]], node_maps[edge_index[0]], rev, num_nodes
+    assert edge_maps is not None
+    if num_nodes is None:
+        num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 1
+    rev = check_edge_index(edge_index, num_nodes)
+    if edge_maps.size(0) != edge_index.size(1):
+        raise ValueError(
+            f"edge_maps has {edge_maps.size(0)} maps but edge_index has {edge_index.size(1)} edges"
+        )
+    target_maps = as_matrices(edge_maps)
+    return target_maps, target_maps[rev], rev, num_nodes
+
+
+def laplacian_blocks(
+    edge_index: Tensor,
+    *,
+    edge_maps: Tensor | None = None,
+    node_maps: Tensor | None = None,
+    num_nodes: int | None = None,
+    edge_weight: Tensor | None = None,
+    normalization: str | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Diagonal blocks [N,d,d] and off-diagonal blocks [E,d,d] (at (target, source)) of L_F.
+
+    ``normalization="augmented"`` returns NSD's (D+I)^{-1/2} L_F (D+I)^{-1/2}, D the diagonal blocks.
+    """
+    if normalization not in (None, "augmented"):
+        raise ValueError(f"normalization must be None or 'augmented', got {normalization!r}")
+    target_maps, source_maps, rev, num_nodes = _restriction_maps(
+        edge_index, edge_maps, node_maps, num_nodes
+    )
+    d = target_maps.size(-1)
+    weight = _edge_weight(edge_weight, edge_index, rev, target_maps)
+    gram = weight[:, None, None] * target_maps.transpose(-1, -2) @ target_maps
+    diagonal = target_maps.new_zeros(num_nodes, d, d).index_add_(0, edge_index[1], gram)
+    off = -weight[:, None, None] * target_maps.transpose(-1, -2) @ source_maps
+    if normalization == "augmented":
+        scale = inverse_sqrt_spd(
+            diagonal + torch.eye(d, dtype=diagonal.dtype, device=diagonal.device)
+        )
+        off = scale[edge_index[1]] @ off @ scale[edge_index[0]]
+        diagonal = scale @ diagonal @ scale
+    return diagonal, off
+
+
+def sheaf_laplacian(
+    edge_index: Tensor,
+    *,
+    edge_maps: Tensor | None = None,
+    node_maps: Tensor | None = None,
+    num_nodes: int | None = None,
+    edge_weight: Tensor | None = None,
+    normalization: str | None = None,
+) -> Tensor:
+    """The sheaf Laplacian L_F (or NSD's augmented normalisation) as a sparse [N·d, N·d] tensor.
+
+    >>> L = sheaf_laplacian(edge_index, node_maps=O)        # flat bundle, O: [N, d, d]
+    >>> L = sheaf_laplacian(edge_index, edge_maps=F)        # per-edge maps [E, d, d] or [E, d]
+    """
+    diagonal, off = laplacian_blocks(
+        edge_index,
+        edge_maps=edge_maps,
+        node_maps=node_maps,
+        num_nodes=num_nodes,
+        edge_weight=edge_weight,
+        normalization=normalization,
+    )
+    num_nodes, d = diagonal.size(0), diagonal.size(-1)
+    nodes = torch.arange(num_nodes, device=edge_index.device)
+    block_rows = torch.cat([nodes, edge_index[1]])
+    block_cols = torch.cat([nodes, edge_index[0]])
+    blocks = torch.cat([diagonal, off])
+    inner = torch.arange(d, device=edge_index.device)
+    rows = (block_rows[:, None, None] * d + inner[None, :, None]).expand(-1, d, d)
+    cols = (block_cols[:, None, None] * d + inner[None, None, :]).expand(-1, d, d)
+    indices = torch.stack([rows.reshape(-1), cols.reshape(-1)])
+    size = (num_nodes * d, num_nodes * d)
+    return torch.sparse_coo_tensor(
+        indices, blocks.reshape(-1), size, check_invariants=False
+    ).coalesce()
+
+
+def inverse_sqrt_spd(matrices: Tensor) -> Tensor:
+    """M^{-1/2} for a batch of symmetric positive definite matrices (eigh; diagonal fast path)."""
+    off_diagonal = matrices - torch.diag_embed(torch.diagonal(matrices, dim1=-2, dim2=-1))
+    if not bool(off_diagonal.abs().gt(0).any()):
+        # eigh's backward divides by eigenvalue gaps, which vanish for the d·I blocks of
+        # orthogonal maps: take the diagonal path whenever the blocks are diagonal.
+        return torch.diag_embed(torch.diagonal(matrices, dim1=-2, dim2=-1).rsqrt())
+    values, vectors = torch.linalg.eigh(matrices)
+    return vectors @ torch.diag_embed(values.clamp_min(1e-12).rsqrt()) @ vectors.transpose(-1, -2)
+
+
+def connected_components(edge_index: Tensor, num_nodes: int) -> Tensor:
+    """Component label of every node."""
+    import numpy as np
+    from scipy.sparse import coo_array
+    from scipy.sparse.csgraph import connected_components as components
+
+    source, target = edge_index.cpu().numpy()
+    adjacency = coo_array((np.ones(len(source)), (source, target)), shape=(num_nodes, num_nodes))
+    return torch.as_tensor(components(adjacency, directed=False)[1], device=edge_index.device)
+
+
+def pseudo_inverse(laplacian: Tensor, tol: float = 1e-9) -> Tensor:
+    """Moore–Penrose inverse of a symmetric PSD matrix in float64 (eigenvalues below ``tol``·λ_max
+    are the kernel)."""
+    dense = laplacian.to_dense() if laplacian.is_sparse else laplacian
+    if dense.size(0) > DENSE_LIMIT:
+        raise ValueError(
+            f"sheaf resistance uses a dense pseudo-inverse and supports n·d <= {DENSE_LIMIT}, "
+            f"got {dense.size(0)}; pass a subgraph"
+        )
+    dense = dense.double()
+    values, vectors = torch.linalg.eigh((dense + dense.T) / 2)
+    keep = values > tol * values.abs().max().clamp_min(1.0)
+    inverse_values = torch.where(keep, 1.0 / values, torch.zeros_like(values))
+    return (vectors * inverse_values) @ vectors.T
+
+
+def sheaf_effective_resistance(
+    edge_index: Tensor,
+    *,
+    edge_maps: Tensor | None = None,
+    node_maps: Tensor | None = None,
+    num_nodes: int | None = None,
+    edge_weight: Tensor | None = None,
+    pairs: Tensor | None = None,
+) -> Tensor:
+    """Sheaf effective resistance R^F as [P, d, d] matrices (float64).
+
+    For every edge of ``edge_index`` (default) this is the Hansen–Ghrist edge form
+    R_e = δ_e L_F⁺ δ_eᵀ. For a flat bundle, ``pairs`` [2, P] may name any node pairs:
+    R^F_{uv} = B_uvᵀ L_F⁺ B_uv with B_uv = e_u ⊗ A_uᵀ − e_v ⊗ A_vᵀ. For a flat bundle this equals
+    R_uv·I_d, the graph's resistance, whatever the (invertible) maps: only edge weights move it.
+    Without maps (``node_maps=None, edge_maps=None``) it is the graph's resistance, d = 1.
+    Pairs in different connected components have infinite resistance.
+    """
+    if edge_maps is None and node_maps is None:
+        if num_nodes is None:
+            num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 1
+        node_maps = torch.ones(num_nodes, 1, 1, dtype=torch.float64, device=edge_index.device)
+    target_maps, source_maps, _, num_nodes = _restriction_maps(
+        edge_index, edge_maps, node_maps, num_nodes
+    )
+    laplacian = sheaf_laplacian(
+        edge_index,
+        edge_maps=edge_maps,
+        node_maps=node_maps,
+        num_nodes=num_nodes,
+        edge_weight=edge_weight,
+    )
+    d = target_maps.size(-1)
+    inverse = pseudo_inverse(laplacian).view(num_nodes, d, num_nodes, d).permute(0, 2, 1, 3)
+    if pairs is None:
+        u, v, map_u, map_v = edge_index[1], edge_index[0], target_maps, source_maps
+    else:
+        if node_maps is None:
+            raise ValueError(
+                "pairs other than edges need a flat bundle (node_maps): a general sheaf has no "
+                "path-independent transport between non-adjacent stalks"
+            )
+        if pairs.dim() != 2 or pairs.size(0) != 2:
+            raise ValueError(f"pairs must be a [2, P] tensor, got {tuple(pairs.shape)}")
+        if pairs.numel() and (int(pairs.min()) < 0 or int(pairs.max()) >= num_nodes):
+            raise ValueError(f"pairs has node indices outside [0, num_nodes={num_nodes})")
+        u, v = pairs
+        map_u, map_v = node_maps[u], node_maps[v]
+    map_u, map_v = map_u.double(), map_v.double()
+    transpose = lambda m: m.transpose(-1, -2)  # noqa: E731
+    resistance = (
+        map_u @ inverse[u, u] @ transpose(map_u)
+        - map_u @ inverse[u, v] @ transpose(map_v)
+        - map_v @ inverse[v, u] @ transpose(map_u)
+        + map_v @ inverse[v, v] @ transpose(map_v)
+    )
+    if pairs is not None:
+        labels = connected_components(edge_index, num_nodes)
+        apart = labels[u] != labels[v]
+        resistance[apart] = torch.inf
+    return resistance
+
+
+def total_sheaf_resistance(
+    edge_index: Tensor,
+    *,
+    node_maps: Tensor | None = None,
+    num_nodes: int | None = None,
+    edge_weight: Tensor | None = None,
+) -> Tensor:
+    """Σ_{u<v} tr R^F_uv over all node pairs of a flat bundle (Black et al. 2023's total
+    resistance, times d for the stalks); without maps, the graph's total resistance. On a
+    disconnected graph the sum runs over pairs within a component (the others are infinite).
+
+    Over edges only the sum would be uninformative: Σ_e tr R_e = rank L_F (Foster's theorem).
+    """
+    if node_maps is None:
+        if num_nodes is None:
+            num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 1
+        node_maps = torch.ones(num_nodes, 1, 1, dtype=torch.float64, device=edge_index.device)
+    num_nodes = node_maps.size(0)
+    d = node_maps.size(-1)
+    laplacian = sheaf_laplacian(
+        edge_index, node_maps=node_maps, num_nodes=num_nodes, edge_weight=edge_weight
+    )
+    maps = torch.block_diag(*node_maps.double())
+    # Within one component C, Σ_{u<v} B_uv B_uvᵀ = Âᵀ((|C|·I − 11ᵀ) ⊗ I_d)Â, so its total is
+    # tr(((|C|·I − 11ᵀ) ⊗ I) Â L⁺ Âᵀ); sum over components.
+    transported = (maps @ pseudo_inverse(laplacian) @ maps.T).view(num_nodes, d, num_nodes, d)
+    labels = connected_components(edge_index, num_nodes)
+    sizes = torch.bincount(labels)[labels].double()
+    same = (labels[:, None] == labels[None, :]).double()
+    trace = torch.einsum("u,upup->", sizes, transported)
+    ones_term = torch.einsum("uv,upvp->", same, transported)
+    return trace - ones_term
+
+
+def diffusion_sensitivity(
+    laplacian: Tensor, num_nodes: int, steps: int, alpha: float | None = None
+) -> Tensor:
+    """S[v, u] = ‖Σ_{ℓ<steps} [(I − αL_F)^ℓ]_{vu}‖_F: how much the input at u reaches v through
+    ``steps`` linear diffusion steps (α defaults to 1/(2·max block degree))."""
+    dense = (laplacian.to_dense() if laplacian.is_sparse else laplacian).double()
+    d = dense.size(0) // num_nodes
+    if alpha is None:
+        blocks = dense.view(num_nodes, d, num_nodes, d).diagonal(dim1=0, dim2=2).permute(2, 0, 1)
+        alpha = 1.0 / (2.0 * float(torch.linalg.eigvalsh(blocks).max()))
+    step = torch.eye(dense.size(0), dtype=dense.dtype) - alpha * dense
+    power = torch.eye(dense.size(0), dtype=dense.dtype)
+    total = torch.zeros_like(dense)
+    for _ in range(steps):
+        total += power
+        power = step @ power
+    return total.view(num_nodes, d, num_nodes, d).norm(dim=(1, 3))
+
+
+def jacobian_sensitivity(function: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
+    """S[v, u] = ‖∂ function(x)_v / ∂x_u‖_F for a node-wise map [N, F_in] → [N, F_out]."""
+    jacobian = torch.autograd.functional.jacobian(function, x)  # [N, F_out, N, F_in]
+    return jacobian.norm(dim=(1, 3))

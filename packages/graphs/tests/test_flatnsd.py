@@ -1,0 +1,486 @@
+"""FlatNSD: sheaf Laplacians, resistance, layers, tasks, experiment and CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import networkx as nx
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch_geometric.data import Data
+from torch_geometric.utils import from_networkx
+
+from mixlab.graphs.cli import main as graphs_main
+from mixlab.graphs.flatnsd import (
+    AddSheafResistance,
+    FlatNSDConv,
+    MessagePassingNet,
+    NSDConv,
+    SheafDiffusionNet,
+    check_edge_index,
+    diffusion_sensitivity,
+    jacobian_sensitivity,
+    learned_total_resistance,
+    ring_transfer,
+    sheaf_effective_resistance,
+    sheaf_laplacian,
+    total_sheaf_resistance,
+    train_readout,
+    tree_neighbors_match,
+)
+from mixlab.graphs.flatnsd.experiment import Config
+from mixlab.graphs.flatnsd.experiment import run as run_experiment
+from mixlab.graphs.flatnsd.layers import SHEAVES, make_sheaf_conv
+from mixlab.graphs.flatnsd.theory import check_graph, random_invertible, random_orthogonal
+
+D = 3
+
+
+def graph(g: nx.Graph) -> tuple[torch.Tensor, int]:
+    g = nx.convert_node_labels_to_integers(g)
+    return from_networkx(g).edge_index, g.number_of_nodes()
+
+
+def generator(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def networkx_resistance(g: nx.Graph, u: int, v: int) -> float:
+    return 0.0 if u == v else nx.resistance_distance(g, u, v)
+
+
+# --- the sheaf Laplacian -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["flat", "flat_general", "diag", "bundle", "general"])
+def test_laplacian_is_symmetric_psd(kind):
+    edge_index, n = graph(nx.barbell_graph(4, 2))
+    g = generator()
+    if kind.startswith("flat"):
+        maps = random_orthogonal(n, D, g) if kind == "flat" else random_invertible(n, D, g)
+        laplacian = sheaf_laplacian(edge_index, node_maps=maps)
+    else:
+        edge_maps = {
+            "diag": torch.randn(edge_index.size(1), D, generator=g, dtype=torch.float64),
+            "bundle": random_orthogonal(edge_index.size(1), D, g),
+            "general": torch.randn(edge_index.size(1), D, D, generator=g, dtype=torch.float64),
+        }[kind]
+        laplacian = sheaf_laplacian(edge_index, edge_maps=edge_maps)
+    dense = laplacian.to_dense()
+    assert dense.shape == (n * D, n * D)
+    torch.testing.assert_close(dense, dense.T)
+    assert torch.linalg.eigvalsh(dense).min() > -1e-9
+
+
+def test_flat_bundle_kernel_is_the_transported_constants():
+    """A connected flat O(d)-bundle has exactly d global sections: x_v = O_vᵀ c."""
+    edge_index, n = graph(nx.cycle_graph(7))
+    maps = random_orthogonal(n, D, generator())
+    dense = sheaf_laplacian(edge_index, node_maps=maps).to_dense()
+    values = torch.linalg.eigvalsh(dense)
+    assert int((values < 1e-9).sum()) == D
+    sections = maps.transpose(-1, -2).reshape(n * D, D)  # column i: O_vᵀ e_i stacked over v
+    assert float((dense @ sections).abs().max()) < 1e-10
+
+
+def test_non_flat_bundle_on_a_cycle_loses_its_sections():
+    """Per-edge rotations around a cycle have holonomy: no global section survives."""
+    edge_index, _ = graph(nx.cycle_graph(7))
+    edge_maps = random_orthogonal(edge_index.size(1), D, generator(1))
+    values = torch.linalg.eigvalsh(sheaf_laplacian(edge_index, edge_maps=edge_maps).to_dense())
+    assert int((values < 1e-9).sum()) < D
+
+
+def test_identity_maps_give_the_kronecker_graph_laplacian():
+    g = nx.petersen_graph()
+    edge_index, n = graph(g)
+    eye = torch.eye(D, dtype=torch.float64).expand(n, D, D)
+    expected = torch.kron(
+        torch.as_tensor(nx.laplacian_matrix(g, nodelist=range(n)).toarray(), dtype=torch.float64),
+        torch.eye(D, dtype=torch.float64),
+    )
+    torch.testing.assert_close(sheaf_laplacian(edge_index, node_maps=eye).to_dense(), expected)
+    edge_eye = torch.ones(edge_index.size(1), D, dtype=torch.float64)  # diagonal identity maps
+    torch.testing.assert_close(sheaf_laplacian(edge_index, edge_maps=edge_eye).to_dense(), expected)
+
+
+def test_augmented_normalisation_matches_its_definition():
+    edge_index, n = graph(nx.barbell_graph(4, 1))
+    edge_maps = torch.randn(edge_index.size(1), D, D, generator=generator(), dtype=torch.float64)
+    laplacian = sheaf_laplacian(edge_index, edge_maps=edge_maps).to_dense()
+    blocks = laplacian.view(n, D, n, D).permute(0, 2, 1, 3)
+    diagonal = torch.block_diag(
+        *[blocks[i, i] + torch.eye(D, dtype=torch.float64) for i in range(n)]
+    )
+    values, vectors = torch.linalg.eigh(diagonal)
+    scale = vectors @ torch.diag(values.rsqrt()) @ vectors.T
+    normalised = sheaf_laplacian(edge_index, edge_maps=edge_maps, normalization="augmented")
+    torch.testing.assert_close(normalised.to_dense(), scale @ laplacian @ scale)
+
+
+# --- effective resistance ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "g",
+    [nx.cycle_graph(9), nx.barbell_graph(4, 2), nx.balanced_tree(2, 3), nx.grid_2d_graph(3, 4)],
+    ids=["ring", "barbell", "tree", "grid"],
+)
+def test_graph_resistance_matches_networkx(g):
+    g = nx.convert_node_labels_to_integers(g)
+    edge_index, n = graph(g)
+    resistance = sheaf_effective_resistance(edge_index, num_nodes=n)[:, 0, 0]
+    expected = [networkx_resistance(g, int(u), int(v)) for v, u in edge_index.T.tolist()]
+    torch.testing.assert_close(resistance, torch.tensor(expected, dtype=torch.float64))
+    total = sum(networkx_resistance(g, u, v) for u in g for v in g if u < v)
+    assert math.isclose(float(total_sheaf_resistance(edge_index, num_nodes=n)), total, rel_tol=1e-9)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000), d=st.integers(1, 4))
+def test_flat_bundles_leave_resistance_unchanged(seed, d):
+    """R^F_uv = R_uv·I for orthogonal and general invertible flat bundles, for all node pairs."""
+    g = nx.barbell_graph(4, 2)
+    edge_index, n = graph(g)
+    pairs = torch.cartesian_prod(torch.arange(n), torch.arange(n)).T
+    expected = torch.tensor(
+        [networkx_resistance(g, int(u), int(v)) for u, v in pairs.T.tolist()], dtype=torch.float64
+    )[:, None, None] * torch.eye(d, dtype=torch.float64)
+    for maps in (
+        random_orthogonal(n, d, generator(seed)),
+        random_invertible(n, d, generator(seed)),
+    ):
+        resistance = sheaf_effective_resistance(edge_index, node_maps=maps, pairs=pairs)
+        torch.testing.assert_close(resistance, expected, atol=1e-7, rtol=1e-7)
+        total = total_sheaf_resistance(edge_index, node_maps=maps)
+        assert math.isclose(float(total), d * float(expected[:, 0, 0].sum()) / 2, rel_tol=1e-7)
+
+
+def test_edge_weights_and_non_flat_maps_move_resistance():
+    edge_index, n = graph(nx.cycle_graph(6))
+    base = sheaf_effective_resistance(edge_index, num_nodes=n)[:, 0, 0]
+    doubled = sheaf_effective_resistance(
+        edge_index,
+        num_nodes=n,
+        edge_weight=torch.full((edge_index.size(1),), 2.0, dtype=torch.float64),
+    )[:, 0, 0]
+    torch.testing.assert_close(doubled, base / 2)  # Rayleigh: R scales as 1/w
+    edge_maps = random_orthogonal(edge_index.size(1), D, generator(3))
+    moved = sheaf_effective_resistance(edge_index, edge_maps=edge_maps)
+    assert float((moved - base[:, None, None] * torch.eye(D)).abs().max()) > 1e-3
+    # Foster's theorem for sheaves: Σ_e tr R_e = rank L_F (each edge is listed twice).
+    rank = torch.linalg.matrix_rank(sheaf_laplacian(edge_index, edge_maps=edge_maps).to_dense())
+    assert math.isclose(float(torch.einsum("epp->", moved)) / 2, int(rank), rel_tol=1e-8)
+
+
+def test_disconnected_graphs_sum_within_components():
+    g = nx.disjoint_union(nx.cycle_graph(4), nx.path_graph(3))
+    edge_index, n = graph(g)
+    pairs = torch.tensor([[0, 0, 4], [2, 5, 6]])
+    resistance = sheaf_effective_resistance(edge_index, num_nodes=n, pairs=pairs)[:, 0, 0]
+    assert resistance[1] == math.inf
+    torch.testing.assert_close(resistance[[0, 2]], torch.tensor([1.0, 2.0], dtype=torch.float64))
+    parts = [g.subgraph(c) for c in nx.connected_components(g)]
+    within = sum(networkx_resistance(p, u, v) for p in parts for u in p for v in p if u < v)
+    assert math.isclose(float(total_sheaf_resistance(edge_index, num_nodes=n)), within)
+
+
+def test_pairs_need_a_flat_bundle():
+    edge_index, _ = graph(nx.cycle_graph(5))
+    edge_maps = torch.ones(edge_index.size(1), 2)
+    with pytest.raises(ValueError, match="flat bundle"):
+        sheaf_effective_resistance(edge_index, edge_maps=edge_maps, pairs=torch.tensor([[0], [2]]))
+
+
+# --- sensitivity ---------------------------------------------------------------------------
+
+
+def test_jacobian_sensitivity_of_linear_diffusion_is_diffusion_sensitivity():
+    edge_index, n = graph(nx.path_graph(5))
+    laplacian = sheaf_laplacian(edge_index, num_nodes=n, node_maps=torch.ones(n, 1, 1)).to_dense()
+    alpha, steps = 0.25, 4
+    step = torch.eye(n, dtype=torch.float64) - alpha * laplacian.double()
+    operator = sum(torch.linalg.matrix_power(step, k) for k in range(steps))
+    jacobian = jacobian_sensitivity(lambda x: operator @ x, torch.randn(n, 1, dtype=torch.float64))
+    torch.testing.assert_close(jacobian, diffusion_sensitivity(laplacian, n, steps, alpha))
+
+
+def test_resistance_and_sensitivity_are_strongly_anti_correlated_on_a_ring():
+    checks = check_graph(nx.cycle_graph(10), stalk_dim=2)
+    assert checks["spearman_linear"] < -0.9
+    assert checks["orthogonal_flat_deviation"] < 1e-9
+
+
+# --- layers --------------------------------------------------------------------------------
+
+
+def _conv(sheaf: str, update: str = "discrete") -> torch.nn.Module:
+    torch.manual_seed(0)
+    return make_sheaf_conv(sheaf, 4, 2, update=update).double()
+
+
+@pytest.mark.parametrize("update", ["discrete", "heat"])
+@pytest.mark.parametrize("sheaf", SHEAVES)
+def test_layer_operator_is_the_normalised_sheaf_laplacian(sheaf, update):
+    edge_index, n = graph(nx.barbell_graph(4, 1))
+    conv = _conv(sheaf, update)
+    x = torch.randn(n, 8, dtype=torch.float64)
+    reverse = check_edge_index(edge_index, n)
+    maps = conv.sheaf(x, edge_index)
+    if isinstance(conv, FlatNSDConv):
+        node_maps, weight = maps
+        dense = sheaf_laplacian(
+            edge_index, node_maps=node_maps, edge_weight=weight, normalization="augmented"
+        ).to_dense()
+    else:
+        dense = sheaf_laplacian(edge_index, edge_maps=maps, normalization="augmented").to_dense()
+    y = torch.randn(n, 2, 4, dtype=torch.float64)
+    applied = conv.operator(x, edge_index, reverse)(y)
+    torch.testing.assert_close(applied.reshape(n * 2, 4), dense @ y.reshape(n * 2, 4))
+
+
+def test_heat_update_is_the_matrix_exponential():
+    """With W_left = W_right = I and enough Taylor terms, the heat layer is ELU(exp(−tΔ_F) x)."""
+    edge_index, n = graph(nx.cycle_graph(6))
+    torch.manual_seed(0)
+    conv = FlatNSDConv(3, 2, update="heat", taylor_terms=30, edge_weights=False).double()
+    with torch.no_grad():
+        conv.right.copy_(torch.eye(3))
+    x = torch.randn(n, 6, dtype=torch.float64)
+    node_maps, _ = conv.sheaf(x, edge_index)
+    delta = sheaf_laplacian(edge_index, node_maps=node_maps, normalization="augmented").to_dense()
+    heat = torch.linalg.matrix_exp(-1.0 * delta)  # t = 1 at initialisation
+    expected = torch.nn.functional.elu(heat @ x.view(n * 2, 3)).reshape(n, 6)
+    torch.testing.assert_close(conv(x, edge_index), expected)
+
+
+@pytest.mark.parametrize("update", ["discrete", "heat"])
+@pytest.mark.parametrize("sheaf", SHEAVES)
+def test_layer_is_permutation_equivariant(sheaf, update):
+    edge_index, n = graph(nx.barbell_graph(4, 2))
+    conv = _conv(sheaf, update)
+    x = torch.randn(n, 8, dtype=torch.float64)
+    perm = torch.randperm(n, generator=generator(5))
+    inverse = torch.argsort(perm)
+    permuted_edges = inverse[edge_index]  # node perm[i] of the old graph is node i of the new
+    torch.testing.assert_close(conv(x[perm], permuted_edges), conv(x, edge_index)[perm])
+
+
+@pytest.mark.parametrize("sheaf", SHEAVES)
+def test_gradients_reach_the_map_learner(sheaf):
+    edge_index, n = graph(nx.cycle_graph(6))
+    conv = _conv(sheaf, "heat" if sheaf == "flat" else "discrete")
+    conv(torch.randn(n, 8, dtype=torch.float64), edge_index).square().sum().backward()
+    for name, parameter in conv.named_parameters():
+        assert parameter.grad is not None, name
+        assert torch.isfinite(parameter.grad).all(), name
+        assert parameter.grad.abs().sum() > 0, name
+    assert any(name.startswith("map_learner") for name, _ in conv.named_parameters())
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda c, x: c(x, torch.tensor([[0, 9], [9, 0]])), "outside"),
+        (lambda c, x: c(x, torch.tensor([[0, 1], [1, 2]])), "both directions"),
+        (lambda c, x: c(x, torch.tensor([[0, 1, 1], [1, 0, 1]])), "self-loops"),
+        (lambda c, x: c(x, torch.tensor([[0, 1, 0], [1, 0, 1]])), "duplicate"),
+        (lambda c, x: c(x, torch.tensor([[0.0, 1.0], [1.0, 0.0]])), "integer"),
+        (lambda c, x: c(x[:, :3], torch.tensor([[0, 1], [1, 0]])), "stalk_dim"),
+    ],
+)
+def test_bad_input_is_named(call, match):
+    conv = FlatNSDConv(4, 2)
+    with pytest.raises(ValueError, match=match):
+        call(conv, torch.randn(5, 8))
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (lambda: FlatNSDConv(4, 0), "stalk_dim"),
+        (lambda: FlatNSDConv(0, 2), "channels"),
+        (lambda: FlatNSDConv(4, 2, maps="diag"), "maps"),
+        (lambda: NSDConv(4, 2, maps="flat"), "maps"),
+        (lambda: FlatNSDConv(4, 2, update="euler"), "update"),
+        (lambda: SheafDiffusionNet(3, 2, sheaf="cellular"), "sheaf"),
+        (lambda: SheafDiffusionNet(3, 2, pool="sum"), "pool"),
+        (lambda: MessagePassingNet(3, 2, conv="sage"), "conv"),
+    ],
+)
+def test_bad_configuration_is_named(build, match):
+    with pytest.raises(ValueError, match=match):
+        build()
+
+
+def test_models_run_node_and_graph_tasks():
+    graphs = ring_transfer(3, 6)
+    batch = next(iter(__import__("torch_geometric.loader").loader.DataLoader(graphs, batch_size=3)))
+    for model in (
+        SheafDiffusionNet(5, 4, sheaf="flat", num_layers=2),
+        SheafDiffusionNet(5, 4, sheaf="bundle", num_layers=2, pool="mean"),
+        MessagePassingNet(5, 4, conv="gat", num_layers=2, pool="add"),
+    ):
+        out = model(batch.x, batch.edge_index, batch.batch)
+        assert out.shape == ((3, 4) if model.pool else (18, 4))
+
+
+def test_layer_handles_a_large_sparse_graph():
+    """10^4 nodes, 4·10^4 directed edges: no N×N or N·d×N·d tensor is formed."""
+    g = torch.Generator().manual_seed(0)
+    n = 10_000
+    source = torch.randint(0, n, (20_000,), generator=g)
+    target = (source + torch.randint(1, n, (20_000,), generator=g)) % n
+    from torch_geometric.utils import coalesce, to_undirected
+
+    edge_index = coalesce(to_undirected(torch.stack([source, target])))
+    model = SheafDiffusionNet(8, 3, sheaf="flat", num_layers=2)
+    model(torch.randn(n, 8), edge_index).sum().backward()
+
+
+# --- tasks and diagnostics -----------------------------------------------------------------
+
+
+def test_ring_transfer_puts_the_label_at_the_far_node():
+    graphs = ring_transfer(20, 8, seed=3)
+    for data in graphs:
+        assert data.x.shape == (8, 5)
+        assert data.edge_index.shape == (2, 16)
+        assert int(data.x[4].argmax()) == int(data.y)
+        assert float(data.x[4].sum()) == 1.0
+        assert float(data.x[0].abs().sum()) == 0.0
+        assert bool(data.target_mask[0])
+    assert ring_transfer(20, 8, seed=3)[5].y == graphs[5].y
+
+
+def test_tree_neighbors_match_label_is_the_value_under_the_root_key():
+    graphs = tree_neighbors_match(3, max_graphs=50, seed=0)
+    assert len(graphs) == 50
+    for data in graphs:
+        leaves = 8
+        key = int(data.x[0, : leaves + 1].argmax()) - 1
+        leaf = leaves - 1 + key  # leaf with key k holds key slot k + 1
+        assert int(data.x[leaf, leaves + 1 :].argmax()) - 1 == int(data.y)
+        assert data.num_nodes == 15
+        assert data.edge_index.size(1) == 28
+    assert len(tree_neighbors_match(2, max_graphs=10_000)) == 24 * 4  # all permutations × keys
+
+
+def test_transform_annotates_resistance():
+    g = nx.barbell_graph(3, 1)
+    edge_index, n = graph(g)
+    data = AddSheafResistance()(Data(edge_index=edge_index, num_nodes=n))
+    bridge = max(range(edge_index.size(1)), key=lambda k: float(data.edge_resistance[k]))
+    assert math.isclose(float(data.edge_resistance[bridge]), 1.0)  # a bridge has resistance 1
+    data.node_maps = random_orthogonal(n, 2, generator())
+    annotated = AddSheafResistance()(data)
+    assert math.isclose(
+        float(annotated.total_resistance),
+        2 * float(total_sheaf_resistance(edge_index, num_nodes=n)),
+    )
+
+
+def test_learned_resistance_is_one_without_edge_weights():
+    data = ring_transfer(1, 6)[0]
+    model = SheafDiffusionNet(5, 5, sheaf="flat", num_layers=2, edge_weights=False)
+    assert math.isclose(learned_total_resistance(model, data.x, data.edge_index), 1.0, rel_tol=1e-9)
+    weighted = SheafDiffusionNet(5, 5, sheaf="flat", num_layers=2)
+    assert learned_total_resistance(weighted, data.x, data.edge_index) > 1.0  # σ(·) < 1 weights
+
+
+def test_training_is_seeded_and_learns_a_short_ring():
+    train, test = ring_transfer(200, 4, seed=0), ring_transfer(50, 4, seed=1)
+
+    def fit():
+        torch.manual_seed(0)
+        model = SheafDiffusionNet(5, 5, sheaf="flat", num_layers=2)
+        return train_readout(model, train, test, epochs=15, seed=0)
+
+    first, second = fit(), fit()
+    assert first == second
+    assert first.test_accuracy > 0.6  # chance is 0.2
+
+
+# --- experiment and CLI --------------------------------------------------------------------
+
+TINY = {
+    "ring_sizes": (4,),
+    "tree_depths": (2,),
+    "ring_train": 40,
+    "ring_test": 20,
+    "tree_graphs": 40,
+    "n_seeds": 2,
+    "epochs": 1,
+    "systems": ("gcn", "flatnsd"),
+    "channels": 4,
+}
+
+
+def test_experiment_writes_every_system_and_resumes(tmp_path):
+    config = Config(**TINY)
+    result = run_experiment(config, tmp_path)
+    assert set(result.metrics) == {"gcn", "flatnsd"}
+    assert len(result.claims) == 7
+    assert result.metrics["gcn"]["resistance_start"] is None
+    assert result.metrics["flatnsd"]["resistance_start"] is not None
+    assert json.loads((tmp_path / "theory.json").read_text())["ring"]["spearman_linear"] < -0.9
+    assert (tmp_path / "ring_accuracy.png").exists()
+    resumed = run_experiment(config, tmp_path, resume=True)
+    assert resumed.metrics == result.metrics
+    with pytest.raises(ValueError, match="another config"):
+        run_experiment(Config(**{**TINY, "epochs": 2}), tmp_path, resume=True)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("ring_sizes", (3,)),
+        ("tree_depths", (1,)),
+        ("systems", ("gcn",)),
+        ("systems", ("flatnsd", "mlp")),
+        ("epochs", 0),
+        ("lr", 0.0),
+    ],
+)
+def test_config_rejects_bad_values(field, value):
+    with pytest.raises(ValueError, match=field):
+        Config(**{field: value})
+
+
+def test_cli_resistance_finds_the_bridge(tmp_path, capsys):
+    edges = tmp_path / "edges.csv"
+    g = nx.barbell_graph(3, 1)
+    edges.write_text("u,v\n" + "\n".join(f"{u},{v}" for u, v in g.edges()) + "\n")
+    out = tmp_path / "r.csv"
+    assert graphs_main(["flatnsd", "resistance", str(edges), "--out", str(out), "--top", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "7 nodes, 8 edges" in printed
+    assert out.read_text().splitlines()[1].endswith(",1")  # the bridges come first, R = 1
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    bad = tmp_path / "edges.json"
+    bad.write_text("{}")
+    assert graphs_main(["flatnsd", "resistance", str(bad)]) == 2
+    assert graphs_main(["flatnsd", "resistance", str(tmp_path / "missing.csv")]) == 2
+    assert (
+        graphs_main(["flatnsd", "train", "--task", "grid", "--size", "4", "--out", str(tmp_path)])
+        == 2
+    )
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 3
+    assert all(line.startswith("mixlab-graphs: error:") for line in errors)
+
+
+def test_cli_train_saves_a_loadable_model(tmp_path):
+    out = tmp_path / "run"
+    args = ["flatnsd", "train", "--task", "ring", "--size", "4", "--out", str(out)]
+    assert graphs_main([*args, "--epochs", "1", "--graphs", "30", "--width", "4"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    from safetensors.torch import load_file
+
+    model = SheafDiffusionNet(5, 5, sheaf="flat", channels=4, num_layers=metrics["layers"])
+    model.load_state_dict(load_file(str(out / "model.safetensors")))
