@@ -188,6 +188,14 @@ def test_disconnected_graphs_sum_within_components():
     assert math.isclose(float(total_sheaf_resistance(edge_index, num_nodes=n)), within)
 
 
+def test_empty_stalks_are_rejected():
+    edge_index, n = graph(nx.cycle_graph(4))
+    with pytest.raises(ValueError, match="d >= 1"):
+        sheaf_laplacian(edge_index, node_maps=torch.zeros(n, 0, 0))
+    with pytest.raises(ValueError, match="d >= 1"):
+        sheaf_laplacian(edge_index, edge_maps=torch.zeros(edge_index.size(1), 0))
+
+
 def test_pairs_need_a_flat_bundle():
     edge_index, _ = graph(nx.cycle_graph(5))
     edge_maps = torch.ones(edge_index.size(1), 2)
@@ -269,6 +277,38 @@ def test_layer_is_permutation_equivariant(sheaf, update):
     torch.testing.assert_close(conv(x[perm], permuted_edges), conv(x, edge_index)[perm])
 
 
+def test_heat_series_is_accurate_at_the_largest_time():
+    """The default 12 Taylor terms stay within 0.011 of exp(−tλ) up to t = 2 (tλ < 4)."""
+    edge_index, n = graph(nx.complete_bipartite_graph(3, 4))  # λ(Δ_F) close to 2
+    torch.manual_seed(0)
+    conv = FlatNSDConv(3, 2, update="heat", edge_weights=False).double()
+    with torch.no_grad():
+        conv.right.copy_(torch.eye(3))
+        conv.time_logit.fill_(30.0)  # t = 2
+    x = torch.randn(n, 6, dtype=torch.float64)
+    node_maps, _ = conv.sheaf(x, edge_index)
+    delta = sheaf_laplacian(edge_index, node_maps=node_maps.detach(), normalization="augmented")
+    delta = delta.to_dense()
+    assert float(torch.linalg.eigvalsh(delta).max()) > 1.5
+    assert math.isclose(float(conv.diffusion_time[0]), 2.0)
+    exact = torch.linalg.matrix_exp(-2.0 * delta) @ x.view(n * 2, 3)
+    expected = torch.nn.functional.elu(exact).reshape(n, 6)
+    torch.testing.assert_close(
+        conv(x, edge_index), expected, atol=0.011 * float(x.abs().max()) * 2, rtol=0
+    )
+
+
+def test_isolated_nodes_keep_gradients_finite():
+    edge_index = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])  # node 3 is isolated
+    for sheaf in SHEAVES:
+        conv = _conv(sheaf)
+        x = torch.randn(4, 8, dtype=torch.float64, requires_grad=True)
+        conv(x, edge_index).sum().backward()
+        assert torch.isfinite(x.grad).all(), sheaf
+        for name, parameter in conv.named_parameters():
+            assert torch.isfinite(parameter.grad).all(), (sheaf, name)
+
+
 @pytest.mark.parametrize("sheaf", SHEAVES)
 def test_gradients_reach_the_map_learner(sheaf):
     edge_index, n = graph(nx.cycle_graph(6))
@@ -329,11 +369,11 @@ def test_models_run_node_and_graph_tasks():
 
 
 def test_layer_handles_a_large_sparse_graph():
-    """10^4 nodes, 4·10^4 directed edges: no N×N or N·d×N·d tensor is formed."""
+    """2·10^4 nodes, 10^5 directed edges: no N×N or N·d×N·d tensor is formed."""
     g = torch.Generator().manual_seed(0)
-    n = 10_000
-    source = torch.randint(0, n, (20_000,), generator=g)
-    target = (source + torch.randint(1, n, (20_000,), generator=g)) % n
+    n = 20_000
+    source = torch.randint(0, n, (50_000,), generator=g)
+    target = (source + torch.randint(1, n, (50_000,), generator=g)) % n
     from torch_geometric.utils import coalesce, to_undirected
 
     edge_index = coalesce(to_undirected(torch.stack([source, target])))
@@ -432,6 +472,34 @@ def test_experiment_writes_every_system_and_resumes(tmp_path):
     assert resumed.metrics == result.metrics
     with pytest.raises(ValueError, match="another config"):
         run_experiment(Config(**{**TINY, "epochs": 2}), tmp_path, resume=True)
+
+
+def test_killed_experiment_resumes_where_it_stopped(tmp_path, monkeypatch):
+    from mixlab.graphs.flatnsd import experiment
+
+    config = Config(**TINY)
+    uninterrupted = run_experiment(config, tmp_path / "whole")
+    calls = []
+    real_run_cell = experiment.run_cell
+
+    def dies_after_three(*args, **kwargs):
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        calls.append(args[1:5])
+        return real_run_cell(*args, **kwargs)
+
+    monkeypatch.setattr(experiment, "run_cell", dies_after_three)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(config, tmp_path / "killed")
+    monkeypatch.setattr(
+        experiment, "run_cell", lambda *a, **k: calls.append(a[1:5]) or real_run_cell(*a, **k)
+    )
+    resumed = run_experiment(config, tmp_path / "killed", resume=True)
+    assert len(calls) == 8  # 3 before the kill, the other 5 of 8 cells after it
+    for system, row in uninterrupted.metrics.items():
+        for key, value in row.items():
+            if key != "train_seconds":
+                assert resumed.metrics[system][key] == value, (system, key)
 
 
 @pytest.mark.parametrize(

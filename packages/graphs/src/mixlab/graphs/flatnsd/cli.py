@@ -67,6 +67,8 @@ def resistance(
 
     from mixlab.graphs.flatnsd.transforms import AddSheafResistance
 
+    if top < 0:
+        raise ValueError(f"--top must be >= 0, got {top}")
     edge_index, num_nodes = read_edges(edges)
     data = Data(edge_index=edge_index, num_nodes=num_nodes)
     if node_maps is not None:
@@ -76,6 +78,10 @@ def resistance(
                 f"--node-maps must be [num_nodes={num_nodes}, d, d], got {list(maps.shape)}"
             )
         data.node_maps = torch.as_tensor(maps, dtype=torch.float64)
+        singular = torch.linalg.cond(data.node_maps) > 1e12
+        if bool(singular.any()):
+            node = int(singular.nonzero()[0])
+            raise ValueError(f"--node-maps must be invertible; the map of node {node} is singular")
     data = AddSheafResistance()(data)
     once = edge_index[0] < edge_index[1]
     pairs, values = edge_index[:, once], data.edge_resistance[once]

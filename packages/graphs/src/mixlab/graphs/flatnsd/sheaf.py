@@ -68,12 +68,13 @@ def check_edge_index(edge_index: Tensor, num_nodes: int, *, name: str = "edge_in
 
 def as_matrices(edge_maps: Tensor) -> Tensor:
     """Per-edge restriction maps as [E, d, d] matrices; an [E, d] input holds diagonal maps."""
-    if edge_maps.dim() == 3 and edge_maps.size(1) == edge_maps.size(2):
+    if edge_maps.dim() == 3 and edge_maps.size(1) == edge_maps.size(2) >= 1:
         return edge_maps
-    if edge_maps.dim() == 2:
+    if edge_maps.dim() == 2 and edge_maps.size(1) >= 1:
         return torch.diag_embed(edge_maps)
     raise ValueError(
-        f"edge_maps must be [E, d, d] or [E, d] (diagonal), got {tuple(edge_maps.shape)}"
+        f"edge_maps must be [E, d, d] or [E, d] (diagonal) with d >= 1, "
+        f"got {tuple(edge_maps.shape)}"
     )
 
 
@@ -104,8 +105,10 @@ def _restriction_maps(
             "pass exactly one of edge_maps (per-edge sheaf) or node_maps (flat bundle)"
         )
     if node_maps is not None:
-        if node_maps.dim() != 3 or node_maps.size(1) != node_maps.size(2):
-            raise ValueError(f"node_maps must be [num_nodes, d, d], got {tuple(node_maps.shape)}")
+        if node_maps.dim() != 3 or node_maps.size(1) != node_maps.size(2) or node_maps.size(1) < 1:
+            raise ValueError(
+                f"node_maps must be [num_nodes, d, d] with d >= 1, got {tuple(node_maps.shape)}"
+            )
         num_nodes = node_maps.size(0) if num_nodes is None else num_nodes
         if node_maps.size(0) != num_nodes:
             raise ValueError(
@@ -195,14 +198,20 @@ def sheaf_laplacian(
 
 
 def inverse_sqrt_spd(matrices: Tensor) -> Tensor:
-    """M^{-1/2} for a batch of symmetric positive definite matrices (eigh; diagonal fast path)."""
-    off_diagonal = matrices - torch.diag_embed(torch.diagonal(matrices, dim1=-2, dim2=-1))
-    if not bool(off_diagonal.abs().gt(0).any()):
-        # eigh's backward divides by eigenvalue gaps, which vanish for the d·I blocks of
-        # orthogonal maps: take the diagonal path whenever the blocks are diagonal.
-        return torch.diag_embed(torch.diagonal(matrices, dim1=-2, dim2=-1).rsqrt())
-    values, vectors = torch.linalg.eigh(matrices)
-    return vectors @ torch.diag_embed(values.clamp_min(1e-12).rsqrt()) @ vectors.transpose(-1, -2)
+    """M^{-1/2} for a batch [B, d, d] of symmetric positive definite matrices.
+
+    Diagonal matrices (the d·I blocks of orthogonal maps, isolated nodes) take an exact
+    elementwise path: eigh's backward divides by eigenvalue gaps, which vanish for them.
+    """
+    diagonal = torch.diagonal(matrices, dim1=-2, dim2=-1)
+    result = torch.diag_embed(diagonal.rsqrt())
+    off_diagonal = matrices - torch.diag_embed(diagonal)
+    full = off_diagonal.abs().amax(dim=(-2, -1)) > 0
+    if bool(full.any()):
+        values, vectors = torch.linalg.eigh(matrices[full])
+        inverse_root = vectors @ torch.diag_embed(values.clamp_min(1e-12).rsqrt())
+        result = result.index_put((full.nonzero().squeeze(-1),), inverse_root @ vectors.mT)
+    return result
 
 
 def connected_components(edge_index: Tensor, num_nodes: int) -> Tensor:
@@ -339,8 +348,9 @@ def diffusion_sensitivity(
     if alpha is None:
         blocks = dense.view(num_nodes, d, num_nodes, d).diagonal(dim1=0, dim2=2).permute(2, 0, 1)
         alpha = 1.0 / (2.0 * float(torch.linalg.eigvalsh(blocks).max()))
-    step = torch.eye(dense.size(0), dtype=dense.dtype) - alpha * dense
-    power = torch.eye(dense.size(0), dtype=dense.dtype)
+    eye = torch.eye(dense.size(0), dtype=dense.dtype, device=dense.device)
+    step = eye - alpha * dense
+    power = eye
     total = torch.zeros_like(dense)
     for _ in range(steps):
         total += power

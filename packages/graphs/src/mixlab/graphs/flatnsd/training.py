@@ -18,6 +18,8 @@ from torch_geometric.loader import DataLoader
 
 from mixlab.graphs.flatnsd.layers import MESSAGE_PASSING, MessagePassingNet, SheafDiffusionNet
 
+DeviceLike = torch.device | str
+
 SYSTEMS = {
     # name: (family, options)
     "gcn": ("mp", {"conv": "gcn"}),
@@ -65,7 +67,9 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
 
 
-def accuracy(model: nn.Module, graphs: Sequence[Data], batch_size: int = 512) -> float | None:
+def accuracy(
+    model: nn.Module, graphs: Sequence[Data], batch_size: int = 512, device: DeviceLike = "cpu"
+) -> float | None:
     """Share of graphs whose target node is classified right (None for no graphs)."""
     if not graphs:
         return None
@@ -73,6 +77,7 @@ def accuracy(model: nn.Module, graphs: Sequence[Data], batch_size: int = 512) ->
     correct = 0
     with torch.no_grad():
         for batch in DataLoader(list(graphs), batch_size=batch_size):
+            batch = batch.to(device)
             logits = model(batch.x, batch.edge_index)[batch.target_mask]
             correct += int((logits.argmax(-1) == batch.y).sum())
     return correct / len(graphs)
@@ -89,11 +94,13 @@ def train_readout(
     seed: int = 0,
     fit_accuracy: float = 0.999,
     on_epoch: Callable[[int, nn.Module], dict[str, float]] | None = None,
+    device: DeviceLike = "cpu",
 ) -> TrainResult:
-    """Adam on cross-entropy at the target node; ``on_epoch(epoch, model)`` may record numbers
-    (epoch 0 is before training) into ``history``."""
+    """Adam on cross-entropy at the target node, on ``device``; ``on_epoch(epoch, model)`` may
+    record numbers (epoch 0 is before training) into ``history``."""
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
+    model.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     generator = torch.Generator().manual_seed(seed)
     loader = DataLoader(list(train), batch_size=batch_size, shuffle=True, generator=generator)
@@ -103,6 +110,7 @@ def train_readout(
         model.train()
         correct = 0
         for batch in loader:
+            batch = batch.to(device)
             optimizer.zero_grad()
             logits = model(batch.x, batch.edge_index)[batch.target_mask]
             loss = F.cross_entropy(logits, batch.y)
@@ -113,7 +121,8 @@ def train_readout(
             history.append(on_epoch(epoch, model))
         if correct / len(train) >= fit_accuracy:
             break
-    return TrainResult(accuracy(model, train), accuracy(model, test), epoch, history)
+    train_accuracy = accuracy(model, train, device=device)
+    return TrainResult(train_accuracy, accuracy(model, test, device=device), epoch, history)
 
 
 def probe_batch(graphs: Sequence[Data]) -> Batch:

@@ -76,3 +76,18 @@ def learned_total_resistance(model: SheafDiffusionNet, x: Tensor, edge_index: Te
             totals.append(float(total) / (conv.stalk_dim * baseline))
     model.train(was_training)
     return sum(totals) / len(totals)
+
+
+def mean_edge_weight(model: SheafDiffusionNet, x: Tensor, edge_index: Tensor) -> float:
+    """Mean learned edge weight of a FlatNSD model's sheaves on one graph (over layers and edges)."""
+    if not all(isinstance(conv, FlatNSDConv) for conv in model.convs):
+        raise ValueError("mean_edge_weight needs a model of FlatNSDConv layers")
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        inputs = model.layer_inputs(x, edge_index)
+        weights = [
+            conv.sheaf(h, edge_index)[1].mean() for conv, h in zip(model.convs, inputs, strict=True)
+        ]
+    model.train(was_training)
+    return float(torch.stack(weights).mean())
