@@ -118,6 +118,7 @@ def random_graph(nodes: int, directed_edges: int, seed: int = 0):
 
 
 def worker(system: str, nodes: int, edges: int) -> dict:
+    torch.set_flush_denormal(True)
     torch.manual_seed(0)
     x, edge_index, y = random_graph(nodes, edges)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -13,9 +13,16 @@ the transform :class:`AddSheafResistance`), layers in PyG's ``MessagePassing`` c
     >>> data = AddSheafResistance()(data)          # data.edge_resistance, data.total_resistance
 """
 
+import warnings
 from typing import TYPE_CHECKING
 
 from mixlab.shared.lazy import lazy_exports
+
+# torch_geometric 2.8 calls torch.jit.script at import time, which torch 2.15 deprecates with a
+# FutureWarning on stderr; it is PyG's, not the user's, so keep it off `mixlab` CLI output.
+warnings.filterwarnings(
+    "ignore", message=r"`torch.jit.script` is deprecated", category=FutureWarning
+)
 
 _MODULE_OF = {
     "FlatNSDConv": "layers",
