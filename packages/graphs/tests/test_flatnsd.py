@@ -290,7 +290,7 @@ def test_heat_series_is_accurate_at_the_largest_time():
     delta = sheaf_laplacian(edge_index, node_maps=node_maps.detach(), normalization="augmented")
     delta = delta.to_dense()
     assert float(torch.linalg.eigvalsh(delta).max()) > 1.5
-    assert math.isclose(float(conv.diffusion_time[0]), 2.0)
+    assert math.isclose(float(conv.diffusion_time.detach()[0]), 2.0)
     exact = torch.linalg.matrix_exp(-2.0 * delta) @ x.view(n * 2, 3)
     expected = torch.nn.functional.elu(exact).reshape(n, 6)
     torch.testing.assert_close(
