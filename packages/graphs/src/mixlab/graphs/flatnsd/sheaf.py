@@ -241,6 +241,13 @@ def pseudo_inverse(laplacian: Tensor, tol: float = 1e-9) -> Tensor:
     return (vectors * inverse_values) @ vectors.T
 
 
+def _graph_as_line_bundle(edge_index: Tensor, num_nodes: int | None) -> Tensor:
+    """The plain graph as a flat bundle of 1×1 identity maps (its resistance is the graph's)."""
+    if num_nodes is None:
+        num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 1
+    return torch.ones(num_nodes, 1, 1, dtype=torch.float64, device=edge_index.device)
+
+
 def sheaf_effective_resistance(
     edge_index: Tensor,
     *,
@@ -260,9 +267,7 @@ def sheaf_effective_resistance(
     Pairs in different connected components have infinite resistance.
     """
     if edge_maps is None and node_maps is None:
-        if num_nodes is None:
-            num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 1
-        node_maps = torch.ones(num_nodes, 1, 1, dtype=torch.float64, device=edge_index.device)
+        node_maps = _graph_as_line_bundle(edge_index, num_nodes)
     target_maps, source_maps, _, num_nodes = _restriction_maps(
         edge_index, edge_maps, node_maps, num_nodes
     )
@@ -318,9 +323,7 @@ def total_sheaf_resistance(
     Over edges only the sum would be uninformative: Σ_e tr R_e = rank L_F (Foster's theorem).
     """
     if node_maps is None:
-        if num_nodes is None:
-            num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 1
-        node_maps = torch.ones(num_nodes, 1, 1, dtype=torch.float64, device=edge_index.device)
+        node_maps = _graph_as_line_bundle(edge_index, num_nodes)
     num_nodes = node_maps.size(0)
     d = node_maps.size(-1)
     laplacian = sheaf_laplacian(
