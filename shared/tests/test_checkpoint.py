@@ -134,3 +134,23 @@ def test_colliding_paths_keep_both_tensors(tmp_path: Path) -> None:
     assert torch.equal(loaded["1"], torch.ones(2))
     assert loaded["a.b"].item() == 3.0
     assert loaded["a"]["b"].item() == 4.0
+
+
+def test_load_run_refuses_a_checkpoint_of_another_config(tmp_path: Path) -> None:
+    from dataclasses import dataclass
+
+    from mixlab.shared import ExperimentConfig
+
+    @dataclass
+    class Config(ExperimentConfig):
+        sizes: tuple[int, ...] = (1, 2)
+
+    Checkpointer(tmp_path).save_run(3, Config(), cells=[1, 2])
+    resumed = Checkpointer(tmp_path, resume=True)
+    assert resumed.load_run(Config(device="cpu"))["cells"] == [1, 2]  # the device may change
+    with pytest.raises(ValueError, match=r"other values of \['sizes'\]"):
+        resumed.load_run(Config(sizes=(3,)))
+    Checkpointer(tmp_path).save(1, {"cells": []})
+    with pytest.raises(ValueError, match="another experiment"):
+        Checkpointer(tmp_path, resume=True).load_run(Config())
+    assert Checkpointer(tmp_path, resume=False).load_run(Config()) is None

@@ -23,7 +23,7 @@ from mixlab.graphs.flatnsd import (
     check_edge_index,
     diffusion_sensitivity,
     jacobian_sensitivity,
-    learned_total_resistance,
+    learned_sheaf_statistics,
     ring_transfer,
     sheaf_effective_resistance,
     sheaf_laplacian,
@@ -426,9 +426,13 @@ def test_transform_annotates_resistance():
 def test_learned_resistance_is_one_without_edge_weights():
     data = ring_transfer(1, 6)[0]
     model = SheafDiffusionNet(5, 5, sheaf="flat", num_layers=2, edge_weights=False)
-    assert math.isclose(learned_total_resistance(model, data.x, data.edge_index), 1.0, rel_tol=1e-9)
+    statistics = learned_sheaf_statistics(model, data.x, data.edge_index)
+    assert math.isclose(statistics["resistance"], 1.0, rel_tol=1e-9)
+    assert statistics["mean_edge_weight"] == 1.0
     weighted = SheafDiffusionNet(5, 5, sheaf="flat", num_layers=2)
-    assert learned_total_resistance(weighted, data.x, data.edge_index) > 1.0  # σ(·) < 1 weights
+    weighted_statistics = learned_sheaf_statistics(weighted, data.x, data.edge_index)
+    assert weighted_statistics["resistance"] > 1.0  # σ(·) < 1 weights
+    assert weighted_statistics["mean_edge_weight"] < 1.0
 
 
 def test_training_is_seeded_and_learns_a_short_ring():

@@ -28,11 +28,14 @@ import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
+
+if TYPE_CHECKING:
+    from mixlab.shared.config import ExperimentConfig
 
 _STEP_FILE = re.compile(r"^step_(\d{8})\.json$")
 
@@ -172,6 +175,35 @@ class Checkpointer:
             self.path(old).with_suffix(".safetensors").unlink(missing_ok=True)
         return path
 
+    def save_run(self, step: int, config: ExperimentConfig, **state: Any) -> Path:
+        """Save an experiment's progress with the config it was made under (see :meth:`load_run`)."""
+        return self.save(step, {"config": _recorded(config), **state})
+
+    def load_run(self, config: ExperimentConfig) -> dict[str, Any] | None:
+        """The newest state :meth:`save_run` wrote when resuming, else None.
+
+        A checkpoint made under another config (the device aside: a run may move) is refused with
+        a ValueError naming the fields that differ, so a resumed run never mixes two configs.
+        """
+        last = self.load_latest()
+        if last is None:
+            return None
+        state = last[1]
+        saved = state.get("config") if isinstance(state, dict) else None
+        where = self.directory.parent
+        if not isinstance(saved, dict):
+            raise ValueError(f"--resume: {where} holds checkpoints of another experiment")
+        recorded = _recorded(config)
+        if saved != recorded:
+            changed = sorted(
+                k for k in recorded.keys() | saved.keys() if saved.get(k) != recorded.get(k)
+            )
+            raise ValueError(
+                f"--resume: the checkpoint in {where} was written with other values of {changed} "
+                "(another config)"
+            )
+        return state
+
     def load_latest(self, map_location: str | torch.device = "cpu") -> tuple[int, Any] | None:
         """``(step, state)`` of the newest complete checkpoint when resuming, else None."""
         if not self.resume:
@@ -180,3 +212,8 @@ class Checkpointer:
         if not steps:
             return None
         return steps[-1], load_state(self.path(steps[-1]), map_location=map_location)
+
+
+def _recorded(config: ExperimentConfig) -> dict[str, Any]:
+    """The config as a checkpoint stores it: JSON values (tuples as lists), without the device."""
+    return json.loads(json.dumps({k: v for k, v in config.to_dict().items() if k != "device"}))

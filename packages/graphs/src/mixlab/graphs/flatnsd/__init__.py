@@ -13,16 +13,9 @@ the transform :class:`AddSheafResistance`), layers in PyG's ``MessagePassing`` c
     >>> data = AddSheafResistance()(data)          # data.edge_resistance, data.total_resistance
 """
 
-import warnings
 from typing import TYPE_CHECKING
 
 from mixlab.shared.lazy import lazy_exports
-
-# torch_geometric 2.8 calls torch.jit.script at import time, which torch 2.15 deprecates with a
-# FutureWarning on stderr; it is PyG's, not the user's, so keep it off `mixlab` CLI output.
-warnings.filterwarnings(
-    "ignore", message=r"`torch.jit.script` is deprecated", category=FutureWarning
-)
 
 _MODULE_OF = {
     "FlatNSDConv": "layers",
@@ -44,7 +37,7 @@ _MODULE_OF = {
     "theory_checks": "theory",
     "train_readout": "training",
     "AddSheafResistance": "transforms",
-    "learned_total_resistance": "transforms",
+    "learned_sheaf_statistics": "transforms",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _MODULE_OF)
 
@@ -61,7 +54,7 @@ __all__ = [
     "check_edge_index",
     "diffusion_sensitivity",
     "jacobian_sensitivity",
-    "learned_total_resistance",
+    "learned_sheaf_statistics",
     "ring_transfer",
     "sheaf_effective_resistance",
     "sheaf_laplacian",
@@ -91,4 +84,4 @@ if TYPE_CHECKING:
     from mixlab.graphs.flatnsd.tasks import ring_transfer, tree_neighbors_match
     from mixlab.graphs.flatnsd.theory import theory_checks
     from mixlab.graphs.flatnsd.training import train_readout
-    from mixlab.graphs.flatnsd.transforms import AddSheafResistance, learned_total_resistance
+    from mixlab.graphs.flatnsd.transforms import AddSheafResistance, learned_sheaf_statistics

@@ -33,7 +33,7 @@ from mixlab.graphs.flatnsd.training import (
     build_model,
     train_readout,
 )
-from mixlab.graphs.flatnsd.transforms import learned_total_resistance, mean_edge_weight
+from mixlab.graphs.flatnsd.transforms import learned_sheaf_statistics
 from mixlab.shared import (
     Checkpointer,
     Claim,
@@ -182,11 +182,7 @@ def run_cell(
     probe = (test[0] if test else train[0]).to(device)
 
     def on_epoch(epoch: int, model) -> dict[str, float]:
-        return {
-            "epoch": epoch,
-            "resistance": learned_total_resistance(model, probe.x, probe.edge_index),
-            "mean_edge_weight": mean_edge_weight(model, probe.x, probe.edge_index),
-        }
+        return {"epoch": epoch, **learned_sheaf_statistics(model, probe.x, probe.edge_index)}
 
     start = time.perf_counter()
     result = train_readout(
@@ -218,20 +214,12 @@ def run_cell(
 
 def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     torch.set_flush_denormal(True)
-    recorded_config = json.loads(
-        json.dumps({k: v for k, v in config.to_dict().items() if k != "device"})
-    )
     checkpoints = Checkpointer(out_dir, resume=resume, keep_last=1)
     done: dict[tuple, dict[str, Any]] = {}
     theory = None
-    if (last := checkpoints.load_latest()) is not None:
-        saved = last[1].get("config") if isinstance(last[1], dict) else None
-        if saved != recorded_config:
-            raise ValueError(
-                f"--resume: {out_dir} holds checkpoints of another config or experiment"
-            )
-        done = {(c["task"], c["size"], c["seed"], c["system"]): c for c in last[1]["cells"]}
-        theory = last[1]["theory"]
+    if (saved := checkpoints.load_run(config)) is not None:
+        done = {(c["task"], c["size"], c["seed"], c["system"]): c for c in saved["cells"]}
+        theory = saved["theory"]
     if theory is None:
         theory = theory_checks(stalk_dim=config.theory_stalk_dim, seed=config.seed)
     planned = _cells(config)
@@ -246,10 +234,7 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
             data, widths = task_cache[(task, size)]
             cell = run_cell(config, task, size, seed, system, data, widths[system])
             done[(task, size, seed, system)] = cell
-            checkpoints.save(
-                len(done),
-                {"config": recorded_config, "theory": theory, "cells": list(done.values())},
-            )
+            checkpoints.save_run(len(done), config, theory=theory, cells=list(done.values()))
             bar.advance(size=size, seed=seed)
     cells = [done[key] for key in planned]
     (out_dir / "theory.json").write_text(json.dumps(theory, indent=2) + "\n")

@@ -58,36 +58,28 @@ class AddSheafResistance(BaseTransform):
         return f"{type(self).__name__}(node_maps={self.node_maps!r}, edge_maps={self.edge_maps!r})"
 
 
-def learned_total_resistance(model: SheafDiffusionNet, x: Tensor, edge_index: Tensor) -> float:
-    """Total sheaf effective resistance of the flat sheaves a FlatNSD model builds on one graph,
-    averaged over layers, relative to the graph's own (unit weights): 1 means unchanged."""
+def learned_sheaf_statistics(
+    model: SheafDiffusionNet, x: Tensor, edge_index: Tensor
+) -> dict[str, float]:
+    """What the flat sheaves a FlatNSD model builds on one graph look like, averaged over layers:
+    ``resistance``, their total sheaf effective resistance relative to the graph's own (1 means
+    unchanged), and ``mean_edge_weight``, the learned weights that alone can move it (R ∝ 1/w)."""
     if not all(isinstance(conv, FlatNSDConv) for conv in model.convs):
-        raise ValueError("learned_total_resistance needs a model of FlatNSDConv layers")
+        raise ValueError("learned_sheaf_statistics needs a model of FlatNSDConv layers")
     was_training = model.training
     model.eval()
     with torch.no_grad():
         baseline = float(total_sheaf_resistance(edge_index, num_nodes=x.size(0)))
-        totals = []
+        resistances, weights = [], []
         for conv, h in zip(model.convs, model.layer_inputs(x, edge_index), strict=True):
             node_maps, weight = conv.sheaf(h, edge_index)
             total = total_sheaf_resistance(
                 edge_index, node_maps=node_maps.double(), edge_weight=weight.double()
             )
-            totals.append(float(total) / (conv.stalk_dim * baseline))
+            resistances.append(float(total) / (conv.stalk_dim * baseline))
+            weights.append(float(weight.mean()))
     model.train(was_training)
-    return sum(totals) / len(totals)
-
-
-def mean_edge_weight(model: SheafDiffusionNet, x: Tensor, edge_index: Tensor) -> float:
-    """Mean learned edge weight of a FlatNSD model's sheaves on one graph (over layers and edges)."""
-    if not all(isinstance(conv, FlatNSDConv) for conv in model.convs):
-        raise ValueError("mean_edge_weight needs a model of FlatNSDConv layers")
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        inputs = model.layer_inputs(x, edge_index)
-        weights = [
-            conv.sheaf(h, edge_index)[1].mean() for conv, h in zip(model.convs, inputs, strict=True)
-        ]
-    model.train(was_training)
-    return float(torch.stack(weights).mean())
+    return {
+        "resistance": sum(resistances) / len(resistances),
+        "mean_edge_weight": sum(weights) / len(weights),
+    }

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -310,26 +309,16 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
         (rate, config.seed + i) for rate in config.observed_fractions for i in range(config.n_seeds)
     ]
     # Checkpointed after every stream; a resumed run must have the same config (device aside).
-    recorded_config = {k: v for k, v in config.to_dict().items() if k != "device"}
-    recorded_config = json.loads(json.dumps(recorded_config))  # tuples as lists, as saved
     checkpoints = Checkpointer(out_dir, resume=resume, keep_last=1)
     done: dict[tuple[float, int], dict[str, Any]] = {}
-    if (last := checkpoints.load_latest()) is not None:
-        saved = last[1].get("config") if isinstance(last[1], dict) else None
-        if not isinstance(saved, dict):
-            raise ValueError(f"--resume: {out_dir} holds checkpoints of another experiment")
-        if saved != recorded_config:
-            changed = sorted(k for k in recorded_config if saved.get(k) != recorded_config[k])
-            raise ValueError(
-                f"--resume: the checkpoint in {out_dir} was written with other values of {changed}"
-            )
-        done = {(cell["observed_fraction"], cell["seed"]): cell for cell in last[1]["cells"]}
+    if (saved := checkpoints.load_run(config)) is not None:
+        done = {(cell["observed_fraction"], cell["seed"]): cell for cell in saved["cells"]}
     with progress(len(planned), "mosaic streams", completed=len(done)) as bar:
         for rate, seed in planned:
             if (rate, seed) in done:
                 continue
             done[(rate, seed)] = run_stream(config, rate, seed)
-            checkpoints.save(len(done), {"config": recorded_config, "cells": list(done.values())})
+            checkpoints.save_run(len(done), config, cells=list(done.values()))
             bar.advance(p=rate, seed=seed)
     cells = [done[key] for key in planned]
     metrics = summarise(cells, config)
