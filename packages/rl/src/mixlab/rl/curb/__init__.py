@@ -1,0 +1,75 @@
+"""CURB: unwinding algorithmic collusion in repeated Bertrand and Cournot games.
+
+- Markets: :class:`LogitBertrand` (Calvano et al. 2020) and :class:`LinearCournot` stage games,
+  :func:`equilibria` (static Nash, joint monopoly), :func:`action_grid`, :func:`profit_table`, and
+  :class:`RepeatedMarketEnv`, the repeated game as a PettingZoo ``ParallelEnv``.
+- Learners: :func:`train_sessions` plays many seeded tabular Q-learning sessions in parallel
+  (:class:`QLearner`, with CURB's penalty and belief injection as switches: ``QLearner.curb()``);
+  :func:`train_dqn` trains DQN and CURB-DQN agents (:class:`DQNConfig`).
+- Analysis: :func:`analyse_policy` (collusion index over the converged cycle, impulse response,
+  TV dependence), :func:`impulse_response`, :func:`tv_dependence`, :func:`dependence_penalty`.
+
+    from mixlab.rl.curb import LogitBertrand, QLearner, train_sessions, analyse_policy, equilibria
+    sessions = train_sessions(LogitBertrand(), QLearner.curb(), n_sessions=20, seed=0)
+"""
+
+from mixlab.rl.curb.analysis import (
+    Dependence,
+    ImpulseResponse,
+    SessionOutcome,
+    analyse_policy,
+    converged_cycle,
+    cycle_profits,
+    dependence_penalty,
+    greedy_probabilities,
+    impulse_response,
+    policy_dependence,
+    rival_marginal_policy,
+    softmax_probabilities,
+    tv_dependence,
+)
+from mixlab.rl.curb.dqn import DQNConfig, DQNSessions, train_dqn
+from mixlab.rl.curb.env import RepeatedMarketEnv
+from mixlab.rl.curb.markets import (
+    Equilibria,
+    LinearCournot,
+    LogitBertrand,
+    action_grid,
+    best_response_table,
+    collusion_index,
+    equilibria,
+    profit_table,
+)
+from mixlab.rl.curb.qlearning import QLearner, Sessions, initial_q, train_sessions
+
+__all__ = [
+    "DQNConfig",
+    "DQNSessions",
+    "Dependence",
+    "Equilibria",
+    "ImpulseResponse",
+    "LinearCournot",
+    "LogitBertrand",
+    "QLearner",
+    "RepeatedMarketEnv",
+    "SessionOutcome",
+    "Sessions",
+    "action_grid",
+    "analyse_policy",
+    "best_response_table",
+    "collusion_index",
+    "converged_cycle",
+    "cycle_profits",
+    "dependence_penalty",
+    "equilibria",
+    "greedy_probabilities",
+    "impulse_response",
+    "initial_q",
+    "policy_dependence",
+    "profit_table",
+    "rival_marginal_policy",
+    "softmax_probabilities",
+    "train_dqn",
+    "train_sessions",
+    "tv_dependence",
+]

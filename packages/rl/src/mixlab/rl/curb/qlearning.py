@@ -1,0 +1,351 @@
+"""Tabular Q-learning in repeated oligopoly games, exactly as Calvano et al. (2020), with CURB.
+
+Every firm is an independent Q-learner whose state is the last ``memory`` action profiles
+(s = Σ digits in base m; the newest profile is the least significant n digits, firm 0 first).
+
+- Initialisation (Calvano Eq. 8): Q_i,0(s, a) = Σ_{a_−i} π_i(a, a_−i) / ((1 − δ)·m^{n−1}) for every s.
+- Exploration: ε_t = exp(−βt); with probability ε_t a uniformly random action, else the greedy one
+  (ties go to the lowest action).
+- Update: Q_i(s_t, a_t) ← (1 − α)·Q_i(s_t, a_t) + α·(r_i,t + δ·max_a Q_i(s_t+1, a)).
+- Convergence: no firm's greedy action changed in any state for ``stable_periods`` periods
+  (Calvano: 100,000), or the cap ``max_periods`` (Calvano: 10^9) is hit.
+
+CURB (a reconstruction of the paper from its abstract; see ``seeds/curb.md``) changes two lines:
+
+- **penalty** (reward shaping): r̃_i,t = π_i,t − λ_t·(1 − p̄_i(a_i,t | a_i⁻)), where p̄_i(·|a_i⁻) is
+  i's greedy policy averaged over the rival's previous action, weighted by decayed state visits,
+  and λ_t = λ_max·(1 − ε_t) ramps up as exploration dies out. For a greedy policy, 1 − p̄_i is the
+  total-variation distance between i's action in this state and its rival-averaged policy: zero
+  when i ignores the rival's history.
+- **belief injection**: the TD continuation replaces the rival's part of s_t+1 by a
+  fictitious-play belief b_i (the empirical marginal of the rival's actions):
+  y = r̃ + δ·Σ_{a'} b_i(a')·max_a Q_i((a_i,t, a'), a). This cuts the credit assignment
+  "my price now → the rival's reaction → my future profit" that sustains punishments.
+
+The session loop is one numba function. Sessions run in parallel (``prange``), each drawing from
+its own splitmix64 stream, so a seed gives the same session on any number of threads; the same
+function run by the interpreter (:func:`train_sessions` with ``python=True``) is the plain-Python
+reference loop that the benchmark and the tests compare against.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from mixlab.rl.curb.markets import Market, action_grid, profit_table
+from mixlab.shared import is_count, require
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_TO_UNIT = 1.0 / 9007199254740992.0  # 2^-53
+
+
+@numba.njit(cache=True)
+def _uniform(rng: np.ndarray) -> float:
+    """Next float in [0, 1) of the splitmix64 stream whose state is ``rng[0]``."""
+    rng[0] += _GOLDEN
+    z = rng[0]
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    z = z ^ (z >> np.uint64(31))
+    return float(z >> np.uint64(11)) * _TO_UNIT
+
+
+@numba.njit(cache=True)
+def _random_action(rng: np.ndarray, m: int) -> int:
+    return min(int(_uniform(rng) * m), m - 1)
+
+
+@numba.njit(cache=True)
+def _own_digit(state: int, firm: int, m: int, n: int) -> int:
+    """Firm's action in the newest profile of ``state``."""
+    return (state // m ** (n - 1 - firm)) % m
+
+
+@numba.njit(cache=True)
+def _session(
+    table,
+    m,
+    n,
+    alpha,
+    beta,
+    delta,
+    penalty,
+    belief,
+    visit_decay,
+    stable_periods,
+    max_periods,
+    seed,
+    q,
+    greedy,
+):
+    """Run one session in place on ``q`` [n, S, m] and ``greedy`` [n, S] (already initialised).
+    Returns (periods, converged, last state)."""
+    n_states = q.shape[1]
+    n_profiles = m**n
+    rng = np.empty(1, np.uint64)
+    rng[0] = np.uint64(seed)
+    value = np.empty((n, n_states))
+    for i in range(n):
+        for s in range(n_states):
+            value[i, s] = q[i, s].max()
+    state = _random_action(rng, n_states)
+    actions = np.zeros(n, np.int64)
+    # Penalty: decayed visit weight w(s), kept in units of 1/scale so that decaying every weight
+    # is one multiplication; chosen[i, own, a] = Σ_{s: own_i(s) = own} w(s)·1[g_i(s) = a].
+    visits = np.zeros(n_states)
+    chosen = np.zeros((n, m, m))
+    own_weight = np.zeros((n, m))
+    scale = 1.0
+    # Belief injection: counts of each rival action, with one pseudo-count each (uniform prior).
+    rival_counts = np.ones((n, m))
+    rival_total = float(m)
+    stable = 0
+    t = 0
+    while t < max_periods and stable < stable_periods:
+        epsilon = math.exp(-beta * t)
+        profile = 0
+        for i in range(n):
+            if _uniform(rng) < epsilon:
+                actions[i] = _random_action(rng, m)
+            else:
+                actions[i] = greedy[i, state]
+            profile = profile * m + actions[i]
+        next_state = (state * n_profiles + profile) % n_states
+        if penalty > 0:
+            scale *= visit_decay
+            if scale < 1e-200:
+                visits *= scale
+                chosen *= scale
+                own_weight *= scale
+                scale = 1.0
+            visits[state] += 1.0 / scale
+            for i in range(n):
+                own = _own_digit(state, i, m, n)
+                chosen[i, own, greedy[i, state]] += 1.0 / scale
+                own_weight[i, own] += 1.0 / scale
+        weight = penalty * (1.0 - epsilon)
+        changed = False
+        for i in range(n):
+            a = actions[i]
+            reward = table[profile, i]
+            if penalty > 0:
+                own = _own_digit(state, i, m, n)
+                reward -= weight * (1.0 - chosen[i, own, a] / own_weight[i, own])
+            if belief:
+                continuation = 0.0
+                for rival_action in range(m):
+                    believed = a * m + rival_action if i == 0 else rival_action * m + a
+                    continuation += rival_counts[i, rival_action] * value[i, believed]
+                continuation /= rival_total
+            else:
+                continuation = value[i, next_state]
+            q[i, state, a] = (1.0 - alpha) * q[i, state, a] + alpha * (
+                reward + delta * continuation
+            )
+            best = 0
+            for b in range(1, m):
+                if q[i, state, b] > q[i, state, best]:
+                    best = b
+            value[i, state] = q[i, state, best]
+            if best != greedy[i, state]:
+                if penalty > 0:
+                    own = _own_digit(state, i, m, n)
+                    chosen[i, own, greedy[i, state]] -= visits[state]
+                    chosen[i, own, best] += visits[state]
+                greedy[i, state] = best
+                changed = True
+        if belief:
+            for i in range(n):
+                rival_counts[i, actions[1 - i]] += 1.0
+            rival_total += 1.0
+        stable = 0 if changed else stable + 1
+        state = next_state
+        t += 1
+    return t, stable >= stable_periods, state
+
+
+@numba.njit(parallel=True, cache=True)
+def _sessions(
+    table,
+    m,
+    n,
+    alpha,
+    beta,
+    delta,
+    penalty,
+    belief,
+    visit_decay,
+    stable_periods,
+    max_periods,
+    seeds,
+    q,
+    greedy,
+    periods,
+    converged,
+    last_state,
+):
+    for b in numba.prange(seeds.shape[0]):
+        periods[b], converged[b], last_state[b] = _session(
+            table,
+            m,
+            n,
+            alpha,
+            beta,
+            delta,
+            penalty,
+            belief,
+            visit_decay,
+            stable_periods,
+            max_periods,
+            seeds[b],
+            q[b],
+            greedy[b],
+        )
+
+
+@dataclass(frozen=True)
+class QLearner:
+    """Calvano's Q-learner (defaults = their baseline) with CURB's two switches (off by default)."""
+
+    alpha: float = 0.15
+    """learning rate α in (0, 1]"""
+    beta: float = 4e-6
+    """exploration decay β >= 0: ε_t = exp(−βt)"""
+    delta: float = 0.95
+    """discount factor δ in [0, 1) (0 is the myopic learner)"""
+    memory: int = 1
+    """periods of history in the state, k >= 0 (0: no memory, a single state)"""
+    penalty: float = 0.0
+    """CURB's λ_max >= 0 for the dependence penalty (0 switches it off)"""
+    belief: bool = False
+    """CURB's belief injection in the TD target"""
+    visit_decay: float = 0.99999
+    """per-period decay of the visit weights behind the penalty's rival-averaged policy"""
+    stable_periods: int = 100_000
+    """convergence: periods without any change of greedy policy"""
+    max_periods: int = 1_000_000_000
+    """cap on periods per session"""
+
+    def __post_init__(self) -> None:
+        require(0 < self.alpha <= 1, "alpha", "in (0, 1]", self.alpha)
+        require(self.beta >= 0, "beta", ">= 0", self.beta)
+        require(0 <= self.delta < 1, "delta", "in [0, 1)", self.delta)
+        require(
+            is_count(self.memory, 0) and self.memory <= 3, "memory", "0, 1, 2 or 3", self.memory
+        )
+        require(self.penalty >= 0, "penalty", ">= 0", self.penalty)
+        require(0 < self.visit_decay <= 1, "visit_decay", "in (0, 1]", self.visit_decay)
+        require(
+            is_count(self.stable_periods), "stable_periods", "an integer >= 1", self.stable_periods
+        )
+        require(is_count(self.max_periods), "max_periods", "an integer >= 1", self.max_periods)
+        if self.penalty > 0 or self.belief:
+            require(
+                self.memory == 1, "memory", "1 when CURB's penalty or belief is on", self.memory
+            )
+
+    @classmethod
+    def curb(cls, penalty: float = 0.2, belief: bool = True, **kwargs) -> QLearner:
+        """CURB: the ramped dependence penalty (λ_max = ``penalty``) plus belief injection."""
+        return cls(penalty=penalty, belief=belief, **kwargs)
+
+
+@dataclass
+class Sessions:
+    """Converged sessions: Q tables [B, n, S, m], greedy policies [B, n, S], periods, converged
+    flags and last states [B], and the game they were played on."""
+
+    market: Market
+    learner: QLearner
+    grid: np.ndarray
+    table: np.ndarray
+    seeds: np.ndarray
+    q: np.ndarray
+    greedy: np.ndarray
+    periods: np.ndarray
+    converged: np.ndarray
+    last_state: np.ndarray
+
+    @property
+    def n_actions(self) -> int:
+        return self.grid.size
+
+
+def initial_q(table: np.ndarray, n_actions: int, n_firms: int, delta: float) -> np.ndarray:
+    """Calvano Eq. 8: each action's profit averaged over uniform rivals, discounted forever, [n, m]."""
+    profits = table.reshape([n_actions] * n_firms + [n_firms])
+    return np.stack(
+        [
+            np.moveaxis(profits[..., i], i, 0).reshape(n_actions, -1).mean(axis=1) / (1 - delta)
+            for i in range(n_firms)
+        ]
+    )
+
+
+def session_seeds(n_sessions: int, seed: int) -> np.ndarray:
+    """Independent 64-bit stream seeds for sessions seed·2^20 + 0, 1, …"""
+    base = np.uint64(seed) * np.uint64(1 << 20)
+    return np.array([base + np.uint64(b) for b in range(n_sessions)], dtype=np.uint64)
+
+
+def train_sessions(
+    market: Market,
+    learner: QLearner | None = None,
+    n_sessions: int = 1,
+    *,
+    seed: int = 0,
+    n_actions: int = 15,
+    xi: float = 0.1,
+    grid: np.ndarray | None = None,
+    python: bool = False,
+) -> Sessions:
+    """Play ``n_sessions`` independent seeded sessions of ``market`` to convergence.
+
+    ``grid`` overrides Calvano's grid of ``n_actions`` actions (``xi`` beyond Nash and monopoly).
+    ``python=True`` runs the same loop in the interpreter, one session after another (the
+    reference for tests and benchmarks; about two orders of magnitude slower).
+    """
+    learner = learner or QLearner()
+    require(is_count(n_sessions), "n_sessions", "an integer >= 1", n_sessions)
+    require(is_count(seed, 0), "seed", "an integer >= 0", seed)
+    grid = action_grid(market, n_actions, xi) if grid is None else np.asarray(grid, np.float64)
+    table = profit_table(market, grid)
+    m, n = grid.size, market.n_firms
+    if learner.belief:
+        require(n == 2, "market.n_firms", "2 when CURB's belief injection is on", n)
+    n_states = m ** (n * learner.memory)
+    q0 = initial_q(table, m, n, learner.delta)
+    q = np.broadcast_to(q0[None, :, None, :], (n_sessions, n, n_states, m)).copy()
+    greedy = np.broadcast_to(q0.argmax(axis=1)[None, :, None], (n_sessions, n, n_states)).copy()
+    seeds = session_seeds(n_sessions, seed)
+    periods = np.zeros(n_sessions, np.int64)
+    converged = np.zeros(n_sessions, np.bool_)
+    last_state = np.zeros(n_sessions, np.int64)
+    args = (
+        table,
+        m,
+        n,
+        learner.alpha,
+        learner.beta,
+        learner.delta,
+        learner.penalty,
+        learner.belief,
+        learner.visit_decay,
+        learner.stable_periods,
+        learner.max_periods,
+    )
+    if python:
+        with np.errstate(over="ignore"):  # splitmix64 multiplies modulo 2^64 on purpose
+            for b in range(n_sessions):
+                periods[b], converged[b], last_state[b] = _session.py_func(
+                    *args, seeds[b], q[b], greedy[b]
+                )
+    else:
+        _sessions(*args, seeds, q, greedy, periods, converged, last_state)
+    return Sessions(market, learner, grid, table, seeds, q, greedy, periods, converged, last_state)

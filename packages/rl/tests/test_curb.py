@@ -1,0 +1,381 @@
+"""Tests of mixlab.rl.curb: markets, Q-learning, CURB, DQN, analysis, env, CLI and experiment."""
+
+from __future__ import annotations
+
+import json
+
+import numba
+import numpy as np
+import pytest
+import torch
+
+from mixlab.rl.curb import (
+    DQNConfig,
+    LinearCournot,
+    LogitBertrand,
+    QLearner,
+    RepeatedMarketEnv,
+    action_grid,
+    analyse_policy,
+    best_response_table,
+    collusion_index,
+    converged_cycle,
+    dependence_penalty,
+    equilibria,
+    greedy_probabilities,
+    impulse_response,
+    initial_q,
+    policy_dependence,
+    profit_table,
+    rival_marginal_policy,
+    softmax_probabilities,
+    train_dqn,
+    train_sessions,
+    tv_dependence,
+)
+from mixlab.rl.curb.dqn import EnsembleMLP
+
+M = 15
+
+
+@pytest.fixture(scope="module")
+def bertrand():
+    market = LogitBertrand()
+    grid = action_grid(market)
+    return market, grid, profit_table(market, grid), equilibria(market)
+
+
+# --- markets -----------------------------------------------------------------------------------
+
+
+def test_calvano_benchmarks(bertrand):
+    _, grid, table, eq = bertrand
+    np.testing.assert_allclose(eq.nash_profits, 0.22293, atol=1e-5)
+    np.testing.assert_allclose(eq.monopoly_profits, 0.33749, atol=1e-5)
+    np.testing.assert_allclose(eq.nash_actions, 1.47293, atol=1e-5)
+    np.testing.assert_allclose(eq.monopoly_actions, 1.92498, atol=1e-5)
+    calvano_grid = [1.4277, 1.4665, 1.5052, 1.5440, 1.5827, 1.6215, 1.6602, 1.6990]
+    np.testing.assert_allclose(grid[:8], calvano_grid, atol=1e-4)
+    np.testing.assert_allclose(grid[-1], 1.9702, atol=1e-4)
+    responses = best_response_table(table, M, 2)[0].reshape(M, M)[0]  # firm 0 vs rival's price
+    assert responses.tolist() == [1, 1, 2, 2, 2, 3, 3, 4, 4, 5, 5, 5, 6, 6, 6]
+
+
+def test_cournot_benchmarks():
+    eq = equilibria(LinearCournot())
+    np.testing.assert_allclose(eq.nash_actions, 1 / 3, atol=1e-6)
+    np.testing.assert_allclose(eq.nash_profits, 1 / 9, atol=1e-6)
+    np.testing.assert_allclose(eq.monopoly_actions, 1 / 4, atol=1e-6)
+    np.testing.assert_allclose(eq.monopoly_profits, 1 / 8, atol=1e-6)
+    grid = action_grid(LinearCournot())
+    np.testing.assert_allclose([grid[0], grid[-1]], [0.2417, 0.3417], atol=1e-4)
+    # n firms: q_N = (A − c)/((n + 1)B), joint monopoly splits (A − c)/(2B).
+    eq3 = equilibria(LinearCournot(n_firms=3, costs=0.1))
+    np.testing.assert_allclose(eq3.nash_actions, 0.9 / 4, atol=1e-6)
+    np.testing.assert_allclose(eq3.monopoly_actions.sum(), 0.9 / 2, atol=1e-5)
+
+
+def test_nash_is_a_mutual_best_response_for_asymmetric_firms():
+    market = LogitBertrand(n_firms=3, costs=(1.0, 1.1, 0.9), qualities=(2.0, 2.1, 1.9))
+    eq = equilibria(market)
+    for i in range(3):
+        prices = np.repeat(eq.nash_actions[None], 201, axis=0)
+        prices[:, i] = np.linspace(eq.nash_actions[i] - 0.2, eq.nash_actions[i] + 0.2, 201)
+        assert market.profits(prices)[:, i].max() <= eq.nash_profits[i] + 1e-9
+    assert eq.monopoly_profits.sum() > eq.nash_profits.sum()
+
+
+def test_profit_table_and_collusion_index(bertrand):
+    market, grid, table, eq = bertrand
+    a, b = 3, 11
+    np.testing.assert_allclose(table[a * M + b], market.profits(np.array([grid[a], grid[b]])))
+    assert collusion_index(eq.nash_profits, eq) == pytest.approx(0.0)
+    assert collusion_index(eq.monopoly_profits, eq) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: LogitBertrand(n_firms=1), "n_firms"),
+        (lambda: LinearCournot(n_firms=1), "n_firms"),
+        (lambda: LogitBertrand(costs=-1.0), "costs"),
+        (lambda: LinearCournot(costs=(0.1, -0.2)), "costs"),
+        (lambda: LogitBertrand(costs=(1.0, 1.0, 1.0)), "costs"),
+        (lambda: LogitBertrand(mu=0), "mu"),
+        (lambda: action_grid(LogitBertrand(), 0), "n_actions"),
+        (lambda: profit_table(LogitBertrand(), np.array([])), "grid"),
+        (lambda: QLearner(delta=1.0), "delta"),
+        (lambda: QLearner(delta=-0.1), "delta"),
+        (lambda: QLearner(alpha=0), "alpha"),
+        (lambda: QLearner.curb(memory=2), "memory"),
+        (lambda: train_sessions(LogitBertrand(), n_sessions=0), "n_sessions"),
+        (lambda: train_sessions(LogitBertrand(n_firms=3), QLearner.curb(), 1), "n_firms"),
+        (lambda: DQNConfig(gamma=1.0), "gamma"),
+        (lambda: train_dqn(LogitBertrand(n_firms=3), [DQNConfig()]), "n_firms"),
+    ],
+)
+def test_bad_input_names_the_parameter(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+# --- Q-learning --------------------------------------------------------------------------------
+
+
+def test_initial_q_is_calvano_eq8(bertrand):
+    _, _, table, _ = bertrand
+    q0 = initial_q(table, M, 2, 0.95)
+    profits = table.reshape(M, M, 2)
+    np.testing.assert_allclose(q0[0], profits[:, :, 0].mean(axis=1) / 0.05)
+    np.testing.assert_allclose(q0[1], profits[:, :, 1].mean(axis=0) / 0.05)
+
+
+@pytest.mark.parametrize(
+    "learner",
+    [
+        QLearner(max_periods=1500),
+        QLearner.curb(max_periods=1500),
+        QLearner(memory=0, max_periods=1500),
+    ],
+    ids=["q-learning", "curb", "no-memory"],
+)
+def test_compiled_loop_equals_the_plain_python_reference(learner):
+    market = LinearCournot()
+    compiled = train_sessions(market, learner, 2, seed=3)
+    reference = train_sessions(market, learner, 2, seed=3, python=True)
+    np.testing.assert_array_equal(compiled.q, reference.q)
+    np.testing.assert_array_equal(compiled.greedy, reference.greedy)
+    np.testing.assert_array_equal(compiled.last_state, reference.last_state)
+
+
+def test_seeded_sessions_are_deterministic_on_any_thread_count():
+    market, learner = LogitBertrand(), QLearner(beta=1e-4, stable_periods=2000)
+    threads = numba.get_num_threads()
+    first = train_sessions(market, learner, 3, seed=7)
+    numba.set_num_threads(1)
+    try:
+        single = train_sessions(market, learner, 3, seed=7)
+    finally:
+        numba.set_num_threads(threads)
+    other = train_sessions(market, learner, 3, seed=8)
+    np.testing.assert_array_equal(first.q, single.q)
+    np.testing.assert_array_equal(first.periods, single.periods)
+    assert not np.array_equal(first.q, other.q)
+    # The sessions of one batch differ from each other.
+    assert not np.array_equal(first.q[0], first.q[1])
+
+
+def test_convergence_rule_and_cap():
+    capped = train_sessions(LogitBertrand(), QLearner(max_periods=500), 2)
+    assert capped.periods.tolist() == [500, 500]
+    assert not capped.converged.any()
+    fast = train_sessions(LogitBertrand(), QLearner(beta=1e-3, stable_periods=1000), 2)
+    assert fast.converged.all()
+    assert (fast.periods < 1_000_000).all()
+
+
+def test_q_learning_lands_in_calvanos_range_and_punishes(bertrand):
+    market, _, _, eq = bertrand
+    sessions = train_sessions(market, QLearner(), 20, seed=0)
+    assert sessions.converged.all()
+    outcomes = [
+        analyse_policy(
+            s_greedy,
+            int(s_last),
+            sessions.table,
+            sessions.grid,
+            eq,
+            delta=0.95,
+            competitive_direction=-1,
+        )
+        for s_greedy, s_last in zip(sessions.greedy, sessions.last_state, strict=True)
+    ]
+    collusion = np.mean([o.collusion for o in outcomes])
+    assert 0.75 <= collusion <= 0.95
+    assert np.mean([o.impulse.punished for o in outcomes]) >= 0.5
+
+
+def test_curb_unwinds_collusion_on_a_small_batch(bertrand):
+    market, _, _, eq = bertrand
+    sessions = train_sessions(market, QLearner.curb(), 10, seed=0)
+    collusion = [
+        analyse_policy(
+            g, int(s), sessions.table, sessions.grid, eq, delta=0.95, competitive_direction=-1
+        ).collusion
+        for g, s in zip(sessions.greedy, sessions.last_state, strict=True)
+    ]
+    assert np.mean(collusion) < 0.4
+
+
+def test_three_firm_market_runs():
+    sessions = train_sessions(LinearCournot(n_firms=3), QLearner(beta=1e-3, stable_periods=500), 2)
+    assert sessions.greedy.shape == (2, 3, 15**3)
+    cycle = converged_cycle(sessions.greedy[0], int(sessions.last_state[0]), 15)
+    assert len(cycle) >= 1
+
+
+# --- analysis ----------------------------------------------------------------------------------
+
+
+def _grim_trigger(high: int, low: int) -> np.ndarray:
+    """Both firms play ``high`` after (high, high) and ``low`` after anything else."""
+    policy = np.full((2, M * M), low)
+    policy[:, high * M + high] = high
+    return policy
+
+
+def test_impulse_response_detects_grim_trigger_punishment(bertrand):
+    _, grid, table, _ = bertrand
+    policy = _grim_trigger(high=13, low=1)
+    cycle = converged_cycle(policy, 13 * M + 13, M)
+    assert cycle == [13 * M + 13]
+    response = impulse_response(policy, cycle, table, grid)
+    assert response.punished
+    assert response.rival_response < 0
+    assert response.deviation_gain < 0  # the deviation does not pay
+    assert response.actions[1, 0] < grid[13]  # the deviator cut its price
+    # A policy that ignores the rival does not punish, and deviating pays.
+    constant = np.full((2, M * M), 13)
+    calm = impulse_response(constant, [13 * M + 13], table, grid)
+    assert not calm.punished
+    assert calm.deviation_gain > 0
+
+
+def test_tv_penalty_is_zero_for_a_policy_that_ignores_the_rival():
+    rng = np.random.default_rng(0)
+    own_rule = rng.integers(0, M, size=M)  # action depends on own last action only
+    policy = np.repeat(own_rule, M)  # state s = own·M + rival for firm 0
+    probabilities = greedy_probabilities(policy, M)
+    weights = rng.random(M * M)
+    penalty = dependence_penalty(probabilities, 0, weights)
+    np.testing.assert_allclose(penalty[np.arange(M * M), policy], 0.0, atol=1e-12)
+    assert np.allclose(tv_dependence(probabilities, 0), 0)
+    # Firm 1 reads its own action from the low digit.
+    policy_1 = np.tile(own_rule, M)
+    penalty_1 = dependence_penalty(greedy_probabilities(policy_1, M), 1, weights)
+    np.testing.assert_allclose(penalty_1[np.arange(M * M), policy_1], 0.0, atol=1e-12)
+    # Softmax of a rival-independent Q: the TV statistic is exactly zero.
+    q = np.repeat(rng.normal(size=(M, 1, M)), M, axis=1).reshape(M * M, M)
+    assert np.allclose(tv_dependence(softmax_probabilities(q, 0.1), 0), 0)
+
+
+def test_tv_penalty_is_positive_for_a_policy_that_reacts_to_the_rival(bertrand):
+    _, _, table, _ = bertrand
+    policy = _grim_trigger(13, 1)
+    probabilities = greedy_probabilities(policy[0], M)
+    penalty = dependence_penalty(probabilities, 0)
+    assert penalty[13 * M + 13, 13] > 0.9  # high is played after one of 15 rival actions only
+    stats = policy_dependence(probabilities, 0, 13 * M + 13, table)
+    assert stats.cooperate_defect == pytest.approx(1.0)
+    marginal = rival_marginal_policy(probabilities, 0)
+    np.testing.assert_allclose(marginal.sum(axis=1), 1.0)
+
+
+# --- DQN ---------------------------------------------------------------------------------------
+
+
+def test_ensemble_members_are_independent():
+    torch.manual_seed(0)
+    net = EnsembleMLP(3, 2, 8, 5)
+    x = torch.rand(3, 4, 2)
+    net(x)[1].sum().backward()
+    for weight in net.weights:
+        assert weight.grad[0].abs().sum() == 0
+        assert weight.grad[2].abs().sum() == 0
+        assert weight.grad[1].abs().sum() > 0
+
+
+def test_dqn_and_curb_dqn_train_deterministically(bertrand):
+    market, _, _, eq = bertrand
+    configs = [
+        DQNConfig(steps=400, learning_starts=64, target_every=50, buffer_size=200, beta=1e-2)
+    ]
+    configs.append(
+        DQNConfig(
+            steps=400,
+            learning_starts=64,
+            target_every=50,
+            buffer_size=200,
+            beta=1e-2,
+            penalty=0.2,
+            belief=True,
+        )
+    )
+    first = train_dqn(market, configs, seed=1, trace_every=100)
+    second = train_dqn(market, configs, seed=1, trace_every=100)
+    assert first.greedy.shape == (2, 2, M * M)
+    np.testing.assert_array_equal(first.greedy, second.greedy)
+    np.testing.assert_array_equal(first.profit_trace, second.profit_trace)
+    assert first.profit_trace.shape == (2, 4)
+    outcome = analyse_policy(
+        first.greedy[1],
+        int(first.last_state[1]),
+        first.table,
+        first.grid,
+        eq,
+        delta=0.95,
+        competitive_direction=-1,
+    )
+    assert np.isfinite(outcome.collusion)
+
+
+# --- environment, CLI, experiment --------------------------------------------------------------
+
+
+def test_pettingzoo_parallel_api():
+    from pettingzoo.test import parallel_api_test
+
+    parallel_api_test(RepeatedMarketEnv(max_cycles=30), num_cycles=60)
+    parallel_api_test(
+        RepeatedMarketEnv(LinearCournot(n_firms=3), memory=2, max_cycles=10), num_cycles=30
+    )
+
+
+def test_env_rewards_are_the_profit_table(bertrand):
+    _, _, table, _ = bertrand
+    env = RepeatedMarketEnv(max_cycles=3)
+    observations, _ = env.reset(seed=0)
+    assert observations["firm_0"].shape == (2,)
+    observations, rewards, _, truncations, infos = env.step({"firm_0": 4, "firm_1": 9})
+    assert rewards["firm_1"] == pytest.approx(table[4 * M + 9, 1])
+    assert observations["firm_1"].tolist() == [4, 9]
+    assert "prices" in infos["firm_0"]
+    assert not truncations["firm_0"]
+    with pytest.raises(ValueError, match="actions"):
+        env.step({"firm_0": 4})
+    with pytest.raises(ValueError, match="actions"):
+        env.step({"firm_0": 4, "firm_1": 15})
+
+
+def test_cli_simulate_and_errors(tmp_path, capsys):
+    from mixlab.rl.cli import main
+
+    assert (
+        main(["curb", "simulate", "--market", "cournot", "--sessions", "2", "--out", str(tmp_path)])
+        == 0
+    )
+    saved = json.loads((tmp_path / "sessions.json").read_text())
+    assert len(saved["sessions"]) == 2
+    assert np.load(tmp_path / "greedy_policies.npy").shape == (2, 2, M * M)
+    assert main(["curb", "equilibria", "--market", "cournot"]) == 0
+    assert "0.11111" in capsys.readouterr().out
+    assert main(["curb", "simulate", "--market", "hotelling"]) == 2
+    assert main(["curb", "equilibria", "--n-firms", "1"]) == 2
+    assert "n_firms" in capsys.readouterr().err
+
+
+def test_experiment_runs_and_resumes(tmp_path):
+    from mixlab.rl.curb.experiment import METHOD, Config
+
+    config = Config(n_sessions=2, dqn_steps=300, dqn_seeds=1, beta=2e-5)
+    result = METHOD.run(config, tmp_path)
+    assert {"bertrand/q-learning", "cournot/curb", "bertrand/dqn", "bertrand/curb-dqn"} <= set(
+        result.metrics
+    )
+    assert len(result.claims) == 4
+    assert (tmp_path / "collusion.png").exists()
+    assert (tmp_path / "impulse_response.png").exists()
+    again = METHOD.run(config, tmp_path, resume=True)
+    assert again.metrics == result.metrics
+    with pytest.raises(ValueError, match="grid_alphas"):
+        Config(grid_alphas=(0.1,))
