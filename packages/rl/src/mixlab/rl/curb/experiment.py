@@ -291,6 +291,8 @@ def _stats(sessions: list[dict[str, Any]]) -> dict[str, float | None]:
         if collusion.size > 1
         else 0.0,
         "share_below_0.1": float(np.mean(collusion < 0.1)),
+        # Overshoot: more competitive than the one-shot Nash equilibrium.
+        "share_below_minus_0.1": float(np.mean(collusion < -0.1)),
         "punished_share": mean("punished"),
         "rival_response": mean("rival_response"),
         "deviation_gain": mean("deviation_gain"),
@@ -507,6 +509,32 @@ def _plots(records: list[dict[str, Any]], config: Config, out_dir: Path) -> None
         axis.set_title(f"{game}: impulse response (mean over sessions)")
         axis.legend(fontsize=7)
     save_figure(figure, out_dir / "impulse_response.png")
+    if config.grid_alphas:
+        _grid_plot(records, config, out_dir)
+
+
+def _grid_plot(records: list[dict[str, Any]], config: Config, out_dir: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(2, 2, figsize=(10, 8), constrained_layout=True)
+    for row, game in enumerate(GAMES):
+        for col, system in enumerate(("q-learning", "curb")):
+            axis = axes[row, col]
+            cells = _grid_cells(records, config, game, system)
+            values = np.full((len(config.grid_alphas), len(config.grid_betas)), np.nan)
+            for cell in cells:
+                i = config.grid_alphas.index(cell["alpha"])
+                values[i, config.grid_betas.index(cell["beta"])] = cell["collusion"]
+            image = axis.imshow(values, vmin=-0.2, vmax=1.0, cmap="viridis", origin="lower")
+            for (i, j), value in np.ndenumerate(values):
+                axis.text(j, i, f"{value:.2f}", ha="center", va="center", color="w", fontsize=8)
+            axis.set_xticks(range(len(config.grid_betas)), [f"{b:g}" for b in config.grid_betas])
+            axis.set_yticks(range(len(config.grid_alphas)), [f"{a:g}" for a in config.grid_alphas])
+            axis.set_xlabel("β")
+            axis.set_ylabel("α")
+            axis.set_title(f"{game} {system}: mean Δ")
+    figure.colorbar(image, ax=axes, shrink=0.6, label="collusion index Δ")
+    save_figure(figure, out_dir / "grid_collusion.png")
 
 
 METHOD = Method(
