@@ -57,8 +57,10 @@ def test_calvano_benchmarks(bertrand):
     calvano_grid = [1.4277, 1.4665, 1.5052, 1.5440, 1.5827, 1.6215, 1.6602, 1.6990]
     np.testing.assert_allclose(grid[:8], calvano_grid, atol=1e-4)
     np.testing.assert_allclose(grid[-1], 1.9702, atol=1e-4)
-    responses = best_response_table(table, M, 2)[0].reshape(M, M)[0]  # firm 0 vs rival's price
-    assert responses.tolist() == [1, 1, 2, 2, 2, 3, 3, 4, 4, 5, 5, 5, 6, 6, 6]
+    calvano_responses = [1, 1, 2, 2, 2, 3, 3, 4, 4, 5, 5, 5, 6, 6, 6]
+    responses = best_response_table(table, M, 2)
+    assert responses[0].reshape(M, M)[0].tolist() == calvano_responses  # firm 0 vs rival's price
+    assert responses[1].reshape(M, M)[:, 0].tolist() == calvano_responses  # firm 1 vs firm 0's
 
 
 def test_cournot_benchmarks():
@@ -111,6 +113,7 @@ def test_profit_table_and_collusion_index(bertrand):
         (lambda: train_sessions(LogitBertrand(), n_sessions=0), "n_sessions"),
         (lambda: train_sessions(LogitBertrand(n_firms=3), QLearner.curb(), 1), "n_firms"),
         (lambda: DQNConfig(gamma=1.0), "gamma"),
+        (lambda: train_sessions(LogitBertrand(), QLearner(memory=3), 4), "memory"),
         (lambda: train_dqn(LogitBertrand(n_firms=3), [DQNConfig()]), "n_firms"),
     ],
 )
@@ -146,6 +149,9 @@ def test_compiled_loop_equals_the_plain_python_reference(learner):
     np.testing.assert_array_equal(compiled.q, reference.q)
     np.testing.assert_array_equal(compiled.greedy, reference.greedy)
     np.testing.assert_array_equal(compiled.last_state, reference.last_state)
+    from mixlab.rl.curb import qlearning
+
+    assert hasattr(qlearning._uniform, "py_func")  # the compiled helpers are back after the run
 
 
 def test_seeded_sessions_are_deterministic_on_any_thread_count():
@@ -210,8 +216,11 @@ def test_curb_unwinds_collusion_on_a_small_batch(bertrand):
 def test_three_firm_market_runs():
     sessions = train_sessions(LinearCournot(n_firms=3), QLearner(beta=1e-3, stable_periods=500), 2)
     assert sessions.greedy.shape == (2, 3, 15**3)
-    cycle = converged_cycle(sessions.greedy[0], int(sessions.last_state[0]), 15)
-    assert len(cycle) >= 1
+    policy = sessions.greedy[0]
+    cycle = converged_cycle(policy, int(sessions.last_state[0]), 15)
+    # Greedy play maps each cycle state to the next one (states keep the newest profile only).
+    for here, after in zip(cycle, cycle[1:] + cycle[:1], strict=True):
+        assert after == int(np.ravel_multi_index(tuple(policy[:, here]), [15] * 3))
 
 
 # --- analysis ----------------------------------------------------------------------------------
@@ -239,6 +248,52 @@ def test_impulse_response_detects_grim_trigger_punishment(bertrand):
     calm = impulse_response(constant, [13 * M + 13], table, grid)
     assert not calm.punished
     assert calm.deviation_gain > 0
+
+
+def test_impulse_response_on_a_two_state_cycle_matches_a_hand_computed_gain(bertrand):
+    _, grid, table, _ = bertrand
+    # (13, 13) → play (12, 12) → play (13, 13) → ...; any other history → (1, 1) forever.
+    policy = np.full((2, M * M), 1)
+    policy[:, 13 * M + 13] = 12
+    policy[:, 12 * M + 12] = 13
+    cycle = converged_cycle(policy, 13 * M + 13, M)
+    assert cycle == [13 * M + 13, 12 * M + 12]
+    periods, delta = 5, 0.9
+    response = impulse_response(policy, cycle, table, grid, periods=periods, delta=delta)
+    on_path = [12, 13]  # action played from cycle state c
+    gains = []
+    for c in range(2):
+        rival = on_path[c]
+        deviate = [1, 1, 2, 2, 2, 3, 3, 4, 4, 5, 5, 5, 6, 6, 6][rival]
+        path = [table[deviate * M + rival, 0]] + [table[1 * M + 1, 0]] * periods
+        cycle_path = [table[on_path[(c + t) % 2] * (M + 1), 0] for t in range(periods + 1)]
+        gains.append(
+            sum(delta**t * (p - q) for t, (p, q) in enumerate(zip(path, cycle_path, strict=True)))
+        )
+    assert response.deviation_gain == pytest.approx(np.mean(gains))
+    assert response.punished
+    np.testing.assert_allclose(response.actions[0], grid[on_path].mean())
+    np.testing.assert_allclose(response.actions[2:, 1], grid[1])
+
+
+def test_impulse_response_in_cournot_punishes_by_raising_quantity():
+    market = LinearCournot()
+    grid = action_grid(market)
+    table = profit_table(market, grid)
+    policy = _grim_trigger(high=1, low=13)  # collude on a low quantity, punish with a high one
+    response = impulse_response(policy, [1 * M + 1], table, grid, competitive_direction=1)
+    assert response.punished
+    assert response.rival_response > 0
+
+
+def test_impulse_response_undercuts_when_already_at_the_best_response(bertrand):
+    _, grid, table, _ = bertrand
+    nash = np.full((2, M * M), 1)  # index 1 is its own static best response
+    response = impulse_response(nash, [1 * M + 1], table, grid)
+    assert response.undercut_share == 1.0
+    assert response.actions[1, 0] == grid[0]  # one step down, towards competition
+    assert not response.punished
+    assert response.deviation_gain < 0  # cutting below the best response loses
 
 
 def test_tv_penalty_is_zero_for_a_policy_that_ignores_the_rival():
@@ -345,6 +400,8 @@ def test_env_rewards_are_the_profit_table(bertrand):
         env.step({"firm_0": 4})
     with pytest.raises(ValueError, match="actions"):
         env.step({"firm_0": 4, "firm_1": 15})
+    with pytest.raises(ValueError, match="reset"):
+        RepeatedMarketEnv().step({"firm_0": 0, "firm_1": 0})
 
 
 def test_cli_simulate_and_errors(tmp_path, capsys):

@@ -58,7 +58,9 @@ class ImpulseResponse:
     deviation, then T periods of greedy play. ``punished``: the rivals' action moved towards
     competition in the period after the deviation (Calvano's sign of a punishment).
     ``deviation_gain``: Σ_t δ^t (π_dev,t − π_cycle,t) of the deviator over the T + 1 periods from
-    the deviation on; negative means the deviation does not pay.
+    the deviation on; negative means the deviation does not pay. ``undercut_share``: the share of
+    cycle states where the deviator already played its static best response, so that the forced
+    deviation was one grid step towards competition instead.
     """
 
     actions: np.ndarray
@@ -67,6 +69,7 @@ class ImpulseResponse:
     punished: bool
     rival_response: float
     deviation_gain: float
+    undercut_share: float = 0.0
 
 
 def impulse_response(
@@ -82,7 +85,8 @@ def impulse_response(
     competitive_direction: int = -1,
 ) -> ImpulseResponse:
     """Force ``deviator`` to play ``deviation`` (default: its static best response to the rivals'
-    cycle actions, Calvano's ``ir_type = 0``) for one period from every state of the cycle, then
+    cycle actions, Calvano's ``ir_type = 0``, or one grid step towards competition where that is
+    what it plays already) for one period from every state of the cycle, then
     let every firm follow its greedy policy for ``periods`` periods; average over cycle states."""
     n, n_states = policy.shape
     m = grid.size
@@ -96,12 +100,26 @@ def impulse_response(
     actions = np.zeros((len(cycle), periods + 2, n), dtype=np.int64)
     profits = np.zeros((len(cycle), periods + 2, n))
     on_cycle = np.zeros((len(cycle), periods + 1))
+    fallbacks = 0
     for c, start in enumerate(cycle):
         profile = _profile(policy, start, m)
         actions[c, 0] = _actions(profile, m, n)
         profits[c, 0] = table[profile]
         forced = actions[c, 0].copy()
-        forced[deviator] = responses[deviator, profile] if deviation is None else deviation
+        if deviation is not None:
+            forced[deviator] = deviation
+        else:
+            forced[deviator] = responses[deviator, profile]
+            if forced[deviator] == actions[c, 0, deviator]:
+                # Already best-responding (near the static Nash point): the static best
+                # response is no deviation at all, so move one grid step towards competition.
+                step = (
+                    competitive_direction
+                    if 0 <= forced[deviator] + competitive_direction < m
+                    else -competitive_direction
+                )
+                forced[deviator] += step
+                fallbacks += 1
         state = start
         for t in range(1, periods + 2):
             played = forced if t == 1 else policy[:, state]
@@ -123,6 +141,7 @@ def impulse_response(
         punished=bool(competitive_direction * response > 1e-6 * step),
         rival_response=float(response),
         deviation_gain=float(gain),
+        undercut_share=fallbacks / len(cycle),
     )
 
 

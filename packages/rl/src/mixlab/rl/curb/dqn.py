@@ -119,7 +119,8 @@ def train_dqn(
     device: str | torch.device = "cpu",
 ) -> DQNSessions:
     """Train one 2-agent DQN session per entry of ``configs`` (all with the same ``steps``,
-    ``hidden``, ``lr``, batch, buffer and target schedule) in one batched loop (CURB's switches, λ, τ, β, ε_min and γ may differ). Session b uses seed ``seed`` and its index b for every random draw."""
+    ``hidden``, ``lr``, batch, buffer and target schedule) in one batched loop (CURB's switches, λ, τ, β, ε_min and γ may differ). One generator seeded with ``seed`` drives the whole batch, so a session's draws depend on
+    ``seed`` and on the batch (its configs and their order); the same call gives the same result."""
     require(market.n_firms == 2, "market.n_firms", "2 (DQN agents play duopolies)", market.n_firms)
     require(len(configs) >= 1, "configs", "one or more DQNConfig", configs)
     shared = {
@@ -163,7 +164,6 @@ def train_dqn(
     all_states = torch.stack(torch.meshgrid(scaled, scaled, indexing="ij"), dim=-1).reshape(
         1, m * m, 2
     )
-    torch.arange(members, device=device) % 2
     rows = torch.arange(members, device=device)
 
     capacity = first.buffer_size

@@ -81,6 +81,7 @@ class RepeatedMarketEnv(ParallelEnv):
         return {agent: self._history.copy() for agent in self.agents}
 
     def step(self, actions: dict[str, int]) -> tuple[dict, dict, dict, dict, dict]:
+        require(bool(self.agents), "step", "called after reset() and before truncation", actions)
         missing = [agent for agent in self.agents if agent not in actions]
         require(not missing, "actions", f"one action for each of {self.agents}", sorted(actions))
         m, n = self.grid.size, self.market.n_firms

@@ -34,6 +34,7 @@ from mixlab.shared import (
     is_count,
     progress,
     require,
+    resolve_device,
     save_figure,
 )
 
@@ -94,7 +95,8 @@ class Config(ExperimentConfig):
             require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
         require(is_count(self.n_actions, 2), "n_actions", "an integer >= 2", self.n_actions)
         require(0 < self.alpha <= 1, "alpha", "in (0, 1]", self.alpha)
-        require(self.beta >= 0 and self.dqn_beta >= 0, "beta", ">= 0", (self.beta, self.dqn_beta))
+        require(self.beta >= 0, "beta", ">= 0", self.beta)
+        require(self.dqn_beta >= 0, "dqn_beta", ">= 0", self.dqn_beta)
         require(self.penalty > 0, "penalty", "> 0", self.penalty)
         require(
             all(0 < a <= 1 for a in self.grid_alphas),
@@ -167,7 +169,10 @@ def _key(cell: dict[str, Any]) -> str:
     return json.dumps(cell, sort_keys=True)
 
 
-def _outcome_record(outcome: SessionOutcome, periods: int, converged: bool) -> dict[str, Any]:
+def _outcome_record(
+    outcome: SessionOutcome, periods: int, converged: bool | None
+) -> dict[str, Any]:
+    """One session's numbers; ``converged`` is None for DQN (trained for a fixed budget)."""
     impulse = outcome.impulse
     return {
         "collusion": outcome.collusion,
@@ -176,10 +181,11 @@ def _outcome_record(outcome: SessionOutcome, periods: int, converged: bool) -> d
         "punished": impulse.punished,
         "rival_response": impulse.rival_response,
         "deviation_gain": impulse.deviation_gain,
+        "undercut_share": impulse.undercut_share,
         "tv_aggregate": outcome.tv_aggregate,
         "tv_cooperate_defect": outcome.tv_cooperate_defect,
         "periods": int(periods),
-        "converged": bool(converged),
+        "converged": None if converged is None else bool(converged),
         "impulse_actions": impulse.actions.tolist(),
     }
 
@@ -221,7 +227,13 @@ def run_dqn(config: Config, cell: dict[str, Any]) -> list[dict[str, Any]]:
         DQNConfig(**common, penalty=config.penalty, belief=True)
     ] * config.dqn_seeds
     start = time.perf_counter()
-    trained = train_dqn(market, configs, seed=config.seed, n_actions=config.n_actions)
+    trained = train_dqn(
+        market,
+        configs,
+        seed=config.seed,
+        n_actions=config.n_actions,
+        device=resolve_device(config.device),
+    )
     seconds = time.perf_counter() - start
     results = []
     for offset, system in enumerate(DQN_SYSTEMS):
@@ -236,7 +248,7 @@ def run_dqn(config: Config, cell: dict[str, Any]) -> list[dict[str, Any]]:
                 delta=0.95,
                 competitive_direction=market.competitive_direction,
             )
-            outcomes.append(_outcome_record(outcome, config.dqn_steps, True))
+            outcomes.append(_outcome_record(outcome, config.dqn_steps, None))
         results.append(
             {
                 "kind": "dqn",
@@ -297,6 +309,7 @@ def _stats(sessions: list[dict[str, Any]]) -> dict[str, float | None]:
         "rival_response": mean("rival_response"),
         "deviation_gain": mean("deviation_gain"),
         "unprofitable_deviation_share": float(np.mean([s["deviation_gain"] < 0 for s in sessions])),
+        "undercut_share": mean("undercut_share"),
         "mean_action": mean("mean_action"),
         "cycle_length": mean("cycle_length"),
         "tv_aggregate": mean("tv_aggregate"),

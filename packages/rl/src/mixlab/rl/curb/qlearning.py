@@ -31,6 +31,8 @@ reference loop that the benchmark and the tests compare against.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numba
@@ -43,6 +45,7 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _TO_UNIT = 1.0 / 9007199254740992.0  # 2^-53
+MAX_TABLE_BYTES = 8 * 2**30
 
 
 @numba.njit(cache=True)
@@ -209,6 +212,18 @@ def _sessions(
         )
 
 
+@contextmanager
+def _interpreted() -> Iterator[None]:
+    """Make the session loop's helpers plain Python too, so that ``_session.py_func`` runs no
+    compiled code (the loop looks its helpers up in this module's globals at call time)."""
+    helpers = {name: globals()[name] for name in ("_uniform", "_random_action", "_own_digit")}
+    globals().update({name: helper.py_func for name, helper in helpers.items()})
+    try:
+        yield
+    finally:
+        globals().update(helpers)
+
+
 @dataclass(frozen=True)
 class QLearner:
     """Calvano's Q-learner (defaults = their baseline) with CURB's two switches (off by default)."""
@@ -320,6 +335,15 @@ def train_sessions(
     if learner.belief:
         require(n == 2, "market.n_firms", "2 when CURB's belief injection is on", n)
     n_states = m ** (n * learner.memory)
+    table_bytes = n_sessions * n * n_states * m * 8
+    require(
+        table_bytes <= MAX_TABLE_BYTES,
+        "memory",
+        f"small enough that the Q tables fit in {MAX_TABLE_BYTES / 2**30:.0f} GiB "
+        f"(m^(n·memory) states × m actions × n firms × n_sessions × 8 bytes = "
+        f"{table_bytes / 2**30:.1f} GiB; lower memory, n_firms, n_actions or n_sessions)",
+        learner.memory,
+    )
     q0 = initial_q(table, m, n, learner.delta)
     q = np.broadcast_to(q0[None, :, None, :], (n_sessions, n, n_states, m)).copy()
     greedy = np.broadcast_to(q0.argmax(axis=1)[None, :, None], (n_sessions, n, n_states)).copy()
@@ -341,7 +365,7 @@ def train_sessions(
         learner.max_periods,
     )
     if python:
-        with np.errstate(over="ignore"):  # splitmix64 multiplies modulo 2^64 on purpose
+        with _interpreted(), np.errstate(over="ignore"):  # splitmix64 wraps modulo 2^64
             for b in range(n_sessions):
                 periods[b], converged[b], last_state[b] = _session.py_func(
                     *args, seeds[b], q[b], greedy[b]
