@@ -322,7 +322,8 @@ def _stats(sessions: list[dict[str, Any]]) -> dict[str, float | None]:
 
 def summarise(records: list[dict[str, Any]], config: Config) -> dict[str, dict[str, float | None]]:
     """One row per game and system at Calvano's (α, β) and the configured λ_max; CURB rows at other
-    λ_max; the grid's range of Δ for Q-learning and CURB (None elsewhere)."""
+    λ_max; on the grid rows of Q-learning and CURB (None elsewhere): the range of cell-mean Δ, the
+    cells with Δ below the "unwound" line, and for CURB the cells where it is below Q-learning."""
     metrics: dict[str, dict[str, float | None]] = {}
     for record in records:
         if record["kind"] == "grid":
@@ -341,8 +342,25 @@ def summarise(records: list[dict[str, Any]], config: Config) -> dict[str, dict[s
         row["grid_cells"] = float(len(grid)) if grid else None
         row["grid_collusion_min"] = float(min(values)) if grid else None
         row["grid_collusion_max"] = float(max(values)) if grid else None
+        row["grid_cells_unwound"] = float(sum(v < UNWOUND for v in values)) if grid else None
+        row["grid_cells_below_q_learning"] = (
+            _cells_below_q_learning(records, config, record["game"], grid)
+            if grid and record["system"] == "curb"
+            else None
+        )
         metrics[name] = row
     return metrics
+
+
+def _cells_below_q_learning(
+    records: list[dict[str, Any]], config: Config, game: str, curb: list[dict[str, float]]
+) -> float:
+    """Grid cells where CURB's mean Δ is below Q-learning's in the same (α, β) cell."""
+    baseline = {
+        (c["alpha"], c["beta"]): c["collusion"]
+        for c in _grid_cells(records, config, game, "q-learning")
+    }
+    return float(sum(c["collusion"] < baseline[(c["alpha"], c["beta"])] for c in curb))
 
 
 def _grid_cells(
