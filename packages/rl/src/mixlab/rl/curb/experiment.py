@@ -284,10 +284,28 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
             checkpoints.save_run(len(done), config, done=done)
             bar.advance()
     records = [record for cell in planned for record in done[_key(cell)]]
-    (out_dir / "cells.json").write_text(json.dumps(records, indent=1) + "\n")
+    (out_dir / "cells.json").write_text(json.dumps(_compact(records)) + "\n")
     metrics = summarise(records, config)
     _plots(records, config, out_dir)
     return Result(metrics=metrics, claims=claims(metrics, config))
+
+
+def _compact(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Records for cells.json: per-session numbers, and each cell's impulse response averaged over
+    its sessions (the per-session curves would make the full profile's file megabytes)."""
+    return [
+        {
+            **{key: value for key, value in record.items() if key != "sessions"},
+            "impulse_actions": np.mean(
+                [s["impulse_actions"] for s in record["sessions"]], axis=0
+            ).tolist(),
+            "sessions": [
+                {key: value for key, value in s.items() if key != "impulse_actions"}
+                for s in record["sessions"]
+            ],
+        }
+        for record in records
+    ]
 
 
 def _stats(sessions: list[dict[str, Any]]) -> dict[str, float | None]:
