@@ -13,34 +13,42 @@
     sessions = train_sessions(LogitBertrand(), QLearner.curb(), n_sessions=20, seed=0)
 """
 
-from mixlab.rl.curb.analysis import (
-    Dependence,
-    ImpulseResponse,
-    SessionOutcome,
-    analyse_policy,
-    converged_cycle,
-    cycle_profits,
-    dependence_penalty,
-    greedy_probabilities,
-    impulse_response,
-    policy_dependence,
-    rival_marginal_policy,
-    softmax_probabilities,
-    tv_dependence,
-)
-from mixlab.rl.curb.dqn import DQNConfig, DQNSessions, train_dqn
-from mixlab.rl.curb.env import RepeatedMarketEnv
-from mixlab.rl.curb.markets import (
-    Equilibria,
-    LinearCournot,
-    LogitBertrand,
-    action_grid,
-    best_response_table,
-    collusion_index,
-    equilibria,
-    profit_table,
-)
-from mixlab.rl.curb.qlearning import QLearner, Sessions, initial_q, train_sessions
+from typing import TYPE_CHECKING
+
+from mixlab.shared.lazy import lazy_exports
+
+_MODULE_OF = {
+    "DQNConfig": "dqn",
+    "DQNSessions": "dqn",
+    "Dependence": "analysis",
+    "Equilibria": "markets",
+    "ImpulseResponse": "analysis",
+    "LinearCournot": "markets",
+    "LogitBertrand": "markets",
+    "QLearner": "qlearning",
+    "RepeatedMarketEnv": "env",
+    "SessionOutcome": "analysis",
+    "Sessions": "qlearning",
+    "action_grid": "markets",
+    "analyse_policy": "analysis",
+    "best_response_table": "markets",
+    "collusion_index": "markets",
+    "converged_cycle": "analysis",
+    "cycle_profits": "analysis",
+    "dependence_penalty": "analysis",
+    "equilibria": "markets",
+    "greedy_probabilities": "analysis",
+    "impulse_response": "analysis",
+    "initial_q": "qlearning",
+    "policy_dependence": "analysis",
+    "profit_table": "markets",
+    "rival_marginal_policy": "analysis",
+    "softmax_probabilities": "analysis",
+    "train_dqn": "dqn",
+    "train_sessions": "qlearning",
+    "tv_dependence": "analysis",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _MODULE_OF)
 
 __all__ = [
     "DQNConfig",
@@ -73,3 +81,33 @@ __all__ = [
     "train_sessions",
     "tv_dependence",
 ]
+
+if TYPE_CHECKING:
+    from mixlab.rl.curb.analysis import (
+        Dependence,
+        ImpulseResponse,
+        SessionOutcome,
+        analyse_policy,
+        converged_cycle,
+        cycle_profits,
+        dependence_penalty,
+        greedy_probabilities,
+        impulse_response,
+        policy_dependence,
+        rival_marginal_policy,
+        softmax_probabilities,
+        tv_dependence,
+    )
+    from mixlab.rl.curb.dqn import DQNConfig, DQNSessions, train_dqn
+    from mixlab.rl.curb.env import RepeatedMarketEnv
+    from mixlab.rl.curb.markets import (
+        Equilibria,
+        LinearCournot,
+        LogitBertrand,
+        action_grid,
+        best_response_table,
+        collusion_index,
+        equilibria,
+        profit_table,
+    )
+    from mixlab.rl.curb.qlearning import QLearner, Sessions, initial_q, train_sessions
