@@ -17,6 +17,7 @@ from mixlab.rl.curb import (
     RepeatedMarketEnv,
     action_grid,
     analyse_policy,
+    analyse_sessions,
     best_response_table,
     collusion_index,
     converged_cycle,
@@ -181,35 +182,19 @@ def test_convergence_rule_and_cap():
 
 
 def test_q_learning_lands_in_calvanos_range_and_punishes(bertrand):
-    market, _, _, eq = bertrand
+    market = bertrand[0]
     sessions = train_sessions(market, QLearner(), 20, seed=0)
     assert sessions.converged.all()
-    outcomes = [
-        analyse_policy(
-            s_greedy,
-            int(s_last),
-            sessions.table,
-            sessions.grid,
-            eq,
-            delta=0.95,
-            competitive_direction=-1,
-        )
-        for s_greedy, s_last in zip(sessions.greedy, sessions.last_state, strict=True)
-    ]
+    outcomes = analyse_sessions(sessions)
     collusion = np.mean([o.collusion for o in outcomes])
     assert 0.75 <= collusion <= 0.95
     assert np.mean([o.impulse.punished for o in outcomes]) >= 0.5
 
 
 def test_curb_unwinds_collusion_on_a_small_batch(bertrand):
-    market, _, _, eq = bertrand
+    market = bertrand[0]
     sessions = train_sessions(market, QLearner.curb(), 10, seed=0)
-    collusion = [
-        analyse_policy(
-            g, int(s), sessions.table, sessions.grid, eq, delta=0.95, competitive_direction=-1
-        ).collusion
-        for g, s in zip(sessions.greedy, sessions.last_state, strict=True)
-    ]
+    collusion = [o.collusion for o in analyse_sessions(sessions)]
     assert np.mean(collusion) < 0.4
 
 

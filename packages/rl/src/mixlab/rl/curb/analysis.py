@@ -8,10 +8,11 @@ state s (memory-k history, encoded as in :mod:`mixlab.rl.curb.qlearning`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from mixlab.rl.curb.markets import Equilibria, best_response_table, collusion_index
+from mixlab.rl.curb.markets import Equilibria, best_response_table, collusion_index, equilibria
 from mixlab.shared import is_count, require
 
 
@@ -292,3 +293,25 @@ def analyse_policy(
         tv_aggregate=tv_aggregate,
         tv_cooperate_defect=tv_cd,
     )
+
+
+def analyse_sessions(
+    played: Any, *, delta: float = 0.95, periods: int = 25
+) -> list[SessionOutcome]:
+    """:func:`analyse_policy` for every session of ``played`` (the result of
+    :func:`~mixlab.rl.curb.train_sessions` or :func:`~mixlab.rl.curb.train_dqn`). Deviations are
+    valued at ``delta`` (Calvano's δ by default, also for myopic learners)."""
+    eq = equilibria(played.market)
+    return [
+        analyse_policy(
+            policy,
+            int(last),
+            played.table,
+            played.grid,
+            eq,
+            delta=delta,
+            competitive_direction=played.market.competitive_direction,
+            periods=periods,
+        )
+        for policy, last in zip(played.greedy, played.last_state, strict=True)
+    ]

@@ -122,9 +122,8 @@ def simulate(
     ] = None,
 ) -> None:
     """Play seeded Q-learning sessions to convergence and measure collusion and punishment."""
-    from mixlab.rl.curb.analysis import analyse_policy
+    from mixlab.rl.curb.analysis import analyse_sessions
     from mixlab.rl.curb.experiment import learner as build_learner
-    from mixlab.rl.curb.markets import equilibria as solve
     from mixlab.rl.curb.qlearning import train_sessions
 
     if learner not in LEARNERS:
@@ -132,19 +131,7 @@ def simulate(
     game = _market(market, n_firms)
     q_learner = build_learner(learner, alpha, beta, penalty)
     played = train_sessions(game, q_learner, sessions, seed=seed, n_actions=n_actions)
-    eq = solve(game)
-    outcomes = [
-        analyse_policy(
-            played.greedy[b],
-            int(played.last_state[b]),
-            played.table,
-            played.grid,
-            eq,
-            delta=0.95,
-            competitive_direction=game.competitive_direction,
-        )
-        for b in range(sessions)
-    ]
+    outcomes = analyse_sessions(played)
     summary = _summary(outcomes)
     summary["mean_periods"] = float(played.periods.mean())
     summary["converged_share"] = float(played.converged.mean())
@@ -168,10 +155,9 @@ def dqn(
     ] = None,
 ) -> None:
     """Train independent DQN (or CURB-DQN) pricing agents on Calvano's Bertrand market."""
-    from mixlab.rl.curb.analysis import analyse_policy
+    from mixlab.rl.curb.analysis import analyse_sessions
     from mixlab.rl.curb.dqn import DQNConfig, train_dqn
     from mixlab.rl.curb.markets import LogitBertrand
-    from mixlab.rl.curb.markets import equilibria as solve
     from mixlab.shared import resolve_device
 
     if seeds < 1:
@@ -182,19 +168,7 @@ def dqn(
     config = DQNConfig(steps=steps, beta=beta, penalty=penalty if curb else 0.0, belief=curb)
     game = LogitBertrand()
     trained = train_dqn(game, [config] * seeds, seed=seed, device=resolve_device(device))
-    eq = solve(game)
-    outcomes = [
-        analyse_policy(
-            trained.greedy[b],
-            int(trained.last_state[b]),
-            trained.table,
-            trained.grid,
-            eq,
-            delta=0.95,
-            competitive_direction=game.competitive_direction,
-        )
-        for b in range(seeds)
-    ]
+    outcomes = analyse_sessions(trained)
     summary = _summary(outcomes)
     _report(f"bertrand {'curb-dqn' if curb else 'dqn'} ({seeds} sessions, {steps} steps)", summary)
     _write(out, summary, outcomes, trained.greedy)

@@ -21,9 +21,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from mixlab.rl.curb.analysis import SessionOutcome, analyse_policy
+from mixlab.rl.curb.analysis import SessionOutcome, analyse_sessions
 from mixlab.rl.curb.dqn import DQNConfig, train_dqn
-from mixlab.rl.curb.markets import MARKETS, equilibria
+from mixlab.rl.curb.markets import MARKETS
 from mixlab.rl.curb.qlearning import QLearner, train_sessions
 from mixlab.shared import (
     Checkpointer,
@@ -192,7 +192,6 @@ def _outcome_record(
 
 def run_tabular(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
     market = MARKETS[cell["game"]]()
-    eq = equilibria(market)
     q_learner = learner(cell["system"], cell["alpha"], cell["beta"], cell["penalty"])
     start = time.perf_counter()
     n_sessions = config.grid_sessions if cell["kind"] == "grid" else config.n_sessions
@@ -201,27 +200,16 @@ def run_tabular(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
     )
     seconds = time.perf_counter() - start
     outcomes = [
-        _outcome_record(
-            analyse_policy(
-                sessions.greedy[b],
-                int(sessions.last_state[b]),
-                sessions.table,
-                sessions.grid,
-                eq,
-                delta=0.95,  # value deviations at Calvano's δ, also for the myopic learner
-                competitive_direction=market.competitive_direction,
-            ),
-            sessions.periods[b],
-            sessions.converged[b],
+        _outcome_record(outcome, periods, converged)
+        for outcome, periods, converged in zip(
+            analyse_sessions(sessions), sessions.periods, sessions.converged, strict=True
         )
-        for b in range(n_sessions)
     ]
     return {**cell, "seconds": seconds, "sessions": outcomes}
 
 
 def run_dqn(config: Config, cell: dict[str, Any]) -> list[dict[str, Any]]:
     market = MARKETS["bertrand"]()
-    eq = equilibria(market)
     common = {"steps": config.dqn_steps, "beta": config.dqn_beta}
     configs = [DQNConfig(**common)] * config.dqn_seeds + [
         DQNConfig(**common, penalty=config.penalty, belief=True)
@@ -235,20 +223,10 @@ def run_dqn(config: Config, cell: dict[str, Any]) -> list[dict[str, Any]]:
         device=resolve_device(config.device),
     )
     seconds = time.perf_counter() - start
+    outcomes = [_outcome_record(o, config.dqn_steps, None) for o in analyse_sessions(trained)]
     results = []
     for offset, system in enumerate(DQN_SYSTEMS):
-        outcomes = []
-        for b in range(offset * config.dqn_seeds, (offset + 1) * config.dqn_seeds):
-            outcome = analyse_policy(
-                trained.greedy[b],
-                int(trained.last_state[b]),
-                trained.table,
-                trained.grid,
-                eq,
-                delta=0.95,
-                competitive_direction=market.competitive_direction,
-            )
-            outcomes.append(_outcome_record(outcome, config.dqn_steps, None))
+        mine = slice(offset * config.dqn_seeds, (offset + 1) * config.dqn_seeds)
         results.append(
             {
                 "kind": "dqn",
@@ -256,12 +234,8 @@ def run_dqn(config: Config, cell: dict[str, Any]) -> list[dict[str, Any]]:
                 "system": system,
                 "seconds": seconds / 2,
                 "dqn": asdict(configs[offset * config.dqn_seeds]),
-                "profit_trace": trained.profit_trace[
-                    offset * config.dqn_seeds : (offset + 1) * config.dqn_seeds
-                ]
-                .mean(axis=0)
-                .tolist(),
-                "sessions": outcomes,
+                "profit_trace": trained.profit_trace[mine].mean(axis=0).tolist(),
+                "sessions": outcomes[mine],
             }
         )
     return results
