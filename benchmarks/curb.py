@@ -24,8 +24,8 @@ from pathlib import Path
 import numba
 
 from mixlab.rl.curb import LogitBertrand, QLearner, train_sessions
-from mixlab.shared import Claim, Result, bar_plot
-from mixlab.shared.result import environment
+from mixlab.shared import Claim, bar_plot
+from mixlab.shared.result import write_benchmark
 
 LEARNERS = {"q-learning": QLearner(), "curb": QLearner.curb()}
 
@@ -100,32 +100,24 @@ def main() -> None:
             value_label="speed-up",
         ),
     ]
-    result = Result(
+    write_benchmark(
+        args.out,
+        method="curb-benchmark",
         metrics=metrics,
         claims=claims,
-        method="curb-benchmark",
-        profile="default",
-        seed=0,
         config={
             "sessions": args.sessions,
             "capped_periods": args.periods,
             "numba_threads": threads,
         },
-        env=environment("cpu"),
-        wall_s=round(time.perf_counter() - start, 1),
+        started=start,
     )
-    result.write(args.out)
     bar_plot(
         args.out / "sessions_per_s.png",
         {key: row["sessions_per_s"] for key, row in metrics.items()},
         ylabel="converged sessions per second",
         title=f"Calvano Bertrand sessions per second ({parallel}: all cores)",
     )
-    for claim in claims:
-        print(
-            ("holds: " if claim.holds else "does not hold: ") + claim.text + f" ({claim.evidence})"
-        )
-    print(f"wrote {args.out / 'result.json'}")
 
 
 if __name__ == "__main__":

@@ -38,8 +38,8 @@ from torch import nn
 from mixlab.graphs.flatnsd import MessagePassingNet, SheafDiffusionNet
 from mixlab.graphs.flatnsd.layers import NSDConv
 from mixlab.graphs.flatnsd.sheaf import sheaf_laplacian
-from mixlab.shared import Claim, Result, bar_plot
-from mixlab.shared.result import environment
+from mixlab.shared import Claim, bar_plot
+from mixlab.shared.result import write_benchmark
 
 FEATURES, CLASSES, STALK, CHANNELS, LAYERS = 64, 8, 2, 16, 2
 SPARSE = ("gcn", "flatnsd", "flatnsd_heat", "nsd_diag", "nsd_bundle", "nsd_general")
@@ -221,12 +221,11 @@ def main() -> None:
             reference_label="nsd_general",
         ),
     ]
-    result = Result(
+    write_benchmark(
+        args.out,
+        method="flatnsd-benchmark",
         metrics=metrics,
         claims=claims,
-        method="flatnsd-benchmark",
-        profile="default",
-        seed=0,
         config={
             "sizes": {name: {"nodes": n, "directed_edges": e} for name, (n, e, _) in sizes.items()},
             "features": FEATURES,
@@ -235,21 +234,14 @@ def main() -> None:
             "layers": LAYERS,
             "torch_threads": torch.get_num_threads(),
         },
-        env=environment("cpu"),
-        wall_s=round(time.perf_counter() - start, 1),
+        started=start,
     )
-    result.write(args.out)
     bar_plot(
         args.out / "time_vs_gcn.png",
         {s: metrics[s]["time_vs_gcn_large"] for s in metrics if metrics[s]["time_vs_gcn_large"]},
         ylabel=f"epoch time relative to GCN ({args.nodes} nodes, {args.edges} edges)",
         title="full-batch training epoch, 2 layers",
     )
-    for claim in claims:
-        print(
-            ("holds: " if claim.holds else "does not hold: ") + claim.text + f" ({claim.evidence})"
-        )
-    print(f"wrote {args.out / 'result.json'}")
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ import numpy as np
 import threadpoolctl
 
 from mixlab.online.mosaic import GROUSE, PETRELS, DriftingSubspaceStream, Epoch, MoSAIC
-from mixlab.shared import Claim, Result, bar_plot
-from mixlab.shared.result import environment
+from mixlab.shared import Claim, bar_plot
+from mixlab.shared.result import write_benchmark
 
 N_SUBSPACES, RANK, OBSERVED, BATCH = 4, 5, 0.3, 20
 
@@ -135,12 +135,11 @@ def main() -> None:
             reference_label="petrels_Kr",
         ),
     ]
-    result = Result(
+    write_benchmark(
+        args.out,
+        method="mosaic-benchmark",
         metrics=metrics,
         claims=claims,
-        method="mosaic-benchmark",
-        profile="default",
-        seed=0,
         config={
             "dims": args.dims,
             "samples": args.samples,
@@ -150,21 +149,14 @@ def main() -> None:
             "batch_size": BATCH,
             "blas_threads": [t.get("num_threads") for t in threads],
         },
-        env=environment("cpu"),
-        wall_s=round(time.perf_counter() - start, 1),
+        started=start,
     )
-    result.write(args.out)
     bar_plot(
         args.out / "speed_vs_grouse_Kr.png",
         {name: metrics[name][f"speed_vs_grouse_Kr_n{largest}"] for name in systems},
         ylabel=f"samples/s relative to GROUSE rank K·r (n={largest})",
         title="partial_fit throughput, batches of 20",
     )
-    for claim in claims:
-        print(
-            ("holds: " if claim.holds else "does not hold: ") + claim.text + f" ({claim.evidence})"
-        )
-    print(f"wrote {args.out / 'result.json'}")
 
 
 if __name__ == "__main__":

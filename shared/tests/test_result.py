@@ -70,3 +70,29 @@ def test_load_rejects_other_json(tmp_path: Path) -> None:
     (tmp_path / "result.json").write_text('{"metrics": {}}')
     with pytest.raises(ValueError, match="missing"):
         Result.load(tmp_path)
+
+
+def test_write_benchmark_writes_the_schema_and_prints_verdicts(tmp_path, capsys):
+    import time
+
+    from mixlab.shared.result import write_benchmark
+
+    claims = [Claim.compare("fast", 2.0, ">", 1.0), Claim.compare("small", 3.0, "<", 1.0)]
+    result = write_benchmark(
+        tmp_path,
+        method="toy-benchmark",
+        metrics={"a": {"speed": 2.0}, "b": {"speed": 1.0}},
+        claims=claims,
+        config={"n": 3},
+        started=time.perf_counter(),
+    )
+    saved = Result.load(tmp_path)
+    assert saved.method == "toy-benchmark"
+    assert saved.profile == "default"
+    assert saved.config == {"n": 3}
+    assert saved.env["device"] == "cpu"
+    assert result.wall_s is not None
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "holds: fast (2 > 1)"
+    assert printed[1].startswith("does not hold: small")
+    assert printed[2] == f"wrote {tmp_path / 'result.json'}"

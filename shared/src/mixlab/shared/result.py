@@ -20,6 +20,7 @@ import operator
 import os
 import platform
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,6 +188,37 @@ class Result:
             raise ValueError(f"{path} is not a mixlab result.json: missing {missing}")
         claims = [Claim(**claim) for claim in data.pop("claims")]
         return cls(claims=claims, **data)
+
+
+def write_benchmark(
+    out_dir: str | os.PathLike[str],
+    *,
+    method: str,
+    metrics: dict[str, dict[str, float | None]],
+    claims: list[Claim],
+    config: dict[str, Any],
+    started: float,
+    device: str | torch.device = "cpu",
+) -> Result:
+    """Write a benchmark's ``out_dir/result.json`` (profile "default", seed 0, the ``env`` of
+    ``device``, the wall time since ``started``, a ``time.perf_counter()`` reading) and print each
+    claim's verdict and the path."""
+    result = Result(
+        metrics=metrics,
+        claims=claims,
+        method=method,
+        profile="default",
+        seed=0,
+        config=config,
+        env=environment(device),
+        wall_s=round(time.perf_counter() - started, 1),
+    )
+    path = result.write(out_dir)
+    for claim in claims:
+        verdict = "holds" if claim.holds else "does not hold"
+        print(f"{verdict}: {claim.text} ({claim.evidence})")
+    print(f"wrote {path}")
+    return result
 
 
 def environment(device: str | torch.device) -> dict[str, Any]:
