@@ -315,3 +315,57 @@ def analyse_sessions(
         )
         for policy, last in zip(played.greedy, played.last_state, strict=True)
     ]
+
+
+def session_record(outcome: SessionOutcome, periods: int, converged: bool | None) -> dict[str, Any]:
+    """One session's numbers as JSON-ready values; ``converged`` is None for DQN (trained for a
+    fixed budget)."""
+    impulse = outcome.impulse
+    return {
+        "collusion": outcome.collusion,
+        "cycle_length": outcome.cycle_length,
+        "mean_action": outcome.mean_action,
+        "punished": impulse.punished,
+        "rival_response": impulse.rival_response,
+        "deviation_gain": impulse.deviation_gain,
+        "undercut_share": impulse.undercut_share,
+        "tv_aggregate": outcome.tv_aggregate,
+        "tv_cooperate_defect": outcome.tv_cooperate_defect,
+        "periods": int(periods),
+        "converged": None if converged is None else bool(converged),
+        "impulse_actions": impulse.actions.tolist(),
+    }
+
+
+def summarise_records(sessions: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Summary of :func:`session_record` rows: Δ (mean, sample std, s.e., shares below 0.1 and
+    below −0.1), punishment and deviation statistics, TV statistics and convergence (means over
+    the sessions that have the number)."""
+
+    def mean(name: str) -> float | None:
+        values = [s[name] for s in sessions if s[name] is not None]
+        return float(np.mean(values)) if values else None
+
+    collusion = np.array([s["collusion"] for s in sessions])
+    return {
+        "collusion": float(collusion.mean()),
+        "collusion_std": float(collusion.std(ddof=1)) if collusion.size > 1 else 0.0,
+        "collusion_se": float(collusion.std(ddof=1) / np.sqrt(collusion.size))
+        if collusion.size > 1
+        else 0.0,
+        "share_below_0.1": float(np.mean(collusion < 0.1)),
+        # Overshoot: more competitive than the one-shot Nash equilibrium.
+        "share_below_minus_0.1": float(np.mean(collusion < -0.1)),
+        "punished_share": mean("punished"),
+        "rival_response": mean("rival_response"),
+        "deviation_gain": mean("deviation_gain"),
+        "unprofitable_deviation_share": float(np.mean([s["deviation_gain"] < 0 for s in sessions])),
+        "undercut_share": mean("undercut_share"),
+        "mean_action": mean("mean_action"),
+        "cycle_length": mean("cycle_length"),
+        "tv_aggregate": mean("tv_aggregate"),
+        "tv_cooperate_defect": mean("tv_cooperate_defect"),
+        "periods": mean("periods"),
+        "converged_share": mean("converged"),
+        "sessions": float(len(sessions)),
+    }

@@ -29,51 +29,30 @@ def _market(name: str, n_firms: int):
     return MARKETS[name](n_firms=n_firms)
 
 
-def _summary(outcomes: list) -> dict[str, float]:
-    import numpy as np
+def _records(outcomes: list, periods, converged) -> tuple[list[dict], dict]:
+    from mixlab.rl.curb.analysis import session_record, summarise_records
 
-    collusion = np.array([o.collusion for o in outcomes])
-    return {
-        "collusion_mean": float(collusion.mean()),
-        "collusion_std": float(collusion.std(ddof=1)) if len(outcomes) > 1 else 0.0,
-        "punished_share": float(np.mean([o.impulse.punished for o in outcomes])),
-        "mean_rival_response": float(np.mean([o.impulse.rival_response for o in outcomes])),
-        "unprofitable_deviation_share": float(
-            np.mean([o.impulse.deviation_gain < 0 for o in outcomes])
-        ),
-    }
+    records = [session_record(*row) for row in zip(outcomes, periods, converged, strict=True)]
+    return records, summarise_records(records)
 
 
-def _write(out: Path | None, summary: dict, outcomes: list, policies) -> None:
+def _write(out: Path | None, summary: dict, records: list[dict], policies) -> None:
     import numpy as np
 
     if out is None:
         return
     out.mkdir(parents=True, exist_ok=True)
-    sessions = [
-        {
-            "collusion": o.collusion,
-            "cycle_length": o.cycle_length,
-            "mean_action": o.mean_action,
-            "punished": o.impulse.punished,
-            "rival_response": o.impulse.rival_response,
-            "deviation_gain": o.impulse.deviation_gain,
-            "impulse_actions": o.impulse.actions.tolist(),
-        }
-        for o in outcomes
-    ]
-    (out / "sessions.json").write_text(
-        json.dumps({"summary": summary, "sessions": sessions}, indent=1)
-    )
+    sessions = json.dumps({"summary": summary, "sessions": records}, indent=1)
+    (out / "sessions.json").write_text(sessions)
     np.save(out / "greedy_policies.npy", policies)
     typer.echo(f"wrote {out / 'sessions.json'} and {out / 'greedy_policies.npy'}")
 
 
 def _report(label: str, summary: dict) -> None:
     typer.echo(
-        f"{label}: Δ = {summary['collusion_mean']:.3f} ± {summary['collusion_std']:.3f}, "
+        f"{label}: Δ = {summary['collusion']:.3f} ± {summary['collusion_std']:.3f}, "
         f"punishment in {summary['punished_share']:.0%} of sessions, "
-        f"rival response at t+1 {summary['mean_rival_response']:+.4f}, "
+        f"rival response at t+1 {summary['rival_response']:+.4f}, "
         f"deviation unprofitable in {summary['unprofitable_deviation_share']:.0%}"
     )
 
@@ -131,12 +110,9 @@ def simulate(
     game = _market(market, n_firms)
     q_learner = build_learner(learner, alpha, beta, penalty)
     played = train_sessions(game, q_learner, sessions, seed=seed, n_actions=n_actions)
-    outcomes = analyse_sessions(played)
-    summary = _summary(outcomes)
-    summary["mean_periods"] = float(played.periods.mean())
-    summary["converged_share"] = float(played.converged.mean())
+    records, summary = _records(analyse_sessions(played), played.periods, played.converged)
     _report(f"{market} {learner} ({sessions} sessions)", summary)
-    _write(out, summary, outcomes, played.greedy)
+    _write(out, summary, records, played.greedy)
 
 
 @app.command()
@@ -168,7 +144,6 @@ def dqn(
     config = DQNConfig(steps=steps, beta=beta, penalty=penalty if curb else 0.0, belief=curb)
     game = LogitBertrand()
     trained = train_dqn(game, [config] * seeds, seed=seed, device=resolve_device(device))
-    outcomes = analyse_sessions(trained)
-    summary = _summary(outcomes)
+    records, summary = _records(analyse_sessions(trained), [steps] * seeds, [None] * seeds)
     _report(f"bertrand {'curb-dqn' if curb else 'dqn'} ({seeds} sessions, {steps} steps)", summary)
-    _write(out, summary, outcomes, trained.greedy)
+    _write(out, summary, records, trained.greedy)

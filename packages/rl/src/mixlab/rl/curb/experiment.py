@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from mixlab.rl.curb.analysis import SessionOutcome, analyse_sessions
+from mixlab.rl.curb.analysis import analyse_sessions, session_record, summarise_records
 from mixlab.rl.curb.dqn import DQNConfig, train_dqn
 from mixlab.rl.curb.markets import MARKETS
 from mixlab.rl.curb.qlearning import QLearner, train_sessions
@@ -169,27 +169,6 @@ def _key(cell: dict[str, Any]) -> str:
     return json.dumps(cell, sort_keys=True)
 
 
-def _outcome_record(
-    outcome: SessionOutcome, periods: int, converged: bool | None
-) -> dict[str, Any]:
-    """One session's numbers; ``converged`` is None for DQN (trained for a fixed budget)."""
-    impulse = outcome.impulse
-    return {
-        "collusion": outcome.collusion,
-        "cycle_length": outcome.cycle_length,
-        "mean_action": outcome.mean_action,
-        "punished": impulse.punished,
-        "rival_response": impulse.rival_response,
-        "deviation_gain": impulse.deviation_gain,
-        "undercut_share": impulse.undercut_share,
-        "tv_aggregate": outcome.tv_aggregate,
-        "tv_cooperate_defect": outcome.tv_cooperate_defect,
-        "periods": int(periods),
-        "converged": None if converged is None else bool(converged),
-        "impulse_actions": impulse.actions.tolist(),
-    }
-
-
 def run_tabular(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
     market = MARKETS[cell["game"]]()
     q_learner = learner(cell["system"], cell["alpha"], cell["beta"], cell["penalty"])
@@ -200,7 +179,7 @@ def run_tabular(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
     )
     seconds = time.perf_counter() - start
     outcomes = [
-        _outcome_record(outcome, periods, converged)
+        session_record(outcome, periods, converged)
         for outcome, periods, converged in zip(
             analyse_sessions(sessions), sessions.periods, sessions.converged, strict=True
         )
@@ -223,7 +202,7 @@ def run_dqn(config: Config, cell: dict[str, Any]) -> list[dict[str, Any]]:
         device=resolve_device(config.device),
     )
     seconds = time.perf_counter() - start
-    outcomes = [_outcome_record(o, config.dqn_steps, None) for o in analyse_sessions(trained)]
+    outcomes = [session_record(o, config.dqn_steps, None) for o in analyse_sessions(trained)]
     results = []
     for offset, system in enumerate(DQN_SYSTEMS):
         mine = slice(offset * config.dqn_seeds, (offset + 1) * config.dqn_seeds)
@@ -282,36 +261,6 @@ def _compact(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def _stats(sessions: list[dict[str, Any]]) -> dict[str, float | None]:
-    def mean(name: str) -> float | None:
-        values = [s[name] for s in sessions if s[name] is not None]
-        return float(np.mean(values)) if values else None
-
-    collusion = np.array([s["collusion"] for s in sessions])
-    return {
-        "collusion": float(collusion.mean()),
-        "collusion_std": float(collusion.std(ddof=1)) if collusion.size > 1 else 0.0,
-        "collusion_se": float(collusion.std(ddof=1) / np.sqrt(collusion.size))
-        if collusion.size > 1
-        else 0.0,
-        "share_below_0.1": float(np.mean(collusion < 0.1)),
-        # Overshoot: more competitive than the one-shot Nash equilibrium.
-        "share_below_minus_0.1": float(np.mean(collusion < -0.1)),
-        "punished_share": mean("punished"),
-        "rival_response": mean("rival_response"),
-        "deviation_gain": mean("deviation_gain"),
-        "unprofitable_deviation_share": float(np.mean([s["deviation_gain"] < 0 for s in sessions])),
-        "undercut_share": mean("undercut_share"),
-        "mean_action": mean("mean_action"),
-        "cycle_length": mean("cycle_length"),
-        "tv_aggregate": mean("tv_aggregate"),
-        "tv_cooperate_defect": mean("tv_cooperate_defect"),
-        "periods": mean("periods"),
-        "converged_share": mean("converged"),
-        "sessions": float(len(sessions)),
-    }
-
-
 def summarise(records: list[dict[str, Any]], config: Config) -> dict[str, dict[str, float | None]]:
     """One row per game and system at Calvano's (α, β) and the configured λ_max; CURB rows at other
     λ_max; on the grid rows of Q-learning and CURB (None elsewhere): the range of cell-mean Δ, the
@@ -323,7 +272,7 @@ def summarise(records: list[dict[str, Any]], config: Config) -> dict[str, dict[s
         name = f"{record['game']}/{record['system']}"
         if record["kind"] == "sweep":
             name += f"@penalty={record['penalty']}"
-        row = _stats(record["sessions"])
+        row = summarise_records(record["sessions"])
         row["seconds"] = record["seconds"]
         grid = (
             _grid_cells(records, config, record["game"], record["system"])
