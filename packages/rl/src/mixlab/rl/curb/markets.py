@@ -27,8 +27,23 @@ def _per_firm(value: float | tuple[float, ...], n_firms: int, name: str) -> np.n
     return values
 
 
+class _Oligopoly:
+    """What every stage game shares: ``n_firms`` firms with marginal ``costs``."""
+
+    n_firms: int
+    costs: float | tuple[float, ...]
+
+    def _check_firms(self) -> None:
+        require(is_count(self.n_firms, 2), "n_firms", "an integer >= 2", self.n_firms)
+        require(bool(np.all(self.cost_vector >= 0)), "costs", "non-negative", self.costs)
+
+    @property
+    def cost_vector(self) -> np.ndarray:
+        return _per_firm(self.costs, self.n_firms, "costs")
+
+
 @dataclass(frozen=True)
-class LogitBertrand:
+class LogitBertrand(_Oligopoly):
     """Repeated-game stage: price competition with logit demand (Calvano et al. 2020, §I.B).
 
     q_i = exp((a_i − p_i)/μ) / (Σ_j exp((a_j − p_j)/μ) + exp(a_0/μ)),  π_i = (p_i − c_i)·q_i.
@@ -51,15 +66,9 @@ class LogitBertrand:
     """the sign of a move towards competition: Bertrand punishes by cutting prices"""
 
     def __post_init__(self) -> None:
-        require(is_count(self.n_firms, 2), "n_firms", "an integer >= 2", self.n_firms)
-        costs = _per_firm(self.costs, self.n_firms, "costs")
-        require(bool(np.all(costs >= 0)), "costs", "non-negative", self.costs)
+        self._check_firms()
         _per_firm(self.qualities, self.n_firms, "qualities")
         require(self.mu > 0, "mu", "> 0", self.mu)
-
-    @property
-    def cost_vector(self) -> np.ndarray:
-        return _per_firm(self.costs, self.n_firms, "costs")
 
     def demand(self, prices: np.ndarray) -> np.ndarray:
         prices = np.asarray(prices, dtype=np.float64)
@@ -80,7 +89,7 @@ class LogitBertrand:
 
 
 @dataclass(frozen=True)
-class LinearCournot:
+class LinearCournot(_Oligopoly):
     """Repeated-game stage: quantity competition with linear inverse demand P = A − B·Σ_j q_j.
 
     π_i = (P − c_i)·q_i. With A = B = 1, c = 0 and two firms: q_N = 1/3, π_N = 1/9, and the
@@ -101,16 +110,11 @@ class LinearCournot:
     """the sign of a move towards competition: Cournot punishes by raising quantities"""
 
     def __post_init__(self) -> None:
-        require(is_count(self.n_firms, 2), "n_firms", "an integer >= 2", self.n_firms)
-        costs = _per_firm(self.costs, self.n_firms, "costs")
-        require(bool(np.all(costs >= 0)), "costs", "non-negative", self.costs)
+        self._check_firms()
         require(self.intercept > 0, "intercept", "> 0", self.intercept)
         require(self.slope > 0, "slope", "> 0", self.slope)
-        require(bool(np.all(costs < self.intercept)), "costs", "below the intercept A", self.costs)
-
-    @property
-    def cost_vector(self) -> np.ndarray:
-        return _per_firm(self.costs, self.n_firms, "costs")
+        below = bool(np.all(self.cost_vector < self.intercept))
+        require(below, "costs", "below the intercept A", self.costs)
 
     def profits(self, quantities: np.ndarray) -> np.ndarray:
         quantities = np.asarray(quantities, dtype=np.float64)
