@@ -1,0 +1,108 @@
+"""MiTA: Mixture-of-Top-k Attention as a drop-in for timm vision transformers.
+
+- Attention modules, each a timm ``Attention`` with the same parameters: :class:`MiTAAttention`
+  (``dwc=True``, ``router_top=2``, ``shared=False`` / ``routed=False`` for the variants and
+  ablations), and the baselines :class:`FullAttention` (SDPA), :class:`MoBAAttention`,
+  :class:`TopKAttention` and :class:`AgentAttention`.
+- :func:`replace_attention` swaps them into a timm ViT in place (``ATTENTION_KINDS`` names them).
+- Introspection: :func:`coverage`, :func:`selections`, :func:`selected_tokens`, :func:`pruned`.
+- The experiment's pieces: :func:`cluttered_digits`, :func:`build_vit`, :func:`train`.
+
+    import timm
+    from mixlab.attention_arch.mita import replace_attention
+    model = timm.create_model("vit_small_patch16_224", checkpoint_path="deit_small.pth")
+    replace_attention(model, "mita", pool_size=5, top_k=25)   # then fine-tune briefly
+"""
+
+from typing import TYPE_CHECKING
+
+from mixlab.shared.lazy import lazy_exports
+
+_MODULE_OF = {
+    "ATTENTION_KINDS": "swap",
+    "AgentAttention": "baselines",
+    "ClutteredDigits": "data",
+    "FullAttention": "attention",
+    "MiTAAttention": "attention",
+    "MoBAAttention": "baselines",
+    "TokenAttention": "attention",
+    "TopKAttention": "baselines",
+    "TrainSpec": "training",
+    "ViTShape": "training",
+    "accuracy": "training",
+    "attention_modules": "swap",
+    "build_vit": "training",
+    "cluttered_digits": "data",
+    "coverage": "introspection",
+    "gather_tokens": "attention",
+    "mask_precision_recall": "introspection",
+    "pretrained_full_vit": "training",
+    "pruned": "introspection",
+    "random_keep_like": "introspection",
+    "replace_attention": "swap",
+    "selected_tokens": "introspection",
+    "selections": "introspection",
+    "sparse_attention": "attention",
+    "train": "training",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _MODULE_OF)
+
+__all__ = [
+    "ATTENTION_KINDS",
+    "AgentAttention",
+    "ClutteredDigits",
+    "FullAttention",
+    "MiTAAttention",
+    "MoBAAttention",
+    "TokenAttention",
+    "TopKAttention",
+    "TrainSpec",
+    "ViTShape",
+    "accuracy",
+    "attention_modules",
+    "build_vit",
+    "cluttered_digits",
+    "coverage",
+    "gather_tokens",
+    "mask_precision_recall",
+    "pretrained_full_vit",
+    "pruned",
+    "random_keep_like",
+    "replace_attention",
+    "selected_tokens",
+    "selections",
+    "sparse_attention",
+    "train",
+]
+
+if TYPE_CHECKING:
+    from mixlab.attention_arch.mita.attention import (
+        FullAttention,
+        MiTAAttention,
+        TokenAttention,
+        gather_tokens,
+        sparse_attention,
+    )
+    from mixlab.attention_arch.mita.baselines import AgentAttention, MoBAAttention, TopKAttention
+    from mixlab.attention_arch.mita.data import ClutteredDigits, cluttered_digits
+    from mixlab.attention_arch.mita.introspection import (
+        coverage,
+        mask_precision_recall,
+        pruned,
+        random_keep_like,
+        selected_tokens,
+        selections,
+    )
+    from mixlab.attention_arch.mita.swap import (
+        ATTENTION_KINDS,
+        attention_modules,
+        replace_attention,
+    )
+    from mixlab.attention_arch.mita.training import (
+        TrainSpec,
+        ViTShape,
+        accuracy,
+        build_vit,
+        pretrained_full_vit,
+        train,
+    )

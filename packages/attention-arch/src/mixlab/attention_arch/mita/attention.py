@@ -1,0 +1,396 @@
+"""MiTA attention and full attention as drop-ins for ``timm.models.vision_transformer.Attention``.
+
+Every module here *is* a timm ``Attention`` (same constructor, same ``qkv`` / ``q_norm`` /
+``k_norm`` / ``norm`` / ``gate`` / ``proj`` submodules), so a standard checkpoint loads with
+``strict=True`` and :meth:`TokenAttention.from_attention` swaps a trained block without copying a
+weight. Only how queries meet keys differs: subclasses implement :meth:`TokenAttention.attend`.
+
+MiTA (Wen et al., arXiv 2602.01219, read from the authors' ``mita/mita_attention.py``), per head,
+with q, k, v ∈ ℝ^{N×d}:
+
+1. landmarks R = AdaptiveAvgPool_{p×p}(q over the patch grid) ∈ ℝ^{M×d}, M = p²;
+2. shared expert: keys R, values V_s = softmax(R Kᵀ/√d) V (agent values);
+3. routed experts: S_m = top-k_j (r_m · k_j), a query-aware, non-contiguous key set per landmark;
+4. each query goes to e(i) = argmax_m r_m · q_i (top-1; top-2 splits k between two experts);
+5. one joint softmax over the M shared slots (logits q·r/d, the code's double scaling) and the k
+   routed keys (logits q·k/√d):  o_i = Σ_m α_im V_s[m] + Σ_{j∈S_e(i)} β_ij v_j.
+
+Cost per head is O(N·(M + k)·d) time and memory: no N×N matrix is ever built.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Self
+
+import torch
+import torch.nn.functional as F
+from timm.models.vision_transformer import Attention
+from torch import nn
+
+Grid = tuple[int, int]
+_SUBMODULES = ("qkv", "q_norm", "k_norm", "attn_drop", "norm", "gate", "proj", "proj_drop")
+
+
+def _pair(value: int | Grid) -> Grid:
+    return (value, value) if isinstance(value, int) else (int(value[0]), int(value[1]))
+
+
+class TokenAttention(Attention):
+    """timm ``Attention`` with a pluggable :meth:`attend` and the token layout sparse kinds need.
+
+    Args:
+        num_prefix_tokens: leading tokens (CLS, registers) that sit outside the patch grid. They
+            query and are keyed like any token but are never pooled into landmarks.
+        grid_size: ``(h, w)`` of the patch grid; ``None`` infers a square grid from N.
+        **attention_kwargs: timm ``Attention`` arguments (``qkv_bias``, ``qk_norm``, ...).
+
+    ``key_mask`` (``(B, N)`` bool, set by :func:`~mixlab.attention_arch.mita.pruned`) removes keys:
+    a masked token then influences no other token, exactly as if it had been dropped.
+    """
+
+    supports_masks = False
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int = 8,
+        *,
+        num_prefix_tokens: int = 1,
+        grid_size: int | Grid | None = None,
+        **attention_kwargs: Any,
+    ) -> None:
+        super().__init__(dim, num_heads, **attention_kwargs)
+        if not (isinstance(num_prefix_tokens, int) and num_prefix_tokens >= 0):
+            raise ValueError(
+                f"num_prefix_tokens must be an integer >= 0, got {num_prefix_tokens!r}"
+            )
+        self.num_prefix_tokens = num_prefix_tokens
+        self.grid_size = None if grid_size is None else _pair(grid_size)
+        if self.grid_size is not None and min(self.grid_size) < 1:
+            raise ValueError(f"grid_size must be positive, got {grid_size!r}")
+        self.dwc: nn.Conv2d | None = None
+        self.key_mask: torch.Tensor | None = None
+        self.record_selection = False
+        self.last_selection: torch.Tensor | None = None
+
+    @classmethod
+    def from_attention(cls, attention: Attention, **config: Any) -> Self:
+        """A ``cls`` that reuses ``attention``'s projections (the same tensors, not copies)."""
+        qkv, proj = attention.qkv, attention.proj
+        module = cls(
+            qkv.in_features,
+            attention.num_heads,
+            attn_head_dim=attention.head_dim,
+            dim_out=proj.out_features,
+            qkv_bias=qkv.bias is not None,
+            proj_bias=proj.bias is not None,
+            **config,
+        )
+        for name in _SUBMODULES:
+            if hasattr(attention, name):
+                setattr(module, name, getattr(attention, name))
+        module.fused_attn = getattr(attention, "fused_attn", True)
+        return module.to(qkv.weight.device, qkv.weight.dtype).train(attention.training)
+
+    # --- token grid ------------------------------------------------------------------------
+    def token_grid(self, num_tokens: int) -> Grid:
+        """``(h, w)`` of the patch grid behind ``num_tokens`` tokens (prefix included)."""
+        patches = num_tokens - self.num_prefix_tokens
+        if self.grid_size is not None:
+            if self.grid_size[0] * self.grid_size[1] != patches:
+                raise ValueError(
+                    f"grid_size={self.grid_size} holds {self.grid_size[0] * self.grid_size[1]} "
+                    f"patches, but the input has {patches} ({num_tokens} tokens minus "
+                    f"{self.num_prefix_tokens} prefix)"
+                )
+            return self.grid_size
+        side = math.isqrt(max(patches, 0))
+        if side * side != patches or patches == 0:
+            raise ValueError(
+                f"{patches} patch tokens do not form a square grid: pass grid_size=(h, w) "
+                f"(and num_prefix_tokens, now {self.num_prefix_tokens})"
+            )
+        return side, side
+
+    def pooled_queries(self, q: torch.Tensor, pool_size: Grid) -> torch.Tensor:
+        """Landmarks: the patch queries average-pooled to ``pool_size`` (B, H, M, d), over kept
+        tokens only when a key mask is set."""
+        batch, heads, num_tokens, dim = q.shape
+        h, w = self.token_grid(num_tokens)
+        if pool_size[0] > h or pool_size[1] > w:
+            raise ValueError(f"pool_size={pool_size} is larger than the token grid {(h, w)}")
+        grid = q[:, :, self.num_prefix_tokens :].transpose(-1, -2).reshape(-1, dim, h, w)
+        if self.key_mask is None:
+            pooled = F.adaptive_avg_pool2d(grid, pool_size)
+        else:
+            keep = self.key_mask[:, self.num_prefix_tokens :].to(q.dtype).reshape(-1, 1, 1, h, w)
+            keep = keep.expand(batch, heads, 1, h, w).reshape(-1, 1, h, w)
+            total = F.adaptive_avg_pool2d(grid * keep, pool_size)
+            pooled = total / F.adaptive_avg_pool2d(keep, pool_size).clamp_min(1e-6)
+        return pooled.reshape(batch, heads, dim, -1).transpose(-1, -2)
+
+    def patch_grid_map(self, v: torch.Tensor) -> torch.Tensor:
+        """(B, H, N, d) values → (B, H·d, h, w) over the patch grid, for depthwise convolutions."""
+        batch, heads, num_tokens, dim = v.shape
+        h, w = self.token_grid(num_tokens)
+        grid = v[:, :, self.num_prefix_tokens :].permute(0, 1, 3, 2)
+        return grid.reshape(batch, heads * dim, h, w)
+
+    def masked_keys(self, batch: int, device: torch.device) -> torch.Tensor | None:
+        """``(B, 1, 1, N)`` True where a key is dropped, or None."""
+        if self.key_mask is None:
+            return None
+        return ~self.key_mask.to(device).reshape(batch, 1, 1, -1)
+
+    # --- forward ---------------------------------------------------------------------------
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        attn_mask: torch.Tensor | None,
+        is_causal: bool,
+    ) -> torch.Tensor:
+        """(B, H, N, d) queries, keys, values → (B, H, N, d) outputs."""
+        raise NotImplementedError
+
+    def local_term(self, v: torch.Tensor) -> torch.Tensor | None:
+        """The depthwise convolution of V over the patch grid, (B, N, H·d), added before ``proj``
+        by the DWC variants (zero on prefix tokens); None without ``self.dwc``."""
+        if self.dwc is None:
+            return None
+        batch, heads, _, dim = v.shape
+        if self.key_mask is not None:  # dropped tokens are no one's neighbours either
+            v = v * self.key_mask.to(v.device)[:, None, :, None]
+        local = self.dwc(self.patch_grid_map(v)).flatten(2).transpose(1, 2)  # (B, h·w, C)
+        prefix = local.new_zeros(batch, self.num_prefix_tokens, heads * dim)
+        return torch.cat([prefix, local], dim=1)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+    ) -> torch.Tensor:
+        if not self.supports_masks and (attn_mask is not None or is_causal):
+            raise ValueError(
+                f"{type(self).__name__} routes tokens bidirectionally: attn_mask and is_causal "
+                "are not supported (use FullAttention for masked attention)"
+            )
+        batch, num_tokens, _ = x.shape
+        gate = self.gate(x).sigmoid() if getattr(self, "gate", None) is not None else None
+        qkv = self.qkv(x).reshape(batch, num_tokens, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        q, k = self.q_norm(q), self.k_norm(k)
+        out = self.attend(q, k, v, attn_mask, is_causal)
+        out = out.transpose(1, 2).reshape(batch, num_tokens, -1)
+        if (local := self.local_term(v)) is not None:
+            out = out + local
+        out = self.norm(out)
+        if gate is not None:
+            out = out * gate
+        return self.proj_drop(self.proj(out))
+
+    def attention_flops(self, num_tokens: int) -> int:
+        """Floating-point operations (2 per multiply-add) of the query-key and weight-value
+        products for one image: the part that differs between attention kinds."""
+        raise NotImplementedError
+
+
+class FullAttention(TokenAttention):
+    """Full softmax attention through ``F.scaled_dot_product_attention`` (timm's fused path)."""
+
+    supports_masks = True
+
+    def attend(self, q, k, v, attn_mask, is_causal):
+        if (dropped := self.masked_keys(q.shape[0], q.device)) is not None:
+            # Fold the dropped keys into an additive mask SDPA accepts beside the caller's.
+            bias = torch.zeros(dropped.shape, dtype=q.dtype, device=q.device)
+            bias = bias.masked_fill(dropped, float("-inf"))
+            if is_causal:
+                future = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device)
+                bias = bias.masked_fill(future.triu(1), float("-inf"))
+                is_causal = False
+            if attn_mask is None:
+                attn_mask = bias
+            elif attn_mask.dtype == torch.bool:
+                attn_mask = bias.masked_fill(~attn_mask, float("-inf"))
+            else:
+                attn_mask = attn_mask + bias
+        dropout = self.attn_drop.p if self.training else 0.0
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout, is_causal=is_causal
+        )
+
+    def attention_flops(self, num_tokens: int) -> int:
+        return 4 * self.num_heads * num_tokens * num_tokens * self.head_dim
+
+
+def gather_tokens(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``x[b, h, index[b, h, i, j]]``: (B, H, N, d) and (B, H, Q, K) → (B, H, Q, K, d).
+
+    One flat ``index_select`` (its backward is an ``index_add``), linear in Q·K·d.
+    """
+    batch, heads, num_tokens, dim = x.shape
+    offsets = torch.arange(batch * heads, device=x.device).mul_(num_tokens)
+    flat = index.reshape(batch * heads, -1) + offsets[:, None]
+    picked = x.reshape(-1, dim).index_select(0, flat.reshape(-1))
+    return picked.reshape(*index.shape, dim)
+
+
+def sparse_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    index: torch.Tensor,
+    *,
+    allowed: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    dense_limit: int = 1 << 27,
+) -> torch.Tensor:
+    """Each query attends to its own K keys ``index`` (B, H, N, K); ``allowed`` (B, Nk) bool, if
+    given, forbids some keys.
+
+    Two exact paths: up to ``dense_limit`` mask entries (B·H·N·Nk), one SDPA call with a boolean
+    N×Nk mask (fast on small inputs); beyond it, the keys of every query are gathered, O(N·K·d)
+    memory, never N×N.
+    """
+    batch, heads, num_queries, _ = q.shape
+    num_keys = k.shape[2]
+    if batch * heads * num_queries * num_keys <= dense_limit:
+        mask = torch.zeros(batch, heads, num_queries, num_keys, dtype=torch.bool, device=q.device)
+        mask.scatter_(3, index, True)
+        if allowed is not None:
+            mask &= allowed[:, None, None, :]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    keys, values = gather_tokens(k, index), gather_tokens(v, index)
+    logits = torch.einsum("bhnd,bhnkd->bhnk", q, keys) * q.shape[-1] ** -0.5
+    if allowed is not None:
+        ok = gather_tokens(allowed[:, None, :, None].expand(-1, heads, -1, 1), index)
+        logits = logits.masked_fill(~ok.squeeze(-1), float("-inf"))
+    weights = F.dropout(logits.softmax(dim=-1), dropout_p)
+    return torch.einsum("bhnk,bhnkd->bhnd", weights, values)
+
+
+class MiTAAttention(TokenAttention):
+    """Mixture-of-Top-k Attention (module docstring), a drop-in for timm's ``Attention``.
+
+    Args:
+        pool_size: landmark grid p (or (p_h, p_w)); M = p_h·p_w landmarks per head.
+        top_k: routed keys each query attends to (k; the authors' ``kv_topk²``).
+        router_top: experts per query, 1 (MiTA) or 2 (``_mita_attention.py``: k/2 keys each).
+        shared: keep the shared expert (False: the routed-only ablation).
+        routed: keep the routed experts (False: the shared-only ablation).
+        dwc: add a depthwise 3×3 convolution of V over the patch grid before ``proj`` (the DWC
+            variant). Its weights are new and start at zero, so a swapped-in module starts as
+            plain MiTA; a standard checkpoint then loads with ``strict=False`` (only ``dwc.*``
+            missing).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int = 8,
+        *,
+        pool_size: int | Grid = 5,
+        top_k: int = 25,
+        router_top: int = 1,
+        shared: bool = True,
+        routed: bool = True,
+        dwc: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(dim, num_heads, **kwargs)
+        self.pool_size = _pair(pool_size)
+        if min(self.pool_size) < 1:
+            raise ValueError(f"pool_size must be a positive integer or pair, got {pool_size!r}")
+        if not shared and not routed:
+            raise ValueError("shared and routed cannot both be False: nothing would be attended")
+        if router_top not in (1, 2):
+            raise ValueError(f"router_top must be 1 or 2, got {router_top!r}")
+        if not (isinstance(top_k, int) and top_k >= router_top):
+            raise ValueError(
+                f"top_k must be an integer >= router_top ({router_top}), got {top_k!r}"
+            )
+        if top_k % router_top:
+            raise ValueError(f"top_k must be divisible by router_top={router_top}, got {top_k}")
+        self.top_k, self.router_top = top_k, router_top
+        self.shared, self.routed = shared, routed
+        if self.grid_size is not None:
+            self._check_sizes(self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1])
+        if dwc:
+            self.dwc = nn.Conv2d(self.attn_dim, self.attn_dim, 3, padding=1, groups=self.attn_dim)
+            nn.init.zeros_(self.dwc.weight)
+            nn.init.zeros_(self.dwc.bias)
+
+    @property
+    def num_landmarks(self) -> int:
+        return self.pool_size[0] * self.pool_size[1]
+
+    def _check_sizes(self, num_tokens: int) -> None:
+        h, w = self.token_grid(num_tokens)
+        if self.pool_size[0] > h or self.pool_size[1] > w:
+            raise ValueError(f"pool_size={self.pool_size} is larger than the token grid {(h, w)}")
+        if self.routed and self.top_k // self.router_top > num_tokens:
+            raise ValueError(
+                f"top_k={self.top_k} per expert ({self.top_k // self.router_top}) is larger "
+                f"than the number of tokens N={num_tokens}"
+            )
+
+    def attend(self, q, k, v, attn_mask, is_causal):
+        self._check_sizes(q.shape[2])
+        scale = q.shape[-1] ** -0.5
+        landmarks = self.pooled_queries(q, self.pool_size)  # R: (B, H, M, d)
+        dropped = self.masked_keys(q.shape[0], q.device)
+        gate = landmarks @ k.transpose(-1, -2) * scale  # r_m·k_j/√d: (B, H, M, N)
+        if dropped is not None:
+            gate = gate.masked_fill(dropped, float("-inf"))
+        # q·r/d: √d from the code's `router * scale` as key, √d more inside the attention kernel.
+        shared_logits = q @ landmarks.transpose(-1, -2) * (scale * scale)  # (B, H, N, M)
+        agent_values = gate.softmax(dim=-1) @ v if self.shared else None  # V_s: (B, H, M, d)
+        if not self.routed:
+            weights = self.attn_drop(shared_logits.softmax(dim=-1))
+            return weights @ agent_values
+        per_expert = self.top_k // self.router_top
+        selected = gate.topk(per_expert, dim=-1).indices  # S_m: (B, H, M, k')
+        if self.record_selection:  # the union ∪_m S_m per head, for coverage and pruning
+            union = q.new_zeros(q.shape[:3], dtype=torch.bool)
+            self.last_selection = union.scatter_(2, selected.detach().flatten(2), True)
+        # The experts are shared by all queries, so their keys are gathered once (M·k' rows, not
+        # N·k) and every query meets all of them in one fused SDPA call; a boolean mask keeps
+        # the M shared slots and the keys of the query's own expert(s) e(i). Memory is
+        # O(N·M·(1 + k')), linear in N; the masked-out products are the price of fusing.
+        experts = shared_logits.topk(self.router_top, dim=-1).indices  # e(i): (B, H, N, r)
+        routed_to = torch.zeros_like(shared_logits, dtype=torch.bool).scatter_(3, experts, True)
+        allowed = routed_to[..., None].expand(-1, -1, -1, -1, per_expert).flatten(-2)
+        keys, values = (
+            gather_tokens(k, selected).flatten(2, 3),
+            gather_tokens(v, selected).flatten(2, 3),
+        )
+        if dropped is not None:  # fewer kept keys than k': the dropped ones were picked last
+            kept = gather_tokens(
+                (~dropped).reshape(k.shape[0], 1, -1, 1).expand_as(k[..., :1]), selected
+            )
+            allowed = allowed & kept.reshape(*kept.shape[:2], 1, -1)
+        if self.shared:
+            # q·r/d: the code passes `router * scale` as key and SDPA scales by 1/√d again.
+            keys = torch.cat([landmarks * scale, keys], dim=2)
+            values = torch.cat([agent_values, values], dim=2)
+            slots = allowed.new_ones(*allowed.shape[:3], landmarks.shape[2])
+            allowed = torch.cat([slots, allowed], dim=-1)
+        dropout = self.attn_drop.p if self.training else 0.0
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed, dropout_p=dropout)
+
+    def attention_flops(self, num_tokens: int) -> int:
+        n, m, d = num_tokens, self.num_landmarks, self.head_dim
+        per_head = 2 * n * m * d  # gate R·Kᵀ (routing needs it even without the shared expert)
+        per_head += 2 * n * m * d  # routing / shared logits q·R
+        if self.shared:
+            per_head += 2 * n * m * d * 2  # agent values softmax(RKᵀ)V and their use α·V_s
+        if self.routed:
+            per_head += 4 * n * self.top_k * d  # q·k_j and β·v_j over the routed keys
+        flops = self.num_heads * per_head
+        if self.dwc is not None:
+            flops += 2 * 9 * n * self.attn_dim
+        return flops

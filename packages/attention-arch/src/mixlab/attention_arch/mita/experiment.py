@@ -1,0 +1,480 @@
+"""MiTA against full, MoBA, top-k and Agent attention on cluttered digits (``mixlab run mita``).
+
+1. Accuracy at a matched budget: every attention kind attends to ``key_budget`` keys (or slots)
+   per query (MiTA: M landmarks + k routed keys; MoBA: 2 blocks of budget/2; top-k: budget;
+   Agent and shared-only: budget agents; routed-only: budget keys), trained from scratch with the
+   same steps, data, optimiser and seeds. With analytic attention FLOPs per image and the peak
+   memory of one layer's forward + backward (fresh process each).
+2. Easy generalisation: the cached full-attention ViT with MiTA, MoBA and top-k swapped in (same
+   weights), zero-shot and after ``finetune_steps``; full attention fine-tuned as long is the
+   control for what the extra steps alone give.
+3. Emergent token pruning, on each seed's MiTA model: coverage |∪S_m|/N over training, precision
+   and recall of the selected tokens against the digit, and test accuracy with the never-selected
+   tokens dropped against dropping as many at random.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from mixlab.attention_arch.mita.data import cluttered_digits
+from mixlab.attention_arch.mita.introspection import (
+    coverage,
+    mask_precision_recall,
+    random_keep_like,
+    selected_tokens,
+)
+from mixlab.attention_arch.mita.profile import peak_memory
+from mixlab.attention_arch.mita.swap import (
+    ATTENTION_KINDS,
+    attention_modules,
+    matched_config,
+    replace_attention,
+)
+from mixlab.attention_arch.mita.training import (
+    TrainSpec,
+    ViTShape,
+    accuracy,
+    build_vit,
+    pretrained_full_vit,
+    train,
+)
+from mixlab.shared import (
+    Checkpointer,
+    Claim,
+    ExperimentConfig,
+    Method,
+    Result,
+    bar_plot,
+    is_count,
+    line_plot,
+    progress,
+    require,
+    resolve_device,
+    seed_everything,
+)
+
+SWAPPED = ("mita", "moba", "topk")
+WITHIN_POINTS = 0.01  # "within 1 point of full attention"
+FLOP_FRACTION = 0.5  # "a fraction of its attention FLOPs": at most half
+
+
+@dataclass
+class Config(ExperimentConfig):
+    """Defaults are the quick profile (a few minutes on 2 CPU cores once the full-attention
+    model is cached); full trains longer, on 48-pixel canvases (145 tokens), with 3 seeds."""
+
+    canvas: int = 32
+    """canvas side in pixels (tokens: (canvas / patch_size)² + CLS)"""
+    digit_scale: int = 2
+    """digits are 8·digit_scale pixels"""
+    clutter: int = 4
+    """digit fragments per canvas"""
+    patch_size: int = 4
+    embed_dim: int = 64
+    depth: int = 4
+    num_heads: int = 4
+    train_size: int = 5000
+    test_size: int = 1000
+    steps: int = 300
+    """training steps of every system trained from scratch"""
+    batch_size: int = 32
+    lr: float = 1e-3
+    n_seeds: int = 1
+    """seeds per system: seed, seed + 1, ..."""
+    key_budget: int = 16
+    """keys (or slots) each query attends to, for every sparse kind"""
+    pool_size: int = 2
+    """MiTA's landmark grid p (M = p²); its routed top_k is key_budget − M"""
+    pretrain_steps: int = 1500
+    """steps of the cached full-attention model the swaps start from"""
+    finetune_steps: int = 150
+    finetune_lr: float = 3e-4
+    coverage_every: int = 50
+    """steps between coverage measurements while MiTA trains"""
+    systems: tuple[str, ...] = tuple(ATTENTION_KINDS)
+
+    PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
+        "quick": {},
+        "full": {
+            "canvas": 48,
+            "digit_scale": 3,
+            "clutter": 8,
+            "train_size": 10000,
+            "test_size": 2000,
+            "steps": 1000,
+            "batch_size": 64,
+            "n_seeds": 3,
+            "key_budget": 32,
+            "pool_size": 4,
+            "pretrain_steps": 2500,
+            "finetune_steps": 300,
+            "coverage_every": 100,
+        },
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in (
+            "canvas", "digit_scale", "patch_size", "embed_dim", "depth", "num_heads",
+            "train_size", "test_size", "steps", "batch_size", "n_seeds", "key_budget",
+            "pool_size", "pretrain_steps", "finetune_steps", "coverage_every",
+        ):  # fmt: skip
+            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
+        require(is_count(self.clutter, 0), "clutter", "an integer >= 0", self.clutter)
+        require(
+            self.canvas % self.patch_size == 0, "canvas", "a multiple of patch_size", self.canvas
+        )
+        require(
+            8 * self.digit_scale <= self.canvas,
+            "digit_scale",
+            "8·digit_scale <= canvas",
+            self.digit_scale,
+        )
+        require(
+            self.embed_dim % self.num_heads == 0,
+            "embed_dim",
+            "a multiple of num_heads",
+            self.embed_dim,
+        )
+        grid = self.canvas // self.patch_size
+        require(
+            self.pool_size <= grid, "pool_size", f"<= the token grid side {grid}", self.pool_size
+        )
+        require(
+            self.pool_size**2 < self.key_budget <= grid * grid,
+            "key_budget",
+            f"more than pool_size² = {self.pool_size**2} and at most {grid * grid} patches",
+            self.key_budget,
+        )
+        require(
+            self.key_budget % 2 == 0,
+            "key_budget",
+            "an even number (MoBA: 2 blocks)",
+            self.key_budget,
+        )
+        require(self.lr > 0 and self.finetune_lr > 0, "lr", "> 0 (and finetune_lr > 0)", self.lr)
+        unknown = [s for s in self.systems if s not in ATTENTION_KINDS]
+        require(not unknown, "systems", f"names from {sorted(ATTENTION_KINDS)}", self.systems)
+        require(
+            {"full", "mita"} <= set(self.systems),
+            "systems",
+            "full and mita among them (the claims compare them)",
+            self.systems,
+        )
+
+    @property
+    def shape(self) -> ViTShape:
+        return ViTShape(self.canvas, self.patch_size, self.embed_dim, self.depth, self.num_heads)
+
+
+def attention_config(system: str, config: Config) -> dict[str, Any]:
+    return matched_config(system, config.key_budget, config.pool_size)
+
+
+def _datasets(config: Config):
+    digits = {"canvas": config.canvas, "scale": config.digit_scale, "clutter": config.clutter}
+    train_data = cluttered_digits(config.train_size, split="train", seed=config.seed, **digits)
+    test_data = cluttered_digits(config.test_size, split="test", seed=config.seed, **digits)
+    return train_data, test_data
+
+
+def _spec(
+    config: Config, seed: int, steps: int | None = None, lr: float | None = None
+) -> TrainSpec:
+    return TrainSpec(
+        steps=steps or config.steps, batch_size=config.batch_size, lr=lr or config.lr, seed=seed
+    )
+
+
+def run_scratch(config: Config, system: str, seed: int, data, out_dir: Path) -> dict[str, Any]:
+    """Train one system from scratch; for MiTA also the pruning measurements."""
+    train_data, test_data = data
+    device = resolve_device(config.device)
+    seed_everything(seed)
+    model = build_vit(config.shape, system, **attention_config(system, config)).to(device)
+    probe = train_data.images[:128].to(device)
+    trace: list[tuple[int, float]] = []
+    tracks = system == "mita"
+
+    def on_step(step: int, model) -> None:
+        if step % config.coverage_every == 0 or step == 1:
+            trace.append((step, coverage(model, probe).mean().item()))
+
+    start = time.perf_counter()
+    if tracks:
+        trace.append((0, coverage(model, probe).mean().item()))
+    train(
+        model,
+        train_data,
+        _spec(config, seed),
+        device=device,
+        checkpoint=out_dir / f"train-{system}-seed{seed}",
+        on_step=on_step if tracks else None,
+    )
+    cell = {
+        "system": system,
+        "seed": seed,
+        "accuracy": accuracy(model, test_data),
+        "seconds": time.perf_counter() - start,
+        "attention_flops": sum(
+            m.attention_flops(config.shape.num_tokens) for m in attention_modules(model)
+        ),
+        "coverage_trace": trace,
+    }
+    if tracks:
+        cell.update(pruning(model, test_data, config, seed))
+    return cell
+
+
+def pruning(model, test_data, config: Config, seed: int) -> dict[str, Any]:
+    """Selection precision/recall against the digit and accuracy with never-selected tokens
+    dropped (per image: tokens no landmark of any head of any layer selected) against dropping
+    as many at random."""
+    device = next(model.parameters()).device
+    generator = torch.Generator().manual_seed(seed)
+    object_tokens = test_data.token_masks(config.patch_size)
+    model.eval()
+    batches = [test_data.images[i : i + 256].to(device) for i in range(0, len(test_data), 256)]
+    selected = torch.cat([selected_tokens(model, batch).cpu() for batch in batches])
+    keep = selected.clone()
+    keep[:, 0] = True  # the CLS token stays
+    random_keep = random_keep_like(keep, 1, generator)
+    precision, recall = mask_precision_recall(selected[:, 1:], object_tokens)
+    return {
+        "coverage_test": coverage(model, test_data.images[:256].to(device)).tolist(),
+        "selection_precision": precision,
+        "selection_recall": recall,
+        "object_token_share": object_tokens.float().mean().item(),
+        "pruned_fraction": 1 - keep[:, 1:].float().mean().item(),
+        "pruned_accuracy": accuracy(model, test_data, keep=keep),
+        "random_pruned_accuracy": accuracy(model, test_data, keep=random_keep),
+    }
+
+
+def run_swap(config: Config, kind: str, data, pretrained_state: dict) -> dict[str, Any]:
+    """``kind`` swapped into the cached full-attention model: zero-shot and fine-tuned accuracy."""
+    train_data, test_data = data
+    device = resolve_device(config.device)
+    model = build_vit(config.shape, "full")
+    model.load_state_dict(pretrained_state, strict=True)
+    replace_attention(model, kind, **attention_config(kind, config))
+    model.load_state_dict(pretrained_state, strict=True)  # the swap keeps every key
+    model.to(device)
+    zero_shot = accuracy(model, test_data)
+    seed_everything(config.seed)
+    spec = _spec(config, config.seed + 7919, config.finetune_steps, config.finetune_lr)
+    train(model, train_data, spec, device=device)
+    return {"kind": kind, "zero_shot": zero_shot, "finetuned": accuracy(model, test_data)}
+
+
+def run_memory(config: Config) -> dict[str, Any]:
+    """Peak memory of one attention layer's forward + backward per system, at the experiment's
+    batch and token count (one fresh process for all)."""
+    grid = config.canvas // config.patch_size
+    common = {
+        "heads": config.num_heads,
+        "head_dim": config.embed_dim // config.num_heads,
+        "grid": [grid, grid],
+        "prefix": 1,
+        "batch": config.batch_size,
+        "backward": True,
+    }
+    specs = [{**common, "kind": s, "config": attention_config(s, config)} for s in config.systems]
+    return {"peak_bytes": dict(zip(config.systems, peak_memory(specs), strict=True))}
+
+
+def _cells(config: Config) -> list[dict[str, Any]]:
+    cells: list[dict[str, Any]] = [{"part": "pretrain"}]
+    cells += [
+        {"part": "scratch", "system": system, "seed": config.seed + offset}
+        for offset in range(config.n_seeds)
+        for system in config.systems
+    ]
+    cells += [{"part": "swap", "kind": kind} for kind in ("full", *SWAPPED)]
+    cells.append({"part": "memory"})
+    return cells
+
+
+def _key(cell: dict[str, Any]) -> str:
+    return json.dumps(cell, sort_keys=True)
+
+
+def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
+    torch.set_flush_denormal(True)
+    checkpoints = Checkpointer(out_dir, resume=resume, keep_last=1)
+    done: dict[str, dict[str, Any]] = {}
+    if (saved := checkpoints.load_run(config)) is not None:
+        done = saved["done"]
+    data = _datasets(config)
+    planned = _cells(config)
+    device = resolve_device(config.device)
+    pretrain_spec = _spec(config, config.seed, config.pretrain_steps)
+    pretrained_state = None
+    with progress(len(planned), "mita cells", completed=len(done)) as bar:
+        for cell in planned:
+            if _key(cell) in done:
+                continue
+            if cell["part"] in ("pretrain", "swap") and pretrained_state is None:
+                start = time.perf_counter()
+                pretrained = pretrained_full_vit(
+                    config.shape,
+                    pretrain_spec,
+                    train_size=config.train_size,
+                    scale=config.digit_scale,
+                    clutter=config.clutter,
+                    device=device,
+                )
+                pretrained_state = {k: v.clone() for k, v in pretrained.state_dict().items()}
+                loaded_s = time.perf_counter() - start
+            if cell["part"] == "pretrain":
+                outcome = {"accuracy": accuracy(pretrained, data[1]), "seconds": loaded_s}
+            elif cell["part"] == "scratch":
+                outcome = run_scratch(config, cell["system"], cell["seed"], data, out_dir)
+            elif cell["part"] == "swap":
+                outcome = run_swap(config, cell["kind"], data, pretrained_state)
+            else:
+                outcome = run_memory(config)
+            done[_key(cell)] = {**cell, **outcome}
+            checkpoints.save_run(len(done), config, done=done)
+            bar.advance(part=len(done))
+    cells = [done[_key(cell)] for cell in planned]
+    (out_dir / "cells.json").write_text(json.dumps(cells, indent=1) + "\n")
+    metrics = summarise(cells, config)
+    _plots(cells, metrics, out_dir)
+    return Result(metrics=metrics, claims=claims(metrics))
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
+def summarise(cells: list[dict[str, Any]], config: Config) -> dict[str, dict[str, float | None]]:
+    """One row per system: test accuracy (mean, sample std over seeds), attention GFLOPs per
+    image and their ratio to full attention, peak memory of one layer's forward + backward; for
+    swapped kinds the zero-shot and fine-tuned accuracy; for MiTA the pruning numbers."""
+    scratch = [c for c in cells if c["part"] == "scratch"]
+    swaps = {c["kind"]: c for c in cells if c["part"] == "swap"}
+    memory = next(c["peak_bytes"] for c in cells if c["part"] == "memory")
+    full_flops = next(c["attention_flops"] for c in scratch if c["system"] == "full")
+    metrics: dict[str, dict[str, float | None]] = {}
+    for system in config.systems:
+        mine = [c for c in scratch if c["system"] == system]
+        mean, std = _mean_std([c["accuracy"] for c in mine])
+        pruning = [c for c in mine if "pruned_accuracy" in c]
+        row: dict[str, float | None] = {
+            "accuracy": mean,
+            "accuracy_std": std,
+            "attention_gflops": mine[0]["attention_flops"] / 1e9,
+            "flops_vs_full": mine[0]["attention_flops"] / full_flops,
+            "peak_memory_mb": memory[system] / 2**20,
+            "train_seconds": float(sum(c["seconds"] for c in mine)),
+            "swap_zero_shot": None,
+            "swap_finetuned": None,
+        }
+        if system in swaps:
+            row["swap_zero_shot"] = swaps[system]["zero_shot"]
+            row["swap_finetuned"] = swaps[system]["finetuned"]
+        for name in (
+            "coverage_start", "coverage_end", "selection_precision", "selection_recall",
+            "object_token_share", "pruned_fraction", "pruned_accuracy", "random_pruned_accuracy",
+        ):  # fmt: skip
+            row[name] = None
+        if pruning:
+            row["coverage_start"] = float(np.mean([c["coverage_trace"][0][1] for c in pruning]))
+            row["coverage_end"] = float(np.mean([c["coverage_trace"][-1][1] for c in pruning]))
+            for name in (
+                "selection_precision", "selection_recall", "object_token_share",
+                "pruned_fraction", "pruned_accuracy", "random_pruned_accuracy",
+            ):  # fmt: skip
+                row[name] = float(np.mean([c[name] for c in pruning]))
+        metrics[system] = row
+    return metrics
+
+
+def claims(metrics: dict[str, dict[str, Any]]) -> list[Claim]:
+    mita, full = metrics["mita"], metrics["full"]
+    swap_rivals = [k for k in SWAPPED[1:] if metrics.get(k, {}).get("swap_finetuned") is not None]
+    best_rival = max(swap_rivals, key=lambda k: metrics[k]["swap_finetuned"])
+    return [
+        Claim.all_of(
+            f"MiTA is within {WITHIN_POINTS:.0%} (1 point) of full attention's accuracy at no more "
+            f"than {FLOP_FRACTION:.0%} of its attention FLOPs",
+            [
+                Claim.compare(
+                    "accuracy",
+                    mita["accuracy"],
+                    ">=",
+                    full["accuracy"] - WITHIN_POINTS,
+                    value_label="MiTA accuracy",
+                    reference_label="full accuracy − 0.01",
+                ),
+                Claim.compare(
+                    "attention FLOPs",
+                    mita["flops_vs_full"],
+                    "<=",
+                    FLOP_FRACTION,
+                    value_label="MiTA FLOPs / full FLOPs",
+                ),
+            ],
+        ),
+        Claim.compare(
+            "Swapped into a trained full-attention ViT and fine-tuned briefly, MiTA recovers more "
+            "accuracy than the MoBA and top-k swaps",
+            mita["swap_finetuned"],
+            ">",
+            metrics[best_rival]["swap_finetuned"],
+            value_label="MiTA swap, fine-tuned",
+            reference_label=f"best other swap ({best_rival}), fine-tuned",
+        ),
+        Claim.compare(
+            "Dropping the tokens MiTA never selects costs less accuracy than dropping as many "
+            "tokens at random",
+            mita["pruned_accuracy"],
+            ">",
+            mita["random_pruned_accuracy"],
+            value_label="accuracy, never-selected dropped",
+            reference_label="accuracy, as many dropped at random",
+        ),
+    ]
+
+
+def _plots(cells: list[dict[str, Any]], metrics: dict[str, dict[str, Any]], out_dir: Path) -> None:
+    bar_plot(
+        out_dir / "accuracy.png",
+        {s: m["accuracy"] for s, m in metrics.items()},
+        errors={s: m["accuracy_std"] for s, m in metrics.items()},
+        ylabel="test accuracy",
+        title="Cluttered digits, matched key budget",
+    )
+    traces = [
+        c["coverage_trace"] for c in cells if c["part"] == "scratch" and c["system"] == "mita"
+    ]
+    line_plot(
+        out_dir / "coverage.png",
+        {f"seed {i}": ([s for s, _ in t], [v for _, v in t]) for i, t in enumerate(traces)},
+        xlabel="training step",
+        ylabel="coverage |∪S_m| / N (mean over layers, heads)",
+        title="MiTA: coverage of the routed experts",
+    )
+
+
+METHOD = Method(
+    name="mita",
+    domain="attention-arch",
+    paper="Mixture-of-Top-k Attention: Efficient Attention via Scalable Fast Weights (MiTA)",
+    claim=(
+        "Routing each query to one of M landmark experts, each a query-aware top-k key set, plus "
+        "a shared expert of M agent values, matches full attention at linear cost, swaps into "
+        "trained ViTs, and selects few enough tokens that the rest can be pruned."
+    ),
+    config=Config,
+    run=run,
+)

@@ -1,0 +1,190 @@
+"""A small timm ViT on cluttered digits: build, train (resumable), evaluate, and the cached
+full-attention model that the swap experiment starts from."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from timm.models.vision_transformer import VisionTransformer
+from torch import nn
+
+from mixlab.attention_arch.mita.data import ClutteredDigits, cluttered_digits
+from mixlab.attention_arch.mita.swap import replace_attention
+from mixlab.shared import cache_dir, load_state, save_state
+
+
+@dataclass(frozen=True)
+class ViTShape:
+    """The architecture of the experiment's ViT (a CLS token, patch tokens on a square grid)."""
+
+    canvas: int = 32
+    patch_size: int = 4
+    embed_dim: int = 64
+    depth: int = 4
+    num_heads: int = 4
+    mlp_ratio: float = 2.0
+
+    @property
+    def grid(self) -> int:
+        return self.canvas // self.patch_size
+
+    @property
+    def num_tokens(self) -> int:
+        return self.grid * self.grid + 1
+
+
+def build_vit(shape: ViTShape, attention: str = "full", **attention_config: Any) -> nn.Module:
+    """A timm ``VisionTransformer`` for 1-channel ``shape.canvas`` images and 10 classes, its
+    attention swapped for ``attention`` (a name in ``ATTENTION_KINDS``)."""
+    model = VisionTransformer(
+        img_size=shape.canvas,
+        patch_size=shape.patch_size,
+        in_chans=1,
+        num_classes=10,
+        embed_dim=shape.embed_dim,
+        depth=shape.depth,
+        num_heads=shape.num_heads,
+        mlp_ratio=shape.mlp_ratio,
+        global_pool="token",
+    )
+    return replace_attention(model, attention, **attention_config)
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """AdamW with linear warm-up (5 % of the steps) and cosine decay; batches drawn with a
+    generator seeded by (seed, step), so a resumed run draws what the uninterrupted one would."""
+
+    steps: int
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.05
+    seed: int = 0
+
+
+def train(
+    model: nn.Module,
+    data: ClutteredDigits,
+    spec: TrainSpec,
+    *,
+    device: torch.device | str = "cpu",
+    checkpoint: Path | None = None,
+    checkpoint_every: int = 200,
+    on_step: Callable[[int, nn.Module], None] | None = None,
+) -> list[float]:
+    """Train ``model`` on ``data`` for ``spec.steps`` steps; return the loss of each step.
+
+    With ``checkpoint`` the model, optimiser and losses are saved there every
+    ``checkpoint_every`` steps and a killed run resumes from the last save (the file is removed
+    at the end). ``on_step(step, model)`` is called after every step (step counts from 1).
+    """
+    model.to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
+    warmup = max(1, spec.steps // 20)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, spec.steps - warmup)))
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    losses: list[float] = []
+    if checkpoint is not None and checkpoint.with_suffix(".json").exists():
+        state = load_state(checkpoint, map_location=device)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        losses = list(state["losses"])
+    for step in range(len(losses), spec.steps):
+        generator = torch.Generator().manual_seed(spec.seed * 1_000_003 + step)
+        batch = torch.randint(len(data), (spec.batch_size,), generator=generator)
+        images, labels = data.images[batch].to(device), data.labels[batch].to(device)
+        loss = F.cross_entropy(model(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        losses.append(loss.item())
+        if on_step is not None:
+            on_step(step + 1, model)
+        if checkpoint is not None and (step + 1) % checkpoint_every == 0 and step + 1 < spec.steps:
+            save_state(
+                {
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "schedule": schedule.state_dict(),
+                    "losses": losses,
+                },
+                checkpoint,
+            )
+    if checkpoint is not None:
+        for suffix in (".json", ".safetensors"):
+            checkpoint.with_suffix(suffix).unlink(missing_ok=True)
+    return losses
+
+
+@torch.no_grad()
+def predict(
+    model: nn.Module,
+    images: torch.Tensor,
+    *,
+    batch_size: int = 256,
+    keep: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Predicted classes; ``keep`` ((n, N) bool, optional) drops the tokens where it is False
+    (see :func:`~mixlab.attention_arch.mita.pruned`)."""
+    from mixlab.attention_arch.mita.introspection import pruned
+
+    model.eval()
+    device = next(model.parameters()).device
+    out = []
+    for start in range(0, len(images), batch_size):
+        batch = images[start : start + batch_size].to(device)
+        if keep is None:
+            out.append(model(batch).argmax(-1).cpu())
+            continue
+        with pruned(model, keep[start : start + batch_size].to(device)):
+            out.append(model(batch).argmax(-1).cpu())
+    return torch.cat(out)
+
+
+def accuracy(model: nn.Module, data: ClutteredDigits, **kwargs: Any) -> float:
+    return (predict(model, data.images, **kwargs) == data.labels).float().mean().item()
+
+
+def pretrained_full_vit(
+    shape: ViTShape,
+    spec: TrainSpec,
+    *,
+    train_size: int,
+    scale: int = 2,
+    clutter: int = 4,
+    device: torch.device | str = "cpu",
+) -> nn.Module:
+    """A full-attention ViT trained on ``train_size`` cluttered-digit canvases (the training
+    split, seeded by ``spec.seed``), cached under
+    ``mixlab`` cache/mita/ (keyed by every argument) so that later runs load it in a second."""
+    digits = {"n": train_size, "canvas": shape.canvas, "scale": scale, "clutter": clutter}
+    key = json.dumps({"shape": asdict(shape), "spec": asdict(spec), "digits": digits})
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    folder = cache_dir("mita")
+    path = folder / f"vit-full-{digest}"
+    model = build_vit(shape, "full")
+    if path.with_suffix(".json").exists():
+        model.load_state_dict(load_state(path)["model"])
+        return model.to(device)
+    torch.manual_seed(spec.seed)
+    model = build_vit(shape, "full")
+    data = cluttered_digits(**digits, split="train", seed=spec.seed)
+    train(model, data, spec, device=device, checkpoint=folder / f"vit-full-{digest}-partial")
+    save_state({"model": model.state_dict(), "key": key}, path)
+    return model

@@ -1,0 +1,389 @@
+"""Tests of mixlab.attention_arch.mita: attention modules, swap, introspection, CLI, experiment."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from timm.models.vision_transformer import Attention, VisionTransformer
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from mixlab.attention_arch.mita import (
+    ATTENTION_KINDS,
+    FullAttention,
+    MiTAAttention,
+    MoBAAttention,
+    TopKAttention,
+    cluttered_digits,
+    coverage,
+    mask_precision_recall,
+    pruned,
+    random_keep_like,
+    replace_attention,
+    selected_tokens,
+    selections,
+    sparse_attention,
+)
+from mixlab.attention_arch.mita.swap import matched_config
+
+
+def vit(**kwargs) -> VisionTransformer:
+    torch.manual_seed(0)
+    options = dict(
+        img_size=32, patch_size=4, in_chans=1, num_classes=10, embed_dim=32, depth=2, num_heads=2
+    )
+    return VisionTransformer(**{**options, **kwargs})
+
+
+def qkv(batch=2, heads=2, tokens=65, dim=8, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(batch, heads, tokens, dim, generator=generator) for _ in range(3)]
+
+
+def layer(kind, dim=16, heads=2, grid=(8, 8), prefix=1, **config):
+    torch.manual_seed(0)
+    return ATTENTION_KINDS[kind](dim, heads, num_prefix_tokens=prefix, grid_size=grid, **config)
+
+
+# --- exactness ------------------------------------------------------------------------------
+
+
+def test_routed_only_with_k_equal_n_is_full_attention():
+    x = torch.randn(2, 65, 16)
+    full = layer("full")
+    routed = layer("mita_routed_only", pool_size=2, top_k=65)
+    routed.load_state_dict(full.state_dict(), strict=True)
+    torch.testing.assert_close(routed(x), full(x), atol=1e-5, rtol=1e-5)
+
+
+def test_full_attention_matches_timm_attention():
+    torch.manual_seed(0)
+    reference = Attention(16, 2, qkv_bias=True)
+    ours = FullAttention.from_attention(reference, num_prefix_tokens=1)
+    x = torch.randn(2, 65, 16)
+    torch.testing.assert_close(ours(x), reference(x))
+
+
+def test_mita_equals_a_direct_joint_softmax():
+    """Eq. (5): one softmax over M shared slots (logits q·r/d) and the k keys of e(i)."""
+    q, k, v = qkv(batch=1, heads=1, tokens=17, dim=4)
+    module = layer("mita", dim=4, heads=1, grid=(4, 4), pool_size=2, top_k=5)
+    out = module.attend(q, k, v, None, False)[0, 0]
+    q0, k0, v0 = q[0, 0], k[0, 0], v[0, 0]
+    grid = q0[1:].T.reshape(4, 2, 2, 2, 2)  # d, p_h, 2, p_w, 2
+    landmarks = grid.mean(dim=(2, 4)).reshape(4, 4).T  # (M, d)
+    agent_values = (landmarks @ k0.T / 2).softmax(-1) @ v0
+    for i in range(17):
+        expert = int((landmarks @ q0[i]).argmax())
+        keys = (landmarks[expert] @ k0.T).topk(5).indices
+        logits = torch.cat([landmarks @ q0[i] / 4, k0[keys] @ q0[i] / 2])
+        weights = logits.softmax(-1)
+        expected = weights[:4] @ agent_values + weights[4:] @ v0[keys]
+        torch.testing.assert_close(out[i], expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["moba", "topk"])
+def test_sparse_baselines_match_masked_attention(kind):
+    """MoBA and top-k equal full attention restricted to their selected keys, on both paths."""
+    q, k, v = qkv(tokens=33, dim=8)
+    module = layer(
+        kind,
+        grid=(4, 8),
+        **({"block_size": 4, "top_blocks": 2} if kind == "moba" else {"top_k": 8}),
+    )
+    dense = module.attend(q, k, v, None, False)
+    scores = q @ k.transpose(-1, -2)
+    if kind == "topk":
+        allowed = torch.zeros_like(scores, dtype=torch.bool).scatter_(
+            3, scores.topk(8).indices, True
+        )
+    else:
+        k_pad = F.pad(k, (0, 0, 0, 3))
+        block_keys = k_pad.reshape(2, 2, 9, 4, 8).sum(3) / torch.tensor([4.0] * 8 + [1.0])[:, None]
+        chosen = (q @ block_keys.transpose(-1, -2)).topk(2).indices
+        block_of = torch.arange(33) // 4
+        allowed = (block_of[None, None, None, :, None] == chosen[..., None, :]).any(-1)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+    torch.testing.assert_close(dense, expected, atol=1e-5, rtol=1e-5)
+    index = allowed.float().topk(int(allowed.sum(-1).max()), dim=-1).indices
+    gathered = sparse_attention(q, k, v, index, dense_limit=0)
+    via_mask = sparse_attention(q, k, v, index)
+    torch.testing.assert_close(gathered, via_mask, atol=1e-5, rtol=1e-5)
+
+
+def test_top2_routing_differs_from_top1_and_uses_half_the_keys_per_expert():
+    x = torch.randn(2, 65, 16)
+    top1 = layer("mita", pool_size=2, top_k=12)
+    top2 = layer("mita", pool_size=2, top_k=12, router_top=2)
+    top2.load_state_dict(top1.state_dict())
+    assert not torch.allclose(top1(x), top2(x))
+    top2.record_selection = True
+    top2(x)
+    assert top2.last_selection.sum(-1).max() <= 4 * 6  # M experts × k/2 keys
+    with pytest.raises(ValueError, match="router_top"):
+        layer("mita", pool_size=2, top_k=12, router_top=3)
+
+
+# --- the timm contract ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", sorted(ATTENTION_KINDS))
+def test_replace_attention_keeps_the_state_dict_and_gradients_flow(kind):
+    model = vit()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    replace_attention(model, kind, **matched_config(kind, 16, 2))
+    assert all(type(b.attn) is not Attention for b in model.blocks)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert unexpected == []
+    assert all(name.split(".")[-2] == "dwc" for name in missing)  # only DWC/Agent add weights
+    if not missing:
+        model.load_state_dict(state, strict=True)
+    x = torch.randn(3, 1, 32, 32)
+    out = model(x)
+    assert out.shape == (3, 10)
+    out.square().sum().backward()
+    attn = model.blocks[0].attn
+    assert attn.qkv.weight.grad.abs().sum() > 0
+    assert attn.proj.weight.grad.abs().sum() > 0
+
+
+def test_swap_reuses_the_trained_tensors_and_mita_dwc_starts_as_mita():
+    model = vit()
+    weight = model.blocks[0].attn.qkv.weight
+    replace_attention(model, "mita", pool_size=2, top_k=12)
+    assert model.blocks[0].attn.qkv.weight is weight
+    x = torch.randn(2, 1, 32, 32)
+    plain = model(x)
+    replace_attention(model, "mita_dwc", pool_size=2, top_k=12)
+    torch.testing.assert_close(model(x), plain)
+
+
+def test_prefix_tokens_stay_out_of_the_grid_and_attend_normally():
+    model = vit(reg_tokens=2)
+    assert model.num_prefix_tokens == 3
+    replace_attention(model, "mita", pool_size=2, top_k=12)
+    assert model.blocks[0].attn.num_prefix_tokens == 3
+    assert model(torch.randn(2, 1, 32, 32)).shape == (2, 10)
+    # A prefix token's query routes like any other query: changing it changes its output only.
+    module = layer("mita", prefix=2, pool_size=2, top_k=12)
+    x = torch.randn(1, 66, 16)
+    y = x.clone()
+    y[:, 0] += 1.0
+    assert not torch.allclose(module(x)[:, 0], module(y)[:, 0])
+
+
+def test_forward_accepts_timm_arguments_and_refuses_masks_it_cannot_honour():
+    module = layer("mita", pool_size=2, top_k=12)
+    x = torch.randn(1, 65, 16)
+    assert module(x, attn_mask=None, is_causal=False).shape == x.shape
+    with pytest.raises(ValueError, match="attn_mask and is_causal"):
+        module(x, is_causal=True)
+    full = layer("full")
+    causal = full(x, is_causal=True)
+    with pruned(full, torch.ones(1, 65, dtype=torch.bool)):
+        torch.testing.assert_close(full(x, is_causal=True), causal)
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: layer("mita", pool_size=2, top_k=80), "top_k=80"),
+        (lambda: layer("mita", pool_size=9, top_k=4), "pool_size"),
+        (
+            lambda: layer("mita", grid=None, pool_size=2, top_k=4)(torch.randn(1, 51, 16)),
+            "grid_size",
+        ),
+        (
+            lambda: layer("mita", grid=(7, 7), pool_size=2, top_k=4)(torch.randn(1, 65, 16)),
+            "grid_size",
+        ),
+        (lambda: layer("topk", top_k=66)(torch.randn(1, 65, 16)), "top_k=66"),
+        (lambda: layer("moba", block_size=32, top_blocks=4)(torch.randn(1, 65, 16)), "top_blocks"),
+        (lambda: layer("mita", shared=False, routed=False), "both be False"),
+        (lambda: replace_attention(torch.nn.Linear(2, 2)), "no timm"),
+        (lambda: replace_attention(vit(), "linear"), "attention must be one of"),
+        (lambda: matched_config("mita", 4, 2), "key_budget"),
+    ],
+)
+def test_bad_configurations_raise_clear_errors(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_non_square_grid_with_explicit_size():
+    module = layer("mita", grid=(4, 8), pool_size=(2, 4), top_k=8)
+    assert module(torch.randn(2, 33, 16)).shape == (2, 33, 16)
+
+
+# --- linear memory ----------------------------------------------------------------------------
+
+
+class LargestTensor(TorchDispatchMode):
+    """Records the largest number of elements of any tensor an operator produces."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in out if isinstance(out, tuple | list) else [out]:
+            if isinstance(tensor, torch.Tensor):
+                self.largest = max(self.largest, tensor.numel())
+        return out
+
+
+def test_mita_never_allocates_an_n_by_n_matrix():
+    n = 8192
+    module = MiTAAttention(16, 1, num_prefix_tokens=0, grid_size=(64, 128), pool_size=4, top_k=16)
+    x = torch.randn(1, n, 16, requires_grad=True)
+    with LargestTensor() as probe:
+        module(x).sum().backward()
+    assert probe.largest <= n * 16 * (1 + 16)  # the N × M·(1 + k) mask; N² = 67 M
+    with LargestTensor() as control:  # the probe does see a quadratic score matrix
+        _ = x[0] @ x[0].T
+    assert control.largest == n * n
+
+
+def test_topk_and_moba_gather_path_stays_linear():
+    n, side = 4096, 64
+    for module in (
+        TopKAttention(
+            16, 1, num_prefix_tokens=0, grid_size=(side, side), top_k=16, chunk_elements=1 << 18
+        ),
+        MoBAAttention(
+            16, 1, num_prefix_tokens=0, grid_size=(side, side), block_size=8, top_blocks=2
+        ),
+    ):
+        module.dense_limit = 0  # the path taken beyond 2^27 mask entries
+        x = torch.randn(1, n, 16)
+        with LargestTensor() as probe:
+            module(x)
+        assert probe.largest < n * n // 4
+
+
+# --- introspection and pruning ----------------------------------------------------------------
+
+
+def test_pruning_by_key_mask_equals_removing_the_tokens():
+    module = layer("full")
+    x = torch.randn(1, 65, 16)
+    keep = torch.ones(1, 65, dtype=torch.bool)
+    keep[0, 10:40] = False
+    with pruned(module, keep):
+        masked = module(x)
+    removed = module(x[:, keep[0]])
+    torch.testing.assert_close(masked[:, keep[0]], removed, atol=1e-5, rtol=1e-5)
+    assert module.key_mask is None
+
+
+@pytest.mark.parametrize("kind", ["mita", "moba", "topk", "agent"])
+def test_dropped_tokens_do_not_influence_kept_ones(kind):
+    module = layer(kind, **matched_config(kind, 16, 2))
+    x = torch.randn(1, 65, 16)
+    keep = torch.ones(1, 65, dtype=torch.bool)
+    keep[0, 20:30] = False
+    y = x.clone()
+    y[0, 20:30] = torch.randn(10, 16) * 5
+    with pruned(module, keep):
+        torch.testing.assert_close(
+            module(x)[:, keep[0]], module(y)[:, keep[0]], atol=1e-5, rtol=1e-5
+        )
+
+
+def test_coverage_selections_and_random_control():
+    model = replace_attention(vit(), "mita", pool_size=2, top_k=8)
+    images = torch.randn(4, 1, 32, 32)
+    masks = selections(model, images)
+    assert len(masks) == 2
+    assert masks[0].shape == (4, 2, 65)
+    cover = coverage(model, images)
+    assert cover.shape == (2, 2)
+    assert ((cover > 0) & (cover <= 4 * 8 / 65 + 1e-6)).all()  # at most M·k distinct keys
+    union = selected_tokens(model, images)
+    assert union.shape == (4, 65)
+    assert union.any(dim=1).all()
+    generator = torch.Generator().manual_seed(0)
+    control = random_keep_like(union, 1, generator)
+    assert control[:, 0].all()
+    assert torch.equal(control[:, 1:].sum(1), union[:, 1:].sum(1))
+    assert mask_precision_recall(union, union) == (1.0, 1.0)
+    with pytest.raises(ValueError, match="MiTAAttention"):
+        selections(vit(), images)
+
+
+def test_cluttered_digits_are_reproducible_and_split_by_source():
+    a = cluttered_digits(20, canvas=32, seed=1)
+    b = cluttered_digits(20, canvas=32, seed=1)
+    assert torch.equal(a.images, b.images)
+    assert torch.equal(a.labels, b.labels)
+    assert a.images.shape == (20, 1, 32, 32)
+    assert a.masks.shape == (20, 32, 32)
+    assert a.masks.any(dim=(1, 2)).all()
+    tokens = a.token_masks(4)
+    assert tokens.shape == (20, 64)
+    assert 0 < tokens.float().mean() < 0.6
+    test = cluttered_digits(20, canvas=32, split="test", seed=1)
+    assert not torch.equal(test.images, a.images)
+    with pytest.raises(ValueError, match="canvas"):
+        cluttered_digits(2, canvas=12)
+
+
+# --- CLI and experiment -----------------------------------------------------------------------
+
+
+def test_cli_swap_bench_and_errors(tmp_path, capsys):
+    from mixlab.attention_arch.cli import main
+
+    out = tmp_path / "swapped.safetensors"
+    assert main(["mita", "swap", "--model", "vit_tiny_patch16_224", "--img-size", "64", "--pool-size", "2",
+                 "--top-k", "8", "--out", str(out)]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "state dict keys unchanged" in printed
+    assert out.exists()
+    assert main(["mita", "bench", "--tokens", "256", "--repeats", "1"]) == 0
+    assert "relative to mita" in capsys.readouterr().out
+    assert main(["mita", "swap", "--model", "vit_tiny_patch16_224", "--attention", "linear"]) == 2
+    assert main(["mita", "bench", "--tokens", "300"]) == 2
+    assert (
+        main(
+            [
+                "mita",
+                "swap",
+                "--model",
+                "vit_tiny_patch16_224",
+                "--checkpoint",
+                str(tmp_path / "x.pth"),
+            ]
+        )
+        == 2
+    )
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
+    from mixlab.attention_arch.mita.experiment import METHOD, Config
+
+    monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
+    config = Config(
+        steps=6, pretrain_steps=6, finetune_steps=3, train_size=64, test_size=32, coverage_every=3,
+        batch_size=8, systems=("full", "mita", "moba", "topk"),
+    )  # fmt: skip
+    result = METHOD.run(config, tmp_path / "run")
+    assert set(result.metrics) == {"full", "mita", "moba", "topk"}
+    assert len(result.claims) == 3
+    assert result.metrics["mita"]["flops_vs_full"] < 0.5
+    assert result.metrics["mita"]["pruned_fraction"] is not None
+    assert (tmp_path / "run" / "accuracy.png").exists()
+    assert (tmp_path / "run" / "coverage.png").exists()
+    cells = json.loads((tmp_path / "run" / "cells.json").read_text())
+    assert any(c["part"] == "memory" for c in cells)
+    again = METHOD.run(config, tmp_path / "run", resume=True)
+    assert again.metrics == result.metrics
+    assert list((tmp_path / "cache" / "mita").glob("vit-full-*.json"))
+    with pytest.raises(ValueError, match="key_budget"):
+        Config(key_budget=4, pool_size=2)
+    with pytest.raises(ValueError, match="systems"):
+        Config(systems=("moba",))
