@@ -5,7 +5,8 @@
   ablations), and the baselines :class:`FullAttention` (SDPA), :class:`MoBAAttention`,
   :class:`TopKAttention` and :class:`AgentAttention`.
 - :func:`replace_attention` swaps them into a timm ViT in place (``ATTENTION_KINDS`` names them).
-- Introspection: :func:`coverage`, :func:`selections`, :func:`selected_tokens`, :func:`pruned`.
+- Introspection: :func:`coverage`, :func:`selections`, :func:`selected_tokens`, :func:`pruned`,
+  :func:`pruned_logits`.
 - The experiment's pieces: :func:`cluttered_digits`, :func:`build_vit`, :func:`train`.
 
     import timm
@@ -38,6 +39,7 @@ _MODULE_OF = {
     "mask_precision_recall": "introspection",
     "pretrained_full_vit": "training",
     "pruned": "introspection",
+    "pruned_logits": "introspection",
     "random_keep_like": "introspection",
     "replace_attention": "swap",
     "selected_tokens": "introspection",
@@ -67,6 +69,7 @@ __all__ = [
     "mask_precision_recall",
     "pretrained_full_vit",
     "pruned",
+    "pruned_logits",
     "random_keep_like",
     "replace_attention",
     "selected_tokens",
@@ -89,6 +92,7 @@ if TYPE_CHECKING:
         coverage,
         mask_precision_recall,
         pruned,
+        pruned_logits,
         random_keep_like,
         selected_tokens,
         selections,

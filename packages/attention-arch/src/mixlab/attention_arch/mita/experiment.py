@@ -69,7 +69,7 @@ FLOP_FRACTION = 0.5  # "a fraction of its attention FLOPs": at most half
 @dataclass
 class Config(ExperimentConfig):
     """Defaults are the quick profile (a few minutes on 2 CPU cores once the full-attention
-    model is cached); full trains longer, on 48-pixel canvases (145 tokens), with 3 seeds."""
+    model is cached); full trains longer, on 48-pixel canvases (144 tokens), with 3 seeds."""
 
     canvas: int = 32
     """canvas side in pixels (tokens: (canvas / patch_size)² + CLS)"""
@@ -83,7 +83,7 @@ class Config(ExperimentConfig):
     num_heads: int = 4
     train_size: int = 5000
     test_size: int = 1000
-    steps: int = 300
+    steps: int = 500
     """training steps of every system trained from scratch"""
     batch_size: int = 32
     lr: float = 1e-3
@@ -93,9 +93,9 @@ class Config(ExperimentConfig):
     """keys (or slots) each query attends to, for every sparse kind"""
     pool_size: int = 2
     """MiTA's landmark grid p (M = p²); its routed top_k is key_budget − M"""
-    pretrain_steps: int = 1500
+    pretrain_steps: int = 2000
     """steps of the cached full-attention model the swaps start from"""
-    finetune_steps: int = 150
+    finetune_steps: int = 200
     finetune_lr: float = 3e-4
     coverage_every: int = 50
     """steps between coverage measurements while MiTA trains"""
@@ -109,13 +109,13 @@ class Config(ExperimentConfig):
             "clutter": 8,
             "train_size": 10000,
             "test_size": 2000,
-            "steps": 1000,
+            "steps": 1500,
             "batch_size": 64,
             "n_seeds": 3,
             "key_budget": 32,
             "pool_size": 4,
-            "pretrain_steps": 2500,
-            "finetune_steps": 300,
+            "pretrain_steps": 4000,
+            "finetune_steps": 400,
             "coverage_every": 100,
         },
     }
@@ -244,16 +244,17 @@ def pruning(model, test_data, config: Config, seed: int) -> dict[str, Any]:
     model.eval()
     batches = [test_data.images[i : i + 256].to(device) for i in range(0, len(test_data), 256)]
     selected = torch.cat([selected_tokens(model, batch).cpu() for batch in batches])
+    prefix = model.num_prefix_tokens
     keep = selected.clone()
-    keep[:, 0] = True  # the CLS token stays
-    random_keep = random_keep_like(keep, 1, generator)
-    precision, recall = mask_precision_recall(selected[:, 1:], object_tokens)
+    keep[:, :prefix] = True  # a CLS token or registers stay
+    random_keep = random_keep_like(keep, prefix, generator)
+    precision, recall = mask_precision_recall(selected[:, prefix:], object_tokens)
     return {
         "coverage_test": coverage(model, test_data.images[:256].to(device)).tolist(),
         "selection_precision": precision,
         "selection_recall": recall,
         "object_token_share": object_tokens.float().mean().item(),
-        "pruned_fraction": 1 - keep[:, 1:].float().mean().item(),
+        "pruned_fraction": 1 - keep[:, prefix:].float().mean().item(),
         "pruned_accuracy": accuracy(model, test_data, keep=keep),
         "random_pruned_accuracy": accuracy(model, test_data, keep=random_keep),
     }
@@ -283,7 +284,7 @@ def run_memory(config: Config) -> dict[str, Any]:
         "heads": config.num_heads,
         "head_dim": config.embed_dim // config.num_heads,
         "grid": [grid, grid],
-        "prefix": 1,
+        "prefix": int(config.shape.class_token),
         "batch": config.batch_size,
         "backward": True,
     }

@@ -5,9 +5,9 @@
 - :func:`coverage`: |∪_m S_m| / N per layer and head (the paper's coverage; it falls as MiTA
   trains, which is what makes pruning possible).
 - :func:`pruned`: a context in which every attention module ignores the keys a (B, N) mask drops.
-  A dropped token then influences no other token, so with a CLS-token (or prefix) head the
-  prediction equals that of the sequence with those tokens removed; we mask instead of cutting
-  so that the landmark grid keeps its geometry.
+  A dropped token then influences no other token; :func:`pruned_logits` also leaves it out of the
+  pooling, so the prediction equals that of the sequence with those tokens removed. We mask
+  instead of cutting so that the landmark grid keeps its geometry.
 """
 
 from __future__ import annotations
@@ -73,6 +73,26 @@ def pruned(model: nn.Module, keep: torch.Tensor) -> Iterator[nn.Module]:
     finally:
         for module in modules:
             module.key_mask = None
+
+
+def pruned_logits(model: nn.Module, images: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """The outputs of a timm ``VisionTransformer`` with the tokens where ``keep`` is False
+    dropped: attention ignores them (:func:`pruned`) and so does the pooling (max, avg; a token
+    head reads the kept prefix)."""
+    with pruned(model, keep):
+        features = model.forward_features(images)
+    pool = model.global_pool
+    if pool == "token":
+        return model.forward_head(features)
+    if pool not in ("max", "avg"):
+        raise ValueError(f"pruned_logits supports global_pool token, avg or max, got {pool!r}")
+    patches = features[:, model.num_prefix_tokens :]
+    kept = keep[:, model.num_prefix_tokens :, None]
+    if pool == "max":
+        pooled = patches.masked_fill(~kept, float("-inf")).amax(dim=1)
+    else:
+        pooled = (patches * kept).sum(dim=1) / kept.sum(dim=1).clamp_min(1)
+    return model.head(model.head_drop(model.fc_norm(pooled)))
 
 
 def random_keep_like(
