@@ -161,7 +161,7 @@ def main() -> None:
                     value_label="SDPA time / MiTA time",
                 ),
             ],
-        ),  # fmt: skip
+        ),
         Claim.compare(
             "MiTA's peak memory (forward + backward) grows linearly in N (log-log slope <= 1.2)",
             mita["fwdbwd_memory_slope"],
