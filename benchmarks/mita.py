@@ -5,8 +5,8 @@
 
 One layer (``qkv`` and ``proj`` included: what a user swaps), batch 1, 6 heads of dimension 64,
 no prefix token, N tokens on a patch grid (non-square grids for 512, 2048 and 8192). Every sparse
-kind attends to the same 64 keys per query: MiTA 16 landmarks + 48 routed keys, MoBA 2 blocks of
-32, top-k 64. Times are medians of ``--repeats`` interleaved calls after a warm-up, measured side
+kind attends to the same 64 keys per query: MiTA 16 landmarks + 48 routed keys (its default fused
+path, and ``impl="gather"``), MoBA 2 blocks of 32, top-k 64 (both on their gather path). Times are medians of ``--repeats`` interleaved calls after a warm-up, measured side
 by side in one process and reported as ratios to SDPA; peak memory is what one call adds to the
 resident set, measured in one fresh process (``mixlab.attention_arch.mita.profile``). The
 log-log slope of each curve is fitted on N >= 1024, where the O(N) and O(N²) terms dominate the
@@ -36,8 +36,21 @@ GRIDS = {
     8192: (64, 128),
     16384: (128, 128),
 }
-KINDS = ("full", "mita", "moba", "topk")
+KINDS = ("full", "mita", "mita_gather", "moba", "topk")
 MODES = {"fwd": False, "fwdbwd": True}
+
+
+def layer_spec(system: str, budget: int) -> dict:
+    """The layer of ``system``: MiTA fused (default) or gathered; MoBA and top-k always on their
+    gather path (``dense_limit=0``), the linear-memory algorithm at every N, so that the curves
+    do not switch algorithm at N ≈ 4700 where their masked-SDPA shortcut would stop."""
+    kind = "mita" if system == "mita_gather" else system
+    spec = {"kind": kind, "config": matched_config(kind, budget, 4)}
+    if system == "mita_gather":
+        spec["config"]["impl"] = "gather"
+    if kind in ("moba", "topk"):
+        spec["dense_limit"] = 0
+    return spec
 
 
 def slope(tokens: list[int], values: list[float]) -> float:
@@ -69,11 +82,11 @@ def main() -> None:
     torch.set_flush_denormal(True)
     started = time.perf_counter()
     tokens = sorted(args.tokens)
-    configs = {kind: matched_config(kind, args.budget, 4) for kind in KINDS}
+    configs = {kind: layer_spec(kind, args.budget) for kind in KINDS}
     seconds = {(k, m): [] for k in KINDS for m in MODES}
     for n in tokens:
         spec = {"heads": args.heads, "head_dim": args.head_dim, "grid": list(GRIDS[n])}
-        layers = {k: build_layer({**spec, "kind": k, "config": c}) for k, c in configs.items()}
+        layers = {k: build_layer({**spec, **c}) for k, c in configs.items()}
         x = layer_input(spec, requires_grad=False)
         for mode, backward in MODES.items():
             times = time_layers(layers, x, backward=backward, repeats=args.repeats)
@@ -82,8 +95,8 @@ def main() -> None:
             shown = ", ".join(f"{k} {times[k] * 1e3:.0f} ms" for k in KINDS)
             print(f"N={n:>5} {mode:>6}: {shown}", flush=True)
     specs = [
-        {"heads": args.heads, "head_dim": args.head_dim, "grid": list(GRIDS[n]), "kind": k,
-         "config": configs[k], "backward": backward}
+        {"heads": args.heads, "head_dim": args.head_dim, "grid": list(GRIDS[n]), **configs[k],
+         "backward": backward}
         for n in tokens
         for backward in MODES.values()
         for k in KINDS
@@ -120,7 +133,7 @@ def main() -> None:
             {k: (tokens, [s * 1e3 for s in seconds[(k, mode)]]) for k in KINDS},
             xlabel="tokens N",
             ylabel="ms per call",
-            title=f"One attention layer, {label} (6 heads × 64, batch 1, CPU)",
+            title=f"One attention layer, {label} ({args.heads} heads × {args.head_dim}, batch 1)",
             logx=True,
             logy=True,
         )

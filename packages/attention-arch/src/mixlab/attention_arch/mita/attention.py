@@ -15,7 +15,9 @@ with q, k, v ∈ ℝ^{N×d}:
 5. one joint softmax over the M shared slots (logits q·r/d, the code's double scaling) and the k
    routed keys (logits q·k/√d):  o_i = Σ_m α_im V_s[m] + Σ_{j∈S_e(i)} β_ij v_j.
 
-Cost per head is O(N·(M + k)·d) time and memory: no N×N matrix is ever built.
+The algorithm costs O(N·(M + k)·d) per head (``impl="gather"``); the default fused path runs one
+SDPA call over all M·k' expert keys with a routing mask, O(N·M·k'·d). Both are linear in N: no
+N×N matrix is ever built.
 """
 
 from __future__ import annotations
@@ -32,8 +34,12 @@ Grid = tuple[int, int]
 _SUBMODULES = ("qkv", "q_norm", "k_norm", "attn_drop", "norm", "gate", "proj", "proj_drop")
 
 
-def _pair(value: int | Grid) -> Grid:
-    return (value, value) if isinstance(value, int) else (int(value[0]), int(value[1]))
+def pool_grid(pool_size: int | Grid) -> Grid:
+    """``pool_size`` as (p_h, p_w), checked positive."""
+    grid = (pool_size, pool_size) if isinstance(pool_size, int) else tuple(pool_size)
+    if len(grid) != 2 or min(grid) < 1:
+        raise ValueError(f"pool_size must be a positive integer or pair, got {pool_size!r}")
+    return int(grid[0]), int(grid[1])
 
 
 class TokenAttention(Attention):
@@ -46,7 +52,8 @@ class TokenAttention(Attention):
         **attention_kwargs: timm ``Attention`` arguments (``qkv_bias``, ``qk_norm``, ...).
 
     ``key_mask`` (``(B, N)`` bool, set by :func:`~mixlab.attention_arch.mita.pruned`) removes keys:
-    a masked token then influences no other token, exactly as if it had been dropped.
+    a masked token then influences no other token (it is neither a key, a value, a pooled query
+    nor a convolution neighbour).
     """
 
     supports_masks = False
@@ -66,9 +73,11 @@ class TokenAttention(Attention):
                 f"num_prefix_tokens must be an integer >= 0, got {num_prefix_tokens!r}"
             )
         self.num_prefix_tokens = num_prefix_tokens
-        self.grid_size = None if grid_size is None else _pair(grid_size)
-        if self.grid_size is not None and min(self.grid_size) < 1:
-            raise ValueError(f"grid_size must be positive, got {grid_size!r}")
+        if grid_size is not None:
+            grid_size = (grid_size, grid_size) if isinstance(grid_size, int) else tuple(grid_size)
+            if len(grid_size) != 2 or min(grid_size) < 1:
+                raise ValueError(f"grid_size must be a positive (h, w), got {grid_size!r}")
+        self.grid_size = grid_size
         self.dwc: nn.Conv2d | None = None
         self.key_mask: torch.Tensor | None = None
         self.record_selection = False
@@ -78,15 +87,16 @@ class TokenAttention(Attention):
     def from_attention(cls, attention: Attention, **config: Any) -> Self:
         """A ``cls`` that reuses ``attention``'s projections (the same tensors, not copies)."""
         qkv, proj = attention.qkv, attention.proj
-        module = cls(
-            qkv.in_features,
-            attention.num_heads,
-            attn_head_dim=attention.head_dim,
-            dim_out=proj.out_features,
-            qkv_bias=qkv.bias is not None,
-            proj_bias=proj.bias is not None,
-            **config,
-        )
+        with torch.random.fork_rng(devices=[]):  # the throw-away init must not move the RNG
+            module = cls(
+                qkv.in_features,
+                attention.num_heads,
+                attn_head_dim=attention.head_dim,
+                dim_out=proj.out_features,
+                qkv_bias=qkv.bias is not None,
+                proj_bias=proj.bias is not None,
+                **config,
+            )
         for name in _SUBMODULES:
             if hasattr(attention, name):
                 setattr(module, name, getattr(attention, name))
@@ -113,22 +123,28 @@ class TokenAttention(Attention):
             )
         return side, side
 
-    def pooled_queries(self, q: torch.Tensor, pool_size: Grid) -> torch.Tensor:
+    def pooled_queries(
+        self, q: torch.Tensor, pool_size: Grid
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Landmarks: the patch queries average-pooled to ``pool_size`` (B, H, M, d), over kept
-        tokens only when a key mask is set."""
+        tokens only when a key mask is set; and then also the (B, 1, 1, M) cells with no kept
+        token (their landmark is meaningless and must be ignored), else None."""
         batch, heads, num_tokens, dim = q.shape
         h, w = self.token_grid(num_tokens)
         if pool_size[0] > h or pool_size[1] > w:
             raise ValueError(f"pool_size={pool_size} is larger than the token grid {(h, w)}")
         grid = q[:, :, self.num_prefix_tokens :].transpose(-1, -2).reshape(-1, dim, h, w)
+        empty = None
         if self.key_mask is None:
             pooled = F.adaptive_avg_pool2d(grid, pool_size)
         else:
-            keep = self.key_mask[:, self.num_prefix_tokens :].to(q.dtype).reshape(-1, 1, 1, h, w)
-            keep = keep.expand(batch, heads, 1, h, w).reshape(-1, 1, h, w)
-            total = F.adaptive_avg_pool2d(grid * keep, pool_size)
-            pooled = total / F.adaptive_avg_pool2d(keep, pool_size).clamp_min(1e-6)
-        return pooled.reshape(batch, heads, dim, -1).transpose(-1, -2)
+            keep = self.key_mask.to(q.device)[:, self.num_prefix_tokens :].to(q.dtype)
+            keep = keep.reshape(batch, 1, 1, h, w).expand(batch, heads, 1, h, w)
+            share = F.adaptive_avg_pool2d(keep.reshape(-1, 1, h, w), pool_size)
+            pooled = F.adaptive_avg_pool2d(grid * keep.reshape(-1, 1, h, w), pool_size)
+            pooled = pooled / share.clamp_min(1e-6)
+            empty = (share.reshape(batch, heads, -1)[:, :1] == 0).reshape(batch, 1, 1, -1)
+        return pooled.reshape(batch, heads, dim, -1).transpose(-1, -2), empty
 
     def patch_grid_map(self, v: torch.Tensor) -> torch.Tensor:
         """(B, H, N, d) values → (B, H·d, h, w) over the patch grid, for depthwise convolutions."""
@@ -194,8 +210,13 @@ class TokenAttention(Attention):
 
     def attention_flops(self, num_tokens: int) -> int:
         """Floating-point operations (2 per multiply-add) of the query-key and weight-value
-        products for one image: the part that differs between attention kinds."""
+        products for one image, as the algorithm defines them: the part that differs between
+        attention kinds (``qkv`` and ``proj`` are the same for all)."""
         raise NotImplementedError
+
+    def _dwc_flops(self, num_tokens: int) -> int:
+        patches = num_tokens - self.num_prefix_tokens
+        return 0 if self.dwc is None else 2 * 9 * patches * self.attn_dim
 
 
 class FullAttention(TokenAttention):
@@ -286,6 +307,10 @@ class MiTAAttention(TokenAttention):
             variant). Its weights are new and start at zero, so a swapped-in module starts as
             plain MiTA; a standard checkpoint then loads with ``strict=False`` (only ``dwc.*``
             missing).
+        impl: ``"fused"`` (default): one SDPA call over the M shared slots and all M·k' expert
+            keys with a routing mask, O(N·M·k') memory, fast on CPUs while M·k' is small next to
+            N; ``"gather"``: each query gathers its own k keys, O(N·k·d) memory and the
+            algorithm's O(N·(M + k)·d) FLOPs. Both compute Eq. (5) exactly.
     """
 
     def __init__(
@@ -299,12 +324,14 @@ class MiTAAttention(TokenAttention):
         shared: bool = True,
         routed: bool = True,
         dwc: bool = False,
+        impl: str = "fused",
         **kwargs: Any,
     ) -> None:
         super().__init__(dim, num_heads, **kwargs)
-        self.pool_size = _pair(pool_size)
-        if min(self.pool_size) < 1:
-            raise ValueError(f"pool_size must be a positive integer or pair, got {pool_size!r}")
+        if impl not in ("fused", "gather"):
+            raise ValueError(f"impl must be 'fused' or 'gather', got {impl!r}")
+        self.impl = impl
+        self.pool_size = pool_grid(pool_size)
         if not shared and not routed:
             raise ValueError("shared and routed cannot both be False: nothing would be attended")
         if router_top not in (1, 2):
@@ -318,7 +345,12 @@ class MiTAAttention(TokenAttention):
         self.top_k, self.router_top = top_k, router_top
         self.shared, self.routed = shared, routed
         if self.grid_size is not None:
-            self._check_sizes(self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1])
+            num_tokens = self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
+            self._check_sizes(num_tokens)
+            if self.pool_size[0] > self.grid_size[0] or self.pool_size[1] > self.grid_size[1]:
+                raise ValueError(
+                    f"pool_size={self.pool_size} is larger than the token grid {self.grid_size}"
+                )
         if dwc:
             self.dwc = nn.Conv2d(self.attn_dim, self.attn_dim, 3, padding=1, groups=self.attn_dim)
             nn.init.zeros_(self.dwc.weight)
@@ -329,9 +361,7 @@ class MiTAAttention(TokenAttention):
         return self.pool_size[0] * self.pool_size[1]
 
     def _check_sizes(self, num_tokens: int) -> None:
-        h, w = self.token_grid(num_tokens)
-        if self.pool_size[0] > h or self.pool_size[1] > w:
-            raise ValueError(f"pool_size={self.pool_size} is larger than the token grid {(h, w)}")
+        self.token_grid(num_tokens)
         if self.routed and self.top_k // self.router_top > num_tokens:
             raise ValueError(
                 f"top_k={self.top_k} per expert ({self.top_k // self.router_top}) is larger "
@@ -341,48 +371,87 @@ class MiTAAttention(TokenAttention):
     def attend(self, q, k, v, attn_mask, is_causal):
         self._check_sizes(q.shape[2])
         scale = q.shape[-1] ** -0.5
-        landmarks = self.pooled_queries(q, self.pool_size)  # R: (B, H, M, d)
+        landmarks, empty = self.pooled_queries(q, self.pool_size)  # R: (B, H, M, d)
         dropped = self.masked_keys(q.shape[0], q.device)
         gate = landmarks @ k.transpose(-1, -2) * scale  # r_m·k_j/√d: (B, H, M, N)
         if dropped is not None:
             gate = gate.masked_fill(dropped, float("-inf"))
-        # q·r/d: √d from the code's `router * scale` as key, √d more inside the attention kernel.
+        # q·r/d: the code passes `router * scale` as key and the kernel scales by 1/√d again.
         shared_logits = q @ landmarks.transpose(-1, -2) * (scale * scale)  # (B, H, N, M)
+        if empty is not None:  # a pool cell with no kept token is no expert
+            shared_logits = shared_logits.masked_fill(empty, float("-inf"))
         agent_values = gate.softmax(dim=-1) @ v if self.shared else None  # V_s: (B, H, M, d)
+        dropout = self.attn_drop.p if self.training else 0.0
         if not self.routed:
-            weights = self.attn_drop(shared_logits.softmax(dim=-1))
-            return weights @ agent_values
+            return F.dropout(shared_logits.softmax(dim=-1), dropout, self.training) @ agent_values
         per_expert = self.top_k // self.router_top
         selected = gate.topk(per_expert, dim=-1).indices  # S_m: (B, H, M, k')
         if self.record_selection:  # the union ∪_m S_m per head, for coverage and pruning
             union = q.new_zeros(q.shape[:3], dtype=torch.bool)
             self.last_selection = union.scatter_(2, selected.detach().flatten(2), True)
-        # The experts are shared by all queries, so their keys are gathered once (M·k' rows, not
-        # N·k) and every query meets all of them in one fused SDPA call; a boolean mask keeps
-        # the M shared slots and the keys of the query's own expert(s) e(i). Memory is
-        # O(N·M·(1 + k')), linear in N; the masked-out products are the price of fusing.
+            if dropped is not None:
+                self.last_selection &= ~dropped.reshape(q.shape[0], 1, -1)
         experts = shared_logits.topk(self.router_top, dim=-1).indices  # e(i): (B, H, N, r)
+        kept = None
+        if dropped is not None:  # fewer kept keys than k': the dropped ones were picked last
+            keep = (~dropped).reshape(k.shape[0], 1, -1, 1).expand_as(k[..., :1])
+            kept = gather_tokens(keep, selected).squeeze(-1)  # (B, H, M, k')
+        if self.impl == "gather":
+            return self._attend_gathered(
+                q, k, v, landmarks, shared_logits, agent_values, selected, experts, kept, dropout
+            )
+        # Fused: the experts are shared by all queries, so their keys are gathered once (M·k'
+        # rows) and every query meets all of them in one SDPA call; a boolean mask keeps the M
+        # shared slots and the keys of the query's own expert(s) e(i). Memory O(N·M·(1 + k')),
+        # linear in N, but M× the routed products of the algorithm (see attention_flops).
         routed_to = torch.zeros_like(shared_logits, dtype=torch.bool).scatter_(3, experts, True)
         allowed = routed_to[..., None].expand(-1, -1, -1, -1, per_expert).flatten(-2)
-        keys, values = (
-            gather_tokens(k, selected).flatten(2, 3),
-            gather_tokens(v, selected).flatten(2, 3),
-        )
-        if dropped is not None:  # fewer kept keys than k': the dropped ones were picked last
-            kept = gather_tokens(
-                (~dropped).reshape(k.shape[0], 1, -1, 1).expand_as(k[..., :1]), selected
-            )
+        keys = gather_tokens(k, selected).flatten(2, 3)
+        values = gather_tokens(v, selected).flatten(2, 3)
+        if kept is not None:
             allowed = allowed & kept.reshape(*kept.shape[:2], 1, -1)
         if self.shared:
-            # q·r/d: the code passes `router * scale` as key and SDPA scales by 1/√d again.
             keys = torch.cat([landmarks * scale, keys], dim=2)
             values = torch.cat([agent_values, values], dim=2)
             slots = allowed.new_ones(*allowed.shape[:3], landmarks.shape[2])
+            if empty is not None:
+                slots = slots & ~empty
             allowed = torch.cat([slots, allowed], dim=-1)
-        dropout = self.attn_drop.p if self.training else 0.0
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed, dropout_p=dropout)
 
+    def _attend_gathered(
+        self, q, k, v, landmarks, shared_logits, agent_values, selected, experts, kept, dropout
+    ):
+        """Eq. (5) per query: gather the k keys of e(i) (O(N·k·d) memory) and take one softmax
+        over [shared slots; routed keys], the algorithm's O(N·(M + k)·d) cost."""
+        per_expert = selected.shape[-1]
+        index = torch.gather(
+            selected[:, :, None].expand(-1, -1, q.shape[2], -1, -1),
+            3,
+            experts[..., None].expand(-1, -1, -1, -1, per_expert),
+        )  # (B, H, N, r, k'): the keys of each query's expert(s)
+        logits = torch.einsum("bhnd,bhnkd->bhnk", q, gather_tokens(k, index.flatten(-2)))
+        logits = logits * q.shape[-1] ** -0.5
+        if kept is not None:
+            ok = torch.gather(
+                kept[:, :, None].expand(-1, -1, q.shape[2], -1, -1),
+                3,
+                experts[..., None].expand(-1, -1, -1, -1, per_expert),
+            )
+            logits = logits.masked_fill(~ok.flatten(-2), float("-inf"))
+        slots = shared_logits.shape[-1] if self.shared else 0
+        if self.shared:
+            logits = torch.cat([shared_logits, logits], dim=-1)
+        weights = F.dropout(logits.softmax(dim=-1), dropout, self.training)
+        values = gather_tokens(v, index.flatten(-2))
+        out = torch.einsum("bhnk,bhnkd->bhnd", weights[..., slots:], values)
+        return out + weights[..., :slots] @ agent_values if self.shared else out
+
     def attention_flops(self, num_tokens: int) -> int:
+        """The algorithm's FLOPs (what the authors' varlen kernel and ``impl="gather"`` run):
+        gate R·Kᵀ, routing q·R, agent values and their use, and k routed keys per query. The
+        default ``impl="fused"`` path computes every query against all M·k' expert keys and masks
+        (``executed_flops``), which is faster on a CPU while M·k' is small next to N."""
         n, m, d = num_tokens, self.num_landmarks, self.head_dim
         per_head = 2 * n * m * d  # gate R·Kᵀ (routing needs it even without the shared expert)
         per_head += 2 * n * m * d  # routing / shared logits q·R
@@ -390,7 +459,14 @@ class MiTAAttention(TokenAttention):
             per_head += 2 * n * m * d * 2  # agent values softmax(RKᵀ)V and their use α·V_s
         if self.routed:
             per_head += 4 * n * self.top_k * d  # q·k_j and β·v_j over the routed keys
-        flops = self.num_heads * per_head
-        if self.dwc is not None:
-            flops += 2 * 9 * n * self.attn_dim
-        return flops
+        return self.num_heads * per_head + self._dwc_flops(n)
+
+    def executed_flops(self, num_tokens: int) -> int:
+        """FLOPs of the path ``impl`` selects (the fused one also multiplies masked products)."""
+        if self.impl == "gather" or not self.routed:
+            return self.attention_flops(num_tokens)
+        n, m, d = num_tokens, self.num_landmarks, self.head_dim
+        slots = m * (self.top_k // self.router_top) + (m if self.shared else 0)
+        per_head = 2 * n * m * d * (3 if self.shared else 1)  # gate, agent values, q·R routing
+        per_head += 4 * n * slots * d  # the fused SDPA over every expert key and shared slot
+        return self.num_heads * per_head + self._dwc_flops(n)

@@ -2,9 +2,13 @@
 
 - :class:`MoBAAttention`: MoBA's block routing (Lu et al. 2025, ``MoonshotAI/MoBA``
   ``moba_naive.py``), non-causal for vision: keys in contiguous blocks, gate q · mean(K_block), each
-  query attends to the keys of its top blocks.
+  query attends to its own block and the keys of its other top blocks.
 - :class:`TopKAttention`: each query keeps its own top-k keys of the full q·Kᵀ row. Selection is
-  O(N²) (done in query chunks, never the whole N×N at once); attention is O(N·k).
+  O(N²) compute (in query chunks); attention is O(N·k).
+
+Both take the attended keys through :func:`sparse_attention`: a masked SDPA call while the mask
+is small (``dense_limit``; O(N²) there, and fast), a gather beyond it (O(N·k) memory).
+``attention_flops`` counts the algorithm, not the masked products of the small-input path.
 - :class:`AgentAttention`: Agent Attention (Han et al., ECCV 2024): pooled-query agents A,
   O = softmax(Q Aᵀ/√d) softmax(A Kᵀ/√d) V plus a depthwise convolution of V. The agent position
   biases of the paper are left out (they are resolution specific); so is MiTA's DWC zero init.
@@ -18,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixlab.attention_arch.mita.attention import Grid, TokenAttention, _pair, sparse_attention
+from mixlab.attention_arch.mita.attention import Grid, TokenAttention, pool_grid, sparse_attention
 
 
 class MoBAAttention(TokenAttention):
@@ -65,6 +69,10 @@ class MoBAAttention(TokenAttention):
         counts = weight.sum(3)
         block_keys = block_keys / counts.clamp_min(1)
         gate = q @ block_keys.transpose(-1, -2)  # (B, H, N, blocks)
+        # MoBA always attends to the query's own block (causally, its current chunk) ...
+        own = torch.arange(num_tokens, device=q.device) // self.block_size
+        gate = gate.scatter(3, own.expand(batch, heads, -1)[..., None], float("inf"))
+        # ... unless every key in it was dropped.
         gate = gate.masked_fill((counts == 0).reshape(batch, 1, 1, blocks), float("-inf"))
         chosen = gate.topk(self.top_blocks, dim=-1).indices  # (B, H, N, top_blocks)
         offsets = torch.arange(self.block_size, device=q.device)
@@ -134,21 +142,21 @@ class AgentAttention(TokenAttention):
         self, dim: int, num_heads: int = 8, *, pool_size: int | Grid = 5, **kwargs: Any
     ) -> None:
         super().__init__(dim, num_heads, **kwargs)
-        self.pool_size = _pair(pool_size)
-        if min(self.pool_size) < 1:
-            raise ValueError(f"pool_size must be a positive integer or pair, got {pool_size!r}")
+        self.pool_size = pool_grid(pool_size)
         self.dwc = nn.Conv2d(self.attn_dim, self.attn_dim, 3, padding=1, groups=self.attn_dim)
 
     def attend(self, q, k, v, attn_mask, is_causal):
         scale = q.shape[-1] ** -0.5
-        agents = self.pooled_queries(q, self.pool_size)
+        agents, empty = self.pooled_queries(q, self.pool_size)
         aggregate = agents @ k.transpose(-1, -2) * scale  # (B, H, M, N)
         if (dropped := self.masked_keys(q.shape[0], q.device)) is not None:
             aggregate = aggregate.masked_fill(dropped, float("-inf"))
         agent_values = self.attn_drop(aggregate.softmax(dim=-1)) @ v
-        broadcast = (q @ agents.transpose(-1, -2) * scale).softmax(dim=-1)
-        return self.attn_drop(broadcast) @ agent_values
+        broadcast = q @ agents.transpose(-1, -2) * scale
+        if empty is not None:  # an agent pooled from no kept token is no agent
+            broadcast = broadcast.masked_fill(empty, float("-inf"))
+        return self.attn_drop(broadcast.softmax(dim=-1)) @ agent_values
 
     def attention_flops(self, num_tokens: int) -> int:
         m = self.pool_size[0] * self.pool_size[1]
-        return self.num_heads * 8 * num_tokens * m * self.head_dim + 18 * num_tokens * self.attn_dim
+        return self.num_heads * 8 * num_tokens * m * self.head_dim + self._dwc_flops(num_tokens)

@@ -49,6 +49,7 @@ def swap(
     import torch
     from safetensors.torch import save_file
 
+    from mixlab.attention_arch.mita.attention import FullAttention
     from mixlab.attention_arch.mita.swap import attention_modules, replace_attention
 
     if checkpoint is not None and not checkpoint.exists():
@@ -69,7 +70,7 @@ def swap(
     layers = attention_modules(vit)
     tokens = layers[0].num_prefix_tokens + vit.patch_embed.num_patches
     flops = sum(layer.attention_flops(tokens) for layer in layers)
-    full = sum(4 * layer.num_heads * tokens * tokens * layer.head_dim for layer in layers)
+    full = sum(FullAttention.attention_flops(layer, tokens) for layer in layers)
     typer.echo(
         f"{model}: {len(layers)} blocks -> {attention}, {tokens} tokens, output {tuple(output.shape)}, "
         f"state dict keys {'unchanged' if same else 'CHANGED (new parameters)'}, "
@@ -140,7 +141,7 @@ def train(
     model = build_vit(ViTShape(canvas=canvas), attention, **config)
     train_data = cluttered_digits(5000, canvas=canvas, split="train", seed=seed)
     test_data = cluttered_digits(1000, canvas=canvas, split="test", seed=seed)
-    checkpoint = None if out is None else out / "partial"
+    checkpoint = None if out is None else out / f"partial-{attention}"
     train_model(model, train_data, TrainSpec(steps=steps, seed=seed), checkpoint=checkpoint)
     metrics = {
         "attention": attention,

@@ -66,6 +66,8 @@ def pruned(model: nn.Module, keep: torch.Tensor) -> Iterator[nn.Module]:
             f"keep must be a (batch, tokens) bool tensor, got {keep.dtype} {tuple(keep.shape)}"
         )
     modules = attention_modules(model)
+    if not modules:
+        raise ValueError("model has no TokenAttention module: swap one in with replace_attention")
     for module in modules:
         module.key_mask = keep
     try:
@@ -101,7 +103,7 @@ def random_keep_like(
     """A (B, N) mask that keeps the prefix and, per image, as many other tokens as ``keep``
     does, chosen uniformly at random: the control for pruning by selection."""
     batch, num_tokens = keep.shape
-    counts = keep[:, num_prefix_tokens:].sum(dim=1)
+    counts = keep[:, num_prefix_tokens:].sum(dim=1).cpu()
     scores = torch.rand(batch, num_tokens - num_prefix_tokens, generator=generator)
     ranks = scores.argsort(dim=1).argsort(dim=1)
     patches = ranks < counts[:, None]

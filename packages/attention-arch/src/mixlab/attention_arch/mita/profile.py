@@ -1,8 +1,10 @@
 """Time and peak memory of one attention layer, for the experiment and the benchmark.
 
-Peak memory is measured in a fresh Python process per configuration: the peak resident set
-(VmHWM) is reset once the inputs are built, and the peak after the call minus the resident set
-before it is what the call added, so allocator caches and earlier runs cannot hide or inflate it; run ``python -m mixlab.attention_arch.mita.profile '<json spec>'``
+Peak memory is measured in a fresh Python process, one configuration after another: after a
+warm-up call the peak resident set (VmHWM) is reset, and the peak after one more call minus the
+resident set before it is what the call added. Every allocation above 64 KiB is its own mapping
+(``MALLOC_MMAP_THRESHOLD_``), so freed memory returns to the system and one measurement leaves
+nothing for the next to reuse unseen; below a few MiB the figure is noise. run ``python -m mixlab.attention_arch.mita.profile '<json spec>'``
 (a JSON list of specs) to see the measurements.
 """
 
@@ -26,16 +28,19 @@ from mixlab.attention_arch.mita.swap import attention_class
 
 def build_layer(spec: dict[str, Any]) -> torch.nn.Module:
     """An attention layer from ``{"kind", "heads", "head_dim", "grid": [h, w], "prefix",
-    "config": {...}}``."""
+    "config": {...}, "dense_limit"}`` (the last for MoBA and top-k, optional)."""
     kind = attention_class(spec["kind"])
     dim = spec["heads"] * spec["head_dim"]
-    return kind(
+    layer = kind(
         dim,
         spec["heads"],
         num_prefix_tokens=spec.get("prefix", 0),
         grid_size=tuple(spec["grid"]),
         **spec.get("config", {}),
     )
+    if "dense_limit" in spec:
+        layer.dense_limit = spec["dense_limit"]
+    return layer
 
 
 def layer_input(spec: dict[str, Any], *, requires_grad: bool) -> torch.Tensor:
@@ -121,7 +126,8 @@ def _probe(spec: dict[str, Any]) -> int:
     layer.zero_grad(set_to_none=True)
     x.grad = None
     gc.collect()
-    _reset_peak()  # else the peak of importing torch (or of the last probe) hides this one
+    if not _reset_peak():  # else the peak of importing torch (or of the last probe) hides this one
+        raise RuntimeError("cannot reset the peak resident set (/proc/self/clear_refs)")
     before = _peak_rss_bytes()
     run_once(layer, x, spec.get("backward", False))
     return max(0, _peak_rss_bytes() - before)

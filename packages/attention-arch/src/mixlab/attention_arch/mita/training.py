@@ -109,6 +109,11 @@ def train(
     losses: list[float] = []
     if checkpoint is not None and checkpoint.with_suffix(".json").exists():
         state = load_state(checkpoint, map_location=device)
+        if state.get("spec") != asdict(spec):
+            raise ValueError(
+                f"checkpoint {checkpoint} was saved by a run with {state.get('spec')}, not "
+                f"{asdict(spec)}: delete it or use a fresh folder"
+            )
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])
@@ -133,6 +138,7 @@ def train(
                     "optimizer": optimizer.state_dict(),
                     "schedule": schedule.state_dict(),
                     "losses": losses,
+                    "spec": asdict(spec),
                 },
                 checkpoint,
             )
@@ -188,12 +194,11 @@ def pretrained_full_vit(
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     folder = cache_dir("mita")
     path = folder / f"vit-full-{digest}"
+    torch.manual_seed(spec.seed)
     model = build_vit(shape, "full")
     if path.with_suffix(".json").exists():
         model.load_state_dict(load_state(path)["model"])
         return model.to(device)
-    torch.manual_seed(spec.seed)
-    model = build_vit(shape, "full")
     data = cluttered_digits(**digits, split="train", seed=spec.seed)
     train(model, data, spec, device=device, checkpoint=folder / f"vit-full-{digest}-partial")
     save_state({"model": model.state_dict(), "key": key}, path)
