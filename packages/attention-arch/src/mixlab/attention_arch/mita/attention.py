@@ -300,7 +300,8 @@ class MiTAAttention(TokenAttention):
     Args:
         pool_size: landmark grid p (or (p_h, p_w)); M = p_h·p_w landmarks per head.
         top_k: routed keys each query attends to (k; the authors' ``kv_topk²``).
-        router_top: experts per query, 1 (MiTA) or 2 (``_mita_attention.py``: k/2 keys each).
+        router_top: experts per query, 1 (MiTA) or 2 (``_mita_attention.py``: k/2 keys each; a
+            key both experts selected then appears twice in the query's softmax).
         shared: keep the shared expert (False: the routed-only ablation).
         routed: keep the routed experts (False: the shared-only ablation).
         dwc: add a depthwise 3×3 convolution of V over the patch grid before ``proj`` (the DWC

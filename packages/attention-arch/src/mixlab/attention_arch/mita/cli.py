@@ -29,7 +29,10 @@ def _kind_config(attention: str, pool_size: int, top_k: int) -> dict:
     for name, value in (("--pool-size", pool_size), ("--top-k", top_k)):
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
-    return matched_config(attention, pool_size * pool_size + top_k, pool_size)
+    try:
+        return matched_config(attention, pool_size * pool_size + top_k, pool_size)
+    except ValueError as error:  # its message speaks of key_budget = pool_size² + top_k
+        raise ValueError(f"--pool-size {pool_size} / --top-k {top_k}: {error}") from error
 
 
 @app.command()

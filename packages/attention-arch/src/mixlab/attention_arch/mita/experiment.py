@@ -206,7 +206,9 @@ def _spec(
 
 
 def run_scratch(config: Config, system: str, seed: int, data, out_dir: Path) -> dict[str, Any]:
-    """Train one system from scratch; for MiTA also the pruning measurements."""
+    """Train one system from scratch; for MiTA also the pruning measurements. A killed cell
+    resumes from its last training checkpoint (every 200 steps); its coverage trace then has a
+    gap up to that step and ``seconds`` counts the resumed part only."""
     train_data, test_data = data
     device = resolve_device(config.device)
     seed_everything(seed)

@@ -88,8 +88,8 @@ def pruned_logits(model: nn.Module, images: torch.Tensor, keep: torch.Tensor) ->
         return model.forward_head(features)
     if pool not in ("max", "avg"):
         raise ValueError(f"pruned_logits supports global_pool token, avg or max, got {pool!r}")
-    patches = features[:, model.num_prefix_tokens :]
-    kept = keep[:, model.num_prefix_tokens :, None]
+    start = 0 if getattr(model, "pool_include_prefix", False) else model.num_prefix_tokens
+    patches, kept = features[:, start:], keep[:, start:, None]
     if pool == "max":
         pooled = patches.masked_fill(~kept, float("-inf")).amax(dim=1)
     else:
