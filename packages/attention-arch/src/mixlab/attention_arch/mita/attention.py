@@ -214,6 +214,11 @@ class TokenAttention(Attention):
         attention kinds (``qkv`` and ``proj`` are the same for all)."""
         raise NotImplementedError
 
+    def executed_flops(self, num_tokens: int, batch: int = 1) -> int:
+        """FLOPs of the path this implementation takes for ``batch`` images of ``num_tokens``
+        tokens, per image (masked products included); the algorithm's by default."""
+        return self.attention_flops(num_tokens)
+
     def _dwc_flops(self, num_tokens: int) -> int:
         patches = num_tokens - self.num_prefix_tokens
         return 0 if self.dwc is None else 2 * 9 * patches * self.attn_dim
@@ -462,7 +467,7 @@ class MiTAAttention(TokenAttention):
             per_head += 4 * n * self.top_k * d  # q·k_j and β·v_j over the routed keys
         return self.num_heads * per_head + self._dwc_flops(n)
 
-    def executed_flops(self, num_tokens: int) -> int:
+    def executed_flops(self, num_tokens: int, batch: int = 1) -> int:
         """FLOPs of the path ``impl`` selects (the fused one also multiplies masked products)."""
         if self.impl == "gather" or not self.routed:
             return self.attention_flops(num_tokens)

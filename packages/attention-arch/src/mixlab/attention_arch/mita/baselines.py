@@ -82,6 +82,14 @@ class MoBAAttention(TokenAttention):
             q, k_pad, v_pad, index, allowed=valid, dropout_p=dropout, dense_limit=self.dense_limit
         )
 
+    def executed_flops(self, num_tokens: int, batch: int = 1) -> int:
+        blocks = math.ceil(num_tokens / self.block_size)
+        padded = blocks * self.block_size
+        if batch * self.num_heads * num_tokens * padded > self.dense_limit:
+            return self.attention_flops(num_tokens)
+        gate = 2 * num_tokens * blocks * self.head_dim
+        return self.num_heads * (gate + 4 * num_tokens * padded * self.head_dim)
+
     def attention_flops(self, num_tokens: int) -> int:
         blocks = math.ceil(num_tokens / self.block_size)
         keys = self.top_blocks * self.block_size
@@ -129,6 +137,11 @@ class TopKAttention(TokenAttention):
         return sparse_attention(
             q, k, v, index, allowed=allowed, dropout_p=dropout, dense_limit=self.dense_limit
         )
+
+    def executed_flops(self, num_tokens: int, batch: int = 1) -> int:
+        if batch * self.num_heads * num_tokens * num_tokens > self.dense_limit:
+            return self.attention_flops(num_tokens)
+        return self.num_heads * 6 * num_tokens * num_tokens * self.head_dim  # selection + SDPA
 
     def attention_flops(self, num_tokens: int) -> int:
         selection = 2 * num_tokens * num_tokens * self.head_dim

@@ -35,7 +35,6 @@ from mixlab.attention_arch.mita.introspection import (
 from mixlab.attention_arch.mita.profile import peak_memory
 from mixlab.attention_arch.mita.swap import (
     ATTENTION_KINDS,
-    attention_modules,
     matched_config,
     replace_attention,
 )
@@ -190,6 +189,21 @@ def attention_config(system: str, config: Config) -> dict[str, Any]:
     return matched_config(system, config.key_budget, config.pool_size)
 
 
+def attention_cost(system: str, config: Config) -> tuple[int, int]:
+    """(the algorithm's, our executed) attention FLOPs per image over all layers."""
+    grid = config.canvas // config.patch_size
+    layer = ATTENTION_KINDS[system](
+        config.embed_dim,
+        config.num_heads,
+        num_prefix_tokens=int(config.shape.class_token),
+        grid_size=(grid, grid),
+        **attention_config(system, config),
+    )
+    tokens = config.shape.num_tokens
+    algorithm = layer.attention_flops(tokens)
+    return config.depth * algorithm, config.depth * layer.executed_flops(tokens, config.batch_size)
+
+
 def _datasets(config: Config):
     digits = {"canvas": config.canvas, "scale": config.digit_scale, "clutter": config.clutter}
     train_data = cluttered_digits(config.train_size, split="train", seed=config.seed, **digits)
@@ -216,7 +230,6 @@ def run_scratch(config: Config, system: str, seed: int, data, out_dir: Path) -> 
     probe = train_data.images[:128].to(device)
     trace: list[tuple[int, float]] = []
     tracks = system == "mita"
-    tokens, layers = config.shape.num_tokens, attention_modules(model)
 
     def on_step(step: int, model) -> None:
         if step % config.coverage_every == 0 or step == 1:
@@ -238,10 +251,6 @@ def run_scratch(config: Config, system: str, seed: int, data, out_dir: Path) -> 
         "seed": seed,
         "accuracy": accuracy(model, test_data),
         "seconds": time.perf_counter() - start,
-        "attention_flops": sum(m.attention_flops(tokens) for m in layers),
-        "executed_flops": sum(
-            getattr(m, "executed_flops", m.attention_flops)(tokens) for m in layers
-        ),
         "coverage_trace": trace,
     }
     if tracks:
@@ -379,18 +388,19 @@ def summarise(cells: list[dict[str, Any]], config: Config) -> dict[str, dict[str
     scratch = [c for c in cells if c["part"] == "scratch"]
     swaps = {c["kind"]: c for c in cells if c["part"] == "swap"}
     memory = next(c["peak_bytes"] for c in cells if c["part"] == "memory")
-    full_flops = next(c["attention_flops"] for c in scratch if c["system"] == "full")
+    full_flops = attention_cost("full", config)[0]
     metrics: dict[str, dict[str, float | None]] = {}
     for system in config.systems:
         mine = [c for c in scratch if c["system"] == system]
         mean, std = _mean_std([c["accuracy"] for c in mine])
+        flops, executed = attention_cost(system, config)
         pruning = [c for c in mine if "pruned_accuracy" in c]
         row: dict[str, float | None] = {
             "accuracy": mean,
             "accuracy_std": std,
-            "attention_gflops": mine[0]["attention_flops"] / 1e9,
-            "flops_vs_full": mine[0]["attention_flops"] / full_flops,
-            "executed_flops_vs_full": mine[0]["executed_flops"] / full_flops,
+            "attention_gflops": flops / 1e9,
+            "flops_vs_full": flops / full_flops,
+            "executed_flops_vs_full": executed / full_flops,
             "peak_memory_mb": memory[system] / 2**20,
             "train_seconds": float(sum(c["seconds"] for c in mine)),
             "swap_zero_shot": None,
