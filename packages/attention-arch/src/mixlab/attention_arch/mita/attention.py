@@ -23,6 +23,7 @@ N×N matrix is ever built.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from typing import Any, Self
 
 import torch
@@ -42,7 +43,7 @@ def pool_grid(pool_size: int | Grid) -> Grid:
     return int(grid[0]), int(grid[1])
 
 
-class TokenAttention(Attention):
+class TokenAttention(Attention, ABC):
     """timm ``Attention`` with a pluggable :meth:`attend` and the token layout sparse kinds need.
 
     Args:
@@ -160,6 +161,7 @@ class TokenAttention(Attention):
         return ~self.key_mask.to(device).reshape(batch, 1, 1, -1)
 
     # --- forward ---------------------------------------------------------------------------
+    @abstractmethod
     def attend(
         self,
         q: torch.Tensor,
@@ -169,7 +171,6 @@ class TokenAttention(Attention):
         is_causal: bool,
     ) -> torch.Tensor:
         """(B, H, N, d) queries, keys, values → (B, H, N, d) outputs."""
-        raise NotImplementedError
 
     def local_term(self, v: torch.Tensor) -> torch.Tensor | None:
         """The depthwise convolution of V over the patch grid, (B, N, H·d), added before ``proj``
@@ -208,11 +209,16 @@ class TokenAttention(Attention):
             out = out * gate
         return self.proj_drop(self.proj(out))
 
+    @abstractmethod
     def attention_flops(self, num_tokens: int) -> int:
         """Floating-point operations (2 per multiply-add) of the query-key and weight-value
         products for one image, as the algorithm defines them: the part that differs between
         attention kinds (``qkv`` and ``proj`` are the same for all)."""
-        raise NotImplementedError
+
+    @property
+    def dropout_p(self) -> float:
+        """The attention-weight dropout to apply now (none in eval mode)."""
+        return self.attn_drop.p if self.training else 0.0
 
     def executed_flops(self, num_tokens: int, batch: int = 1) -> int:
         """FLOPs of the path this implementation takes for ``batch`` images of ``num_tokens``
@@ -244,9 +250,8 @@ class FullAttention(TokenAttention):
                 attn_mask = bias.masked_fill(~attn_mask, float("-inf"))
             else:
                 attn_mask = attn_mask + bias
-        dropout = self.attn_drop.p if self.training else 0.0
         return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=dropout, is_causal=is_causal
+            q, k, v, attn_mask=attn_mask, dropout_p=self.dropout_p, is_causal=is_causal
         )
 
     def attention_flops(self, num_tokens: int) -> int:
@@ -387,7 +392,7 @@ class MiTAAttention(TokenAttention):
         if empty is not None:  # a pool cell with no kept token is no expert
             shared_logits = shared_logits.masked_fill(empty, float("-inf"))
         agent_values = gate.softmax(dim=-1) @ v if self.shared else None  # V_s: (B, H, M, d)
-        dropout = self.attn_drop.p if self.training else 0.0
+        dropout = self.dropout_p
         if not self.routed:
             return F.dropout(shared_logits.softmax(dim=-1), dropout, self.training) @ agent_values
         per_expert = self.top_k // self.router_top

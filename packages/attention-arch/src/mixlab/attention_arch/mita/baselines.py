@@ -77,9 +77,14 @@ class MoBAAttention(TokenAttention):
         chosen = gate.topk(self.top_blocks, dim=-1).indices  # (B, H, N, top_blocks)
         offsets = torch.arange(self.block_size, device=q.device)
         index = (chosen[..., None] * self.block_size + offsets).flatten(-2)
-        dropout = self.attn_drop.p if self.training else 0.0
         return sparse_attention(
-            q, k_pad, v_pad, index, allowed=valid, dropout_p=dropout, dense_limit=self.dense_limit
+            q,
+            k_pad,
+            v_pad,
+            index,
+            allowed=valid,
+            dropout_p=self.dropout_p,
+            dense_limit=self.dense_limit,
         )
 
     def executed_flops(self, num_tokens: int, batch: int = 1) -> int:
@@ -133,9 +138,8 @@ class TopKAttention(TokenAttention):
                 picks.append(scores.topk(self.top_k, dim=-1).indices)
             index = torch.cat(picks, dim=2)
         allowed = None if dropped is None else ~dropped.reshape(batch, -1)
-        dropout = self.attn_drop.p if self.training else 0.0
         return sparse_attention(
-            q, k, v, index, allowed=allowed, dropout_p=dropout, dense_limit=self.dense_limit
+            q, k, v, index, allowed=allowed, dropout_p=self.dropout_p, dense_limit=self.dense_limit
         )
 
     def executed_flops(self, num_tokens: int, batch: int = 1) -> int:
