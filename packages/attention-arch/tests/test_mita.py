@@ -415,6 +415,26 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
     again = METHOD.run(config, tmp_path / "run", resume=True)
     assert again.metrics == result.metrics
     assert list((tmp_path / "cache" / "mita").glob("vit-full-*.json"))
+
+    # Killed during the third training cell, then resumed: the same accuracies as uninterrupted.
+    import mixlab.attention_arch.mita.experiment as experiment
+
+    real, calls = experiment.run_scratch, []
+
+    def dies_on_third(*args, **kwargs):
+        calls.append(args[1])
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(experiment, "run_scratch", dies_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        METHOD.run(config, tmp_path / "killed")
+    monkeypatch.setattr(experiment, "run_scratch", real)
+    resumed = METHOD.run(config, tmp_path / "killed", resume=True)
+    for system, row in result.metrics.items():
+        assert resumed.metrics[system]["accuracy"] == row["accuracy"]
+        assert resumed.metrics[system]["swap_finetuned"] == row["swap_finetuned"]
     with pytest.raises(ValueError, match="key_budget"):
         Config(key_budget=4, pool_size=2)
     with pytest.raises(ValueError, match="systems"):
