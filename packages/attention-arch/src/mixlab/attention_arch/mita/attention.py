@@ -284,8 +284,7 @@ def sparse_attention(
     given, forbids some keys.
 
     Two exact paths: up to ``dense_limit`` mask entries (B·H·N·Nk), one SDPA call with a boolean
-    N×Nk mask (fast on small inputs); beyond it, the keys of every query are gathered, O(N·K·d)
-    memory, never N×N.
+    N×Nk mask (fast on small inputs); beyond it, :func:`gathered_attention`.
     """
     batch, heads, num_queries, _ = q.shape
     num_keys = k.shape[2]
@@ -295,13 +294,33 @@ def sparse_attention(
         if allowed is not None:
             mask &= allowed[:, None, None, :]
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-    keys, values = gather_tokens(k, index), gather_tokens(v, index)
-    logits = torch.einsum("bhnd,bhnkd->bhnk", q, keys) * q.shape[-1] ** -0.5
+    return gathered_attention(q, k, v, index, allowed=allowed, dropout_p=dropout_p)
+
+
+def gathered_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    index: torch.Tensor,
+    *,
+    allowed: torch.Tensor | None = None,
+    extra_logits: torch.Tensor | None = None,
+    extra_values: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
+    """Each query attends to its own K keys ``index`` (B, H, N, K), gathered (O(N·K·d) memory,
+    never N×N), and to optional extra slots (logits (B, H, N, S) over values (B, H, S, d)) in
+    the same softmax; ``allowed`` (B, Nk) bool forbids keys."""
+    logits = torch.einsum("bhnd,bhnkd->bhnk", q, gather_tokens(k, index)) * q.shape[-1] ** -0.5
     if allowed is not None:
-        ok = gather_tokens(allowed[:, None, :, None].expand(-1, heads, -1, 1), index)
-        logits = logits.masked_fill(~ok.squeeze(-1), float("-inf"))
+        per_head = allowed[:, None, :, None].expand(-1, q.shape[1], -1, 1)
+        logits = logits.masked_fill(~gather_tokens(per_head, index).squeeze(-1), float("-inf"))
+    slots = 0 if extra_logits is None else extra_logits.shape[-1]
+    if extra_logits is not None:
+        logits = torch.cat([extra_logits, logits], dim=-1)
     weights = F.dropout(logits.softmax(dim=-1), dropout_p)
-    return torch.einsum("bhnk,bhnkd->bhnd", weights, values)
+    out = torch.einsum("bhnk,bhnkd->bhnd", weights[..., slots:], gather_tokens(v, index))
+    return out if extra_logits is None else out + weights[..., :slots] @ extra_values
 
 
 class MiTAAttention(TokenAttention):
@@ -403,13 +422,21 @@ class MiTAAttention(TokenAttention):
             if dropped is not None:
                 self.last_selection &= ~dropped.reshape(q.shape[0], 1, -1)
         experts = shared_logits.topk(self.router_top, dim=-1).indices  # e(i): (B, H, N, r)
-        kept = None
-        if dropped is not None:  # fewer kept keys than k': the dropped ones were picked last
-            keep = (~dropped).reshape(k.shape[0], 1, -1, 1).expand_as(k[..., :1])
-            kept = gather_tokens(keep, selected).squeeze(-1)  # (B, H, M, k')
-        if self.impl == "gather":
-            return self._attend_gathered(
-                q, k, v, landmarks, shared_logits, agent_values, selected, experts, kept, dropout
+        if self.impl == "gather":  # Eq. (5) per query: the k keys of e(i), O(N·(M + k)·d)
+            index = torch.gather(
+                selected[:, :, None].expand(-1, -1, q.shape[2], -1, -1),
+                3,
+                experts[..., None].expand(-1, -1, -1, -1, per_expert),
+            ).flatten(-2)  # (B, H, N, r·k'): the keys of each query's expert(s)
+            return gathered_attention(
+                q,
+                k,
+                v,
+                index,
+                allowed=None if dropped is None else ~dropped.reshape(q.shape[0], -1),
+                extra_logits=shared_logits if self.shared else None,
+                extra_values=agent_values,
+                dropout_p=dropout,
             )
         # Fused: the experts are shared by all queries, so their keys are gathered once (M·k'
         # rows) and every query meets all of them in one SDPA call; a boolean mask keeps the M
@@ -419,7 +446,9 @@ class MiTAAttention(TokenAttention):
         allowed = routed_to[..., None].expand(-1, -1, -1, -1, per_expert).flatten(-2)
         keys = gather_tokens(k, selected).flatten(2, 3)
         values = gather_tokens(v, selected).flatten(2, 3)
-        if kept is not None:
+        if dropped is not None:  # fewer kept keys than k': the dropped ones were picked last
+            keep = (~dropped).reshape(k.shape[0], 1, -1, 1).expand_as(k[..., :1])
+            kept = gather_tokens(keep, selected)  # (B, H, M, k', 1)
             allowed = allowed & kept.reshape(*kept.shape[:2], 1, -1)
         if self.shared:
             keys = torch.cat([landmarks * scale, keys], dim=2)
@@ -429,34 +458,6 @@ class MiTAAttention(TokenAttention):
                 slots = slots & ~empty
             allowed = torch.cat([slots, allowed], dim=-1)
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed, dropout_p=dropout)
-
-    def _attend_gathered(
-        self, q, k, v, landmarks, shared_logits, agent_values, selected, experts, kept, dropout
-    ):
-        """Eq. (5) per query: gather the k keys of e(i) (O(N·k·d) memory) and take one softmax
-        over [shared slots; routed keys], the algorithm's O(N·(M + k)·d) cost."""
-        per_expert = selected.shape[-1]
-        index = torch.gather(
-            selected[:, :, None].expand(-1, -1, q.shape[2], -1, -1),
-            3,
-            experts[..., None].expand(-1, -1, -1, -1, per_expert),
-        )  # (B, H, N, r, k'): the keys of each query's expert(s)
-        logits = torch.einsum("bhnd,bhnkd->bhnk", q, gather_tokens(k, index.flatten(-2)))
-        logits = logits * q.shape[-1] ** -0.5
-        if kept is not None:
-            ok = torch.gather(
-                kept[:, :, None].expand(-1, -1, q.shape[2], -1, -1),
-                3,
-                experts[..., None].expand(-1, -1, -1, -1, per_expert),
-            )
-            logits = logits.masked_fill(~ok.flatten(-2), float("-inf"))
-        slots = shared_logits.shape[-1] if self.shared else 0
-        if self.shared:
-            logits = torch.cat([shared_logits, logits], dim=-1)
-        weights = F.dropout(logits.softmax(dim=-1), dropout, self.training)
-        values = gather_tokens(v, index.flatten(-2))
-        out = torch.einsum("bhnk,bhnkd->bhnd", weights[..., slots:], values)
-        return out + weights[..., :slots] @ agent_values if self.shared else out
 
     def attention_flops(self, num_tokens: int) -> int:
         """The algorithm's FLOPs (what the authors' varlen kernel and ``impl="gather"`` run):

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from mixlab.attention_arch.mita.attention import pool_grid
 from mixlab.attention_arch.mita.data import cluttered_digits
 from mixlab.attention_arch.mita.introspection import (
     coverage,
@@ -150,15 +151,9 @@ class Config(ExperimentConfig):
             self.pool_size <= grid, "pool_size", f"<= the token grid side {grid}", self.pool_size
         )
         require(
-            self.pool_size**2 < self.key_budget <= grid * grid,
+            self.key_budget <= grid * grid,
             "key_budget",
-            f"more than pool_size² = {self.pool_size**2} and at most {grid * grid} patches",
-            self.key_budget,
-        )
-        require(
-            self.key_budget % 2 == 0,
-            "key_budget",
-            "an even number (MoBA: 2 blocks)",
+            f"at most {grid * grid} patches",
             self.key_budget,
         )
         require(self.lr > 0 and self.finetune_lr > 0, "lr", "> 0 (and finetune_lr > 0)", self.lr)
@@ -170,15 +165,16 @@ class Config(ExperimentConfig):
             "full, mita, moba and topk among them (the claims compare them)",
             self.systems,
         )
-        for kind in ("agent", "mita_shared_only"):
-            if kind in self.systems:
-                h, w = matched_config(kind, self.key_budget, self.pool_size)["pool_size"]
-                require(
-                    h <= grid and w <= grid,
-                    "key_budget",
-                    f"a number whose most square factor pair fits the {grid}×{grid} grid ({kind})",
-                    self.key_budget,
-                )
+        for system in self.systems:  # matched_config refuses budgets a kind cannot split
+            h, w = pool_grid(
+                matched_config(system, self.key_budget, self.pool_size).get("pool_size", 1)
+            )
+            require(
+                h <= grid and w <= grid,
+                "key_budget",
+                f"a budget whose pooled grid fits the {grid}×{grid} patches ({system}: {h}×{w})",
+                self.key_budget,
+            )
 
     @property
     def shape(self) -> ViTShape:
