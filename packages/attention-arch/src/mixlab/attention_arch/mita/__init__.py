@@ -36,6 +36,7 @@ _MODULE_OF = {
     "cluttered_digits": "data",
     "coverage": "introspection",
     "gather_tokens": "attention",
+    "gathered_attention": "attention",
     "mask_precision_recall": "introspection",
     "pretrained_full_vit": "training",
     "pruned": "introspection",
@@ -66,6 +67,7 @@ __all__ = [
     "cluttered_digits",
     "coverage",
     "gather_tokens",
+    "gathered_attention",
     "mask_precision_recall",
     "pretrained_full_vit",
     "pruned",
@@ -84,6 +86,7 @@ if TYPE_CHECKING:
         MiTAAttention,
         TokenAttention,
         gather_tokens,
+        gathered_attention,
         sparse_attention,
     )
     from mixlab.attention_arch.mita.baselines import AgentAttention, MoBAAttention, TopKAttention
