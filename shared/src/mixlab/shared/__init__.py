@@ -21,6 +21,8 @@ _MODULE_OF = {
     "require": "config",
     "is_count": "config",
     "resolve_device": "device",
+    "added_peak_bytes": "memory",
+    "measure_in_fresh_process": "memory",
     "cache_dir": "paths",
     "bar_plot": "plotting",
     "line_plot": "plotting",
@@ -44,6 +46,7 @@ __all__ = [
     "ExperimentConfig",
     "Method",
     "Result",
+    "added_peak_bytes",
     "bar_plot",
     "cache_dir",
     "capture_rng_state",
@@ -52,6 +55,7 @@ __all__ = [
     "is_count",
     "line_plot",
     "load_state",
+    "measure_in_fresh_process",
     "progress",
     "require",
     "resolve_device",
@@ -69,6 +73,7 @@ if TYPE_CHECKING:
     from mixlab.shared.checkpoint import Checkpointer, load_state, save_state
     from mixlab.shared.config import ExperimentConfig, is_count, require
     from mixlab.shared.device import resolve_device
+    from mixlab.shared.memory import added_peak_bytes, measure_in_fresh_process
     from mixlab.shared.paths import cache_dir
     from mixlab.shared.plotting import bar_plot, line_plot, save_figure
     from mixlab.shared.progress import progress, track

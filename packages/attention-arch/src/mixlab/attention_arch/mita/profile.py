@@ -1,29 +1,22 @@
 """Time and peak memory of one attention layer, for the experiment and the benchmark.
 
-Peak memory is measured in a fresh Python process, one configuration after another: after a
-warm-up call the peak resident set (VmHWM) is reset, and the peak after one more call minus the
-resident set before it is what the call added. Every allocation above 64 KiB is its own mapping
-(``MALLOC_MMAP_THRESHOLD_``), so freed memory returns to the system and one measurement leaves
-nothing for the next to reuse unseen; below a few MiB the figure is noise. run ``python -m mixlab.attention_arch.mita.profile '<json spec>'``
-(a JSON list of specs) to see the measurements.
+Peak memory is measured in a fresh Python process, one configuration after another
+(:mod:`mixlab.shared.memory` says how); run ``python -m mixlab.attention_arch.mita.profile
+'<json list of specs>'`` to see the measurements.
 """
 
 from __future__ import annotations
 
-import gc
 import json
-import os
-import resource
 import statistics
-import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from mixlab.attention_arch.mita.swap import attention_class
+from mixlab.shared.memory import added_peak_bytes, measure_in_fresh_process
 
 
 def build_layer(spec: dict[str, Any]) -> torch.nn.Module:
@@ -78,59 +71,20 @@ def time_layers(
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def _reset_peak() -> bool:
-    """Reset this process's peak RSS (VmHWM) to its current RSS (Linux >= 4.0)."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True
-
-
-def _peak_rss_bytes() -> int:
-    try:
-        status = Path("/proc/self/status").read_text()
-    except OSError:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
-    line = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
-    return int(line.split()[1]) * 1024
-
-
 def peak_memory(specs: list[dict[str, Any]], *, timeout: float = 1800) -> list[int]:
     """Peak resident memory (bytes) one call of each layer spec adds (``"backward": true`` for
     forward + backward), measured one after another in one fresh process."""
-    env = {
-        **os.environ,
-        # Every allocation above 64 KiB is its own mapping, returned to the system when freed, so
-        # one measurement leaves no resident heap for the next to reuse unseen.
-        "MALLOC_MMAP_THRESHOLD_": "65536",
-        "MALLOC_TRIM_THRESHOLD_": "0",
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "mixlab.attention_arch.mita.profile", json.dumps(specs)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"memory probe failed: {done.stderr.strip()[-500:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return measure_in_fresh_process("mixlab.attention_arch.mita.profile", specs, timeout=timeout)
 
 
 def _probe(spec: dict[str, Any]) -> int:
     layer = build_layer(spec)
-    x = layer_input(spec, requires_grad=spec.get("backward", False))
-    run_once(layer, x, spec.get("backward", False))  # one-time set-up (thread pools, kernels)
+    backward = spec.get("backward", False)
+    x = layer_input(spec, requires_grad=backward)
+    run_once(layer, x, backward)  # one-time set-up (thread pools, kernels)
     layer.zero_grad(set_to_none=True)
     x.grad = None
-    gc.collect()
-    if not _reset_peak():  # else the peak of importing torch (or of the last probe) hides this one
-        raise RuntimeError("cannot reset the peak resident set (/proc/self/clear_refs)")
-    before = _peak_rss_bytes()
-    run_once(layer, x, spec.get("backward", False))
-    return max(0, _peak_rss_bytes() - before)
+    return added_peak_bytes(lambda: run_once(layer, x, backward))
 
 
 if __name__ == "__main__":
