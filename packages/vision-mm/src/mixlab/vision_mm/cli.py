@@ -1,8 +1,10 @@
 """``mixlab-vision``: the command line of the vision-mm methods; each method adds its command group here."""
 
 from mixlab.shared.cli_base import domain_app, run_app
+from mixlab.vision_mm.mix_opt.cli import app as mix_opt_app
 
 app = domain_app("mixlab-vision", "Vision and multimodal training.")
+app.add_typer(mix_opt_app, name="mix-opt")
 
 
 def main(argv: list[str] | None = None) -> int:

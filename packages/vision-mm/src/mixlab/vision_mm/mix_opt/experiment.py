@@ -1,0 +1,477 @@
+"""Mix-Opt against BP-high, BP-low, ZO-high and random mixing (``mixlab run mix_opt``).
+
+The shapes UNet pre-trained here (cached) is personalized with a rank-4 LoRA to the subject, a
+striped three-coloured star, from 4 images on white, under each system with the same steps,
+batch, learning rates and seeds. Samples for "<sks> star on <background>" (every background,
+three of them never seen with the subject) are scored for subject fidelity (DINO_local cosine,
+nearest SSIM), prompt fidelity (background classifier) and structural distortion (edge IoU at
+32²); the un-personalized model is the ``base`` row. Peak training memory and time per step of
+each mode are measured in a fresh process; a mixing schedule's peak is the larger of its modes'.
+
+Random mixing takes ZO-high steps with Mix-Opt's mean probability E[p_ZO] (same BP/ZO ratio).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from scipy import stats
+
+from mixlab.shared import (
+    Checkpointer,
+    Claim,
+    ExperimentConfig,
+    Method,
+    Result,
+    bar_plot,
+    is_count,
+    progress,
+    require,
+    resolve_device,
+    seed_everything,
+)
+from mixlab.vision_mm.mix_opt.data import BACKGROUNDS, SUBJECT_TOKEN, encode_caption, subject_images
+from mixlab.vision_mm.mix_opt.lora import add_lora
+from mixlab.vision_mm.mix_opt.metrics import (
+    EvalSpec,
+    edge_iou,
+    evaluation_nets,
+    feature_cosine,
+    nearest_ssim,
+    prompt_accuracy,
+)
+from mixlab.vision_mm.mix_opt.model import (
+    ModelSpec,
+    noise_scheduler,
+    null_captions,
+    pretrained_model,
+    sample,
+    save_grid,
+)
+from mixlab.vision_mm.mix_opt.profile import profile_modes
+from mixlab.vision_mm.mix_opt.schedule import BPHigh, Constant, Schedule, TimestepAware
+from mixlab.vision_mm.mix_opt.trainer import MixOptConfig, MixOptTrainer
+
+SYSTEMS = ("bp_high", "bp_low", "zo_high", "random", "mix_opt")
+MODES_OF = {
+    "bp_high": ("bp_high",),
+    "bp_low": ("bp_low",),
+    "zo_high": ("zo_high",),
+    "random": ("bp_low", "zo_high"),
+    "mix_opt": ("bp_low", "zo_high"),
+}
+CLOSE_TO_ZO = 2.0  # "close to ZO-high": peak memory at most twice ZO-high's
+WELL_BELOW_BP = 0.5  # "well below BP-high": at most half
+FIDELITY_SHARE = 0.75  # "close to BP-high": at least 3/4 of BP-high's fidelity gain over base
+
+
+@dataclass
+class Config(ExperimentConfig):
+    """Defaults are the quick profile (a few minutes on 2 CPU cores once the shapes UNet is
+    cached); full runs 3 seeds, more steps and more samples."""
+
+    pretrain_steps: int = 1500
+    """steps of the cached shapes UNet (batch 16)"""
+    pretrain_images: int = 20000
+    eval_net_steps: int = 1500
+    """training steps of the cached evaluation networks"""
+    subject_images: int = 4
+    subject_background: str = "on_white"
+    steps: int = 300
+    batch_size: int = 4
+    resolution: int = 32
+    low_resolution: int = 16
+    rank: int = 4
+    bp_lr: float = 1e-3
+    zo_lr: float = 1e-3
+    zo_eps: float = 1e-2
+    kappa: float = 10.0
+    t0: float = 0.5
+    gamma: float = 1.0
+    p_min: float = 0.0
+    n_seeds: int = 1
+    samples_per_prompt: int = 4
+    """samples per background prompt (twice as many for the training background)"""
+    sampling_steps: int = 25
+    guidance: float = 2.0
+    systems: tuple[str, ...] = SYSTEMS
+
+    PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
+        "quick": {},
+        "full": {"steps": 600, "n_seeds": 3, "samples_per_prompt": 8},
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in (
+            "pretrain_steps", "pretrain_images", "eval_net_steps", "subject_images", "steps", "batch_size", "resolution",
+            "low_resolution", "rank", "n_seeds", "samples_per_prompt", "sampling_steps",
+        ):  # fmt: skip
+            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
+        require(
+            self.subject_background in BACKGROUNDS,
+            "subject_background",
+            f"one of {list(BACKGROUNDS)}",
+            self.subject_background,
+        )
+        unknown = [s for s in self.systems if s not in SYSTEMS]
+        require(not unknown, "systems", f"names from {list(SYSTEMS)}", self.systems)
+        require(
+            set(self.systems) == set(SYSTEMS),
+            "systems",
+            f"all of {SYSTEMS} (the claims compare them)",
+            self.systems,
+        )
+        self.schedule("mix_opt")  # checks kappa, t0, gamma, p_min
+        self.trainer_config("bp_low", 0)  # checks resolutions, learning rates
+
+    def schedule(self, system: str) -> Schedule:
+        mix = TimestepAware(self.kappa, self.t0, self.gamma, self.p_min)
+        return {
+            "bp_high": BPHigh(),
+            "bp_low": Constant(0.0),
+            "zo_high": Constant(1.0),
+            "random": Constant(mix.mean_p_zo()),
+            "mix_opt": mix,
+        }[system]
+
+    def trainer_config(self, system: str, seed: int) -> MixOptConfig:
+        return MixOptConfig(
+            resolution=self.resolution,
+            low_resolution=self.low_resolution,
+            steps=self.steps,
+            batch_size=self.batch_size,
+            schedule=self.schedule(system),
+            bp_lr=self.bp_lr,
+            zo_lr=self.zo_lr,
+            zo_eps=self.zo_eps,
+            seed=seed,
+        )
+
+    @property
+    def model_spec(self) -> ModelSpec:
+        return ModelSpec(
+            size=self.resolution, steps=self.pretrain_steps, train_size=self.pretrain_images
+        )
+
+
+def evaluation_prompts(config: Config) -> tuple[torch.Tensor, torch.Tensor]:
+    """(captions, background labels): ``samples_per_prompt`` per background, twice as many for
+    the training background (the structural metrics use those)."""
+    captions, labels = [], []
+    for index, background in enumerate(BACKGROUNDS):
+        n = config.samples_per_prompt * (2 if background == config.subject_background else 1)
+        captions += [encode_caption(SUBJECT_TOKEN, "star", background)] * n
+        labels += [index] * n
+    return torch.tensor(captions), torch.tensor(labels)
+
+
+def evaluate(unet, encoder, references, config: Config, seed: int, nets) -> dict[str, Any]:
+    """Samples for the evaluation prompts and their quality metrics."""
+    captions, backgrounds = evaluation_prompts(config)
+    device = next(unet.parameters()).device
+    with torch.inference_mode():
+        context = encoder(captions.to(device))
+        empty = encoder(null_captions(len(captions)).to(device))
+    samples = sample(
+        unet,
+        context,
+        empty,
+        steps=config.sampling_steps,
+        guidance=config.guidance,
+        seed=seed + 4242,
+        train_timesteps=1000,
+    ).cpu()
+    feature_net, attribute_net = nets
+    own = backgrounds == list(BACKGROUNDS).index(config.subject_background)
+    return {
+        "samples": samples,
+        "subject_fidelity": feature_cosine(feature_net, samples, references),
+        "nearest_ssim": nearest_ssim(samples[own], references),
+        "prompt_fidelity": prompt_accuracy(attribute_net, samples, backgrounds),
+        "edge_iou": edge_iou(samples[own], references),
+    }
+
+
+def run_system(config: Config, system: str, seed: int, out_dir: Path, nets) -> dict[str, Any]:
+    device = resolve_device(config.device)
+    seed_everything(seed)
+    unet, encoder = pretrained_model(config.model_spec, device)
+    subject = subject_images(config.subject_images, background=config.subject_background, seed=seed)
+    start = time.perf_counter()
+    history: list[dict[str, Any]] = []
+    if system != "base":
+        add_lora(unet, rank=config.rank)
+        with torch.inference_mode():
+            text = encoder(subject.captions.to(device))
+        trainer = MixOptTrainer(
+            unet,
+            noise_scheduler(),
+            subject.images,
+            text.clone(),
+            config.trainer_config(system, seed),
+        )
+        history = trainer.train(out_dir / "checkpoints" / f"train-{system}-seed{seed}")
+        unet.eval()
+    seconds = time.perf_counter() - start
+    scores = evaluate(unet, encoder, subject.images, config, seed, nets)
+    modes = [h["mode"] for h in history]
+    return {
+        **scores,
+        "seconds": seconds,
+        "zo_share": modes.count("zo_high") / len(modes) if modes else None,
+        "final_loss": float(np.mean([h["loss"] for h in history[-50:]])) if history else None,
+        "history": [[h["step"], h["mode"], h["timestep"], h["loss"]] for h in history],
+    }
+
+
+def run_memory(config: Config) -> dict[str, Any]:
+    modes = ("bp_high", "bp_low", "zo_high")
+    common = {
+        "resolution": config.resolution,
+        "low_resolution": config.low_resolution,
+        "batch_size": config.batch_size,
+        "rank": config.rank,
+        "channels": list(config.model_spec.channels),
+        "text_dim": config.model_spec.text_dim,
+    }
+    measured = profile_modes([{**common, "mode": mode} for mode in modes])
+    return dict(zip(modes, measured, strict=True))
+
+
+def _cells(config: Config) -> list[dict[str, Any]]:
+    cells: list[dict[str, Any]] = [{"part": "memory"}]
+    for offset in range(config.n_seeds):
+        for system in ("base", *config.systems):
+            cells.append({"part": "train", "system": system, "seed": config.seed + offset})
+    return cells
+
+
+def _key(cell: dict[str, Any]) -> str:
+    return json.dumps(cell, sort_keys=True)
+
+
+def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
+    torch.set_flush_denormal(True)
+    checkpoints = Checkpointer(out_dir, resume=resume, keep_last=1)
+    done: dict[str, dict[str, Any]] = {}
+    if (saved := checkpoints.load_run(config)) is not None:
+        done = saved["done"]
+    pretrained_model(config.model_spec)  # the one-time pre-training, outside the timed cells
+    nets = evaluation_nets(EvalSpec(steps=config.eval_net_steps))
+    planned = _cells(config)
+    with progress(len(planned), "mix_opt cells", completed=len(done)) as bar:
+        for cell in planned:
+            if _key(cell) in done:
+                continue
+            if cell["part"] == "memory":
+                outcome = {"modes": run_memory(config)}
+            else:
+                outcome = run_system(config, cell["system"], cell["seed"], out_dir, nets)
+            done[_key(cell)] = {**cell, **outcome}
+            checkpoints.save_run(len(done), config, done=done)
+            bar.advance(part=len(done))
+    cells = [done[_key(cell)] for cell in planned]
+    for system in ("base", *config.systems):
+        first = next(c for c in cells if c.get("system") == system)
+        save_grid(
+            out_dir / f"samples_{system}.png",
+            first["samples"],
+            columns=config.samples_per_prompt * 2,
+        )
+    plain = [{k: v for k, v in c.items() if k != "samples"} for c in cells]
+    (out_dir / "cells.json").write_text(json.dumps(plain, indent=1) + "\n")
+    metrics = summarise(cells, config)
+    _plots(metrics, out_dir)
+    return Result(metrics=metrics, claims=claims(metrics, config))
+
+
+QUALITY = ("subject_fidelity", "nearest_ssim", "prompt_fidelity", "edge_iou")
+
+
+def summarise(cells: list[dict[str, Any]], config: Config) -> dict[str, dict[str, float | None]]:
+    """One row per system: quality metrics (mean and sample std over seeds), structural
+    distortion (1 − edge IoU), ZO share of steps, final training loss, training seconds,
+    peak training memory (MiB; mixing: the larger of its modes) and its ratio to ZO-high and
+    BP-high, and seconds per step of its modes (mixing: weighted by its ZO share)."""
+    memory = next(c["modes"] for c in cells if c["part"] == "memory")
+    metrics: dict[str, dict[str, float | None]] = {}
+    for system in ("base", *config.systems):
+        mine = [c for c in cells if c.get("system") == system]
+        row: dict[str, float | None] = {}
+        for name in QUALITY:
+            values = [c[name] for c in mine]
+            row[name] = float(np.mean(values))
+            row[f"{name}_std"] = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+        row["structural_distortion"] = 1 - row["edge_iou"]
+        shares = [c["zo_share"] for c in mine if c["zo_share"] is not None]
+        row["zo_share"] = float(np.mean(shares)) if shares else None
+        losses = [c["final_loss"] for c in mine if c["final_loss"] is not None]
+        row["final_loss"] = float(np.mean(losses)) if losses else None
+        row["train_seconds"] = float(np.mean([c["seconds"] for c in mine]))
+        modes = MODES_OF.get(system)
+        if modes:
+            peak = max(memory[m]["peak_bytes"] for m in modes)
+            row["peak_memory_mb"] = peak / 2**20
+            row["memory_vs_zo_high"] = peak / memory["zo_high"]["peak_bytes"]
+            row["memory_vs_bp_high"] = peak / memory["bp_high"]["peak_bytes"]
+            zo = row["zo_share"] or 0.0
+            per_step = {m: memory[m]["seconds_per_step"] for m in modes}
+            row["seconds_per_step"] = (
+                per_step[modes[0]]
+                if len(modes) == 1
+                else (1 - zo) * per_step["bp_low"] + zo * per_step["zo_high"]
+            )
+        else:
+            for name in (
+                "peak_memory_mb",
+                "memory_vs_zo_high",
+                "memory_vs_bp_high",
+                "seconds_per_step",
+            ):
+                row[name] = None
+        metrics[system] = row
+    _paired_tests(cells, metrics)
+    return metrics
+
+
+def _paired_tests(cells, metrics) -> None:
+    """Paired t-test p-values across seeds, Mix-Opt against random mixing (None for 1 seed)."""
+
+    def per_seed(system: str, name: str) -> list[float]:
+        return [
+            c[name]
+            for c in sorted(cells, key=lambda c: c.get("seed", -1))
+            if c.get("system") == system
+        ]
+
+    for name in ("subject_fidelity", "edge_iou"):
+        a, b = per_seed("mix_opt", name), per_seed("random", name)
+        p = float(stats.ttest_rel(a, b).pvalue) if len(a) > 1 and a != b else None
+        metrics["mix_opt"][f"{name}_p_vs_random"] = p
+        for system in metrics:
+            if system != "mix_opt":
+                metrics[system][f"{name}_p_vs_random"] = None
+
+
+def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
+    mix, base = metrics["mix_opt"], metrics["base"]
+    bp_high, zo_high, bp_low, random = (
+        metrics[s] for s in ("bp_high", "zo_high", "bp_low", "random")
+    )
+    fidelity_target = base["subject_fidelity"] + FIDELITY_SHARE * (
+        bp_high["subject_fidelity"] - base["subject_fidelity"]
+    )
+    return [
+        Claim.all_of(
+            f"Mix-Opt's peak training memory is close to ZO-high's (at most {CLOSE_TO_ZO:g}×) and "
+            f"well below BP-high's (at most {WELL_BELOW_BP:g}×)",
+            [
+                Claim.compare(
+                    "close to ZO-high",
+                    mix["memory_vs_zo_high"],
+                    "<=",
+                    CLOSE_TO_ZO,
+                    value_label="Mix-Opt peak / ZO-high peak",
+                ),
+                Claim.compare(
+                    "well below BP-high",
+                    mix["memory_vs_bp_high"],
+                    "<=",
+                    WELL_BELOW_BP,
+                    value_label="Mix-Opt peak / BP-high peak",
+                ),
+            ],
+        ),
+        Claim.all_of(
+            f"Mix-Opt's subject fidelity is close to BP-high's (at least {FIDELITY_SHARE:.0%} of "
+            "its gain over the un-personalized model) and above ZO-high's",
+            [
+                Claim.compare(
+                    "close to BP-high",
+                    mix["subject_fidelity"],
+                    ">=",
+                    fidelity_target,
+                    value_label="Mix-Opt DINO_local",
+                    reference_label="base + 3/4 of BP-high's gain",
+                ),
+                Claim.compare(
+                    "above ZO-high",
+                    mix["subject_fidelity"],
+                    ">",
+                    zo_high["subject_fidelity"],
+                    value_label="Mix-Opt DINO_local",
+                    reference_label="ZO-high DINO_local",
+                ),
+            ],
+        ),
+        Claim.compare(
+            "Mix-Opt's structural distortion at full resolution is below BP-low's",
+            mix["structural_distortion"],
+            "<",
+            bp_low["structural_distortion"],
+            value_label="Mix-Opt 1 − edge IoU",
+            reference_label="BP-low 1 − edge IoU",
+        ),
+        Claim.all_of(
+            "The timestep-aware schedule beats timestep-agnostic random mixing at the same BP/ZO "
+            "ratio, in subject fidelity and in structural distortion",
+            [
+                Claim.compare(
+                    "subject fidelity",
+                    mix["subject_fidelity"],
+                    ">",
+                    random["subject_fidelity"],
+                    value_label="Mix-Opt DINO_local",
+                    reference_label="random DINO_local",
+                ),
+                Claim.compare(
+                    "structural distortion",
+                    mix["structural_distortion"],
+                    "<",
+                    random["structural_distortion"],
+                    value_label="Mix-Opt 1 − edge IoU",
+                    reference_label="random 1 − edge IoU",
+                ),
+            ],
+        ),
+    ]
+
+
+def _plots(metrics: dict[str, dict[str, Any]], out_dir: Path) -> None:
+    bar_plot(
+        out_dir / "subject_fidelity.png",
+        {s: m["subject_fidelity"] for s, m in metrics.items()},
+        errors={s: m["subject_fidelity_std"] for s, m in metrics.items()},
+        ylabel="DINO_local cosine to the subject",
+        title="Subject fidelity after personalization",
+    )
+    bar_plot(
+        out_dir / "peak_memory.png",
+        {s: m["peak_memory_mb"] for s, m in metrics.items() if m["peak_memory_mb"] is not None},
+        ylabel="peak training memory added (MiB)",
+        title="Peak memory per training step",
+    )
+
+
+METHOD = Method(
+    name="mix_opt",
+    domain="vision-mm",
+    paper=(
+        "Mix-Opt: memory-efficient diffusion personalization mixing low-resolution backprop and "
+        "high-resolution zeroth-order optimization (Choi et al., arXiv 2507.10029)"
+    ),
+    claim=(
+        "Choosing per step, by a timestep- and progress-aware probability, between backprop on "
+        "downsampled images and zeroth-order steps at full resolution personalizes a diffusion "
+        "model about as well as full-resolution backprop, at close to zeroth-order memory."
+    ),
+    config=Config,
+    run=run,
+)

@@ -1,0 +1,150 @@
+"""Quality of personalized samples, measured with networks trained here (no downloads).
+
+- **Subject fidelity**: the mean cosine between the features of samples and of the subject's
+  reference images in :class:`ShapeNet` trained to tell shapes and fills apart (our stand-in for
+  DreamBench's DINO score: "DINO_local", never a DINO number), and the nearest-neighbour SSIM.
+- **Prompt fidelity**: how often a locally trained background classifier finds the background
+  the prompt asked for (our stand-in for CLIP-T).
+- **Structural distortion**: 1 − IoU of Canny edge maps (dilated by one pixel) against the
+  nearest reference, at the best shift within ``max_shift`` pixels, at full resolution.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from skimage.feature import canny
+from skimage.metrics import structural_similarity
+from torch import nn
+
+from mixlab.shared import cache_dir, load_state, save_state
+from mixlab.vision_mm.mix_opt.data import BACKGROUNDS, COLOURS, PATTERNS, SHAPES, captioned_shapes
+
+
+class ShapeNet(nn.Module):
+    """A small CNN: 32² image → 128-d features → one linear head per attribute."""
+
+    def __init__(self, heads: dict[str, int]):
+        super().__init__()
+
+        def block(cin: int, cout: int) -> nn.Sequential:
+            return nn.Sequential(
+                nn.Conv2d(cin, cout, 3, padding=1), nn.GroupNorm(8, cout), nn.SiLU(),
+                nn.Conv2d(cout, cout, 3, padding=1), nn.GroupNorm(8, cout), nn.SiLU(),
+                nn.MaxPool2d(2),
+            )  # fmt: skip
+
+        self.trunk = nn.Sequential(
+            block(3, 32), block(32, 64), block(64, 128), nn.AdaptiveAvgPool2d(1), nn.Flatten()
+        )
+        self.heads = nn.ModuleDict({name: nn.Linear(128, n) for name, n in heads.items()})
+
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        return self.trunk(images)
+
+    def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        features = self.features(images)
+        return {name: head(features) for name, head in self.heads.items()}
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    train_size: int = 8000
+    steps: int = 1500
+    batch_size: int = 64
+    lr: float = 2e-3
+    seed: int = 1234
+
+
+def evaluation_nets(spec: EvalSpec = EvalSpec()) -> tuple[ShapeNet, ShapeNet]:
+    """(feature net: shape + fill heads, attribute net: background head), trained on captioned
+    shapes with solid, striped and checked fills (a disjoint seed from the diffusion data) and
+    cached; about a minute the first time."""
+    key = json.dumps(spec.__dict__)
+    path = cache_dir("mix_opt") / f"eval-nets-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    torch.manual_seed(spec.seed)
+    fills = len(PATTERNS) * len(COLOURS)
+    feature_net = ShapeNet({"shape": len(SHAPES), "fill": fills})
+    attribute_net = ShapeNet({"background": len(BACKGROUNDS)})
+    if not path.with_suffix(".json").exists():
+        data = captioned_shapes(spec.train_size, seed=spec.seed, patterns=True)
+        _fit(feature_net, data, spec)
+        _fit(attribute_net, data, spec)
+        save_state(
+            {"feature": feature_net.state_dict(), "attribute": attribute_net.state_dict()}, path
+        )
+    state = load_state(path)
+    feature_net.load_state_dict(state["feature"])
+    attribute_net.load_state_dict(state["attribute"])
+    return feature_net.eval().requires_grad_(False), attribute_net.eval().requires_grad_(False)
+
+
+def _fit(net: ShapeNet, data, spec: EvalSpec) -> None:
+    generator = torch.Generator().manual_seed(spec.seed)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=spec.lr, weight_decay=1e-4)
+    lr_schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, spec.lr, total_steps=spec.steps)
+    net.train()
+    for _ in range(spec.steps):
+        index = torch.randint(len(data), (spec.batch_size,), generator=generator)
+        images = data.images[index]
+        images = images + 0.05 * torch.randn(images.shape, generator=generator)  # sample noise
+        outputs = net(images)
+        loss = sum(F.cross_entropy(outputs[h], getattr(data, h)[index]) for h in outputs)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        lr_schedule.step()
+    net.eval()
+
+
+@torch.inference_mode()
+def feature_cosine(feature_net: ShapeNet, samples: torch.Tensor, references: torch.Tensor) -> float:
+    """Mean pairwise cosine of the features of samples and references (DreamBench-style)."""
+    a = F.normalize(feature_net.features(samples), dim=-1)
+    b = F.normalize(feature_net.features(references), dim=-1)
+    return (a @ b.T).mean().item()
+
+
+def _numpy(images: torch.Tensor) -> np.ndarray:
+    return images.detach().float().cpu().permute(0, 2, 3, 1).numpy()
+
+
+def nearest_ssim(samples: torch.Tensor, references: torch.Tensor) -> float:
+    """Mean over samples of the best SSIM against any reference (images in [-1, 1])."""
+    s, r = _numpy(samples), _numpy(references)
+    best = [max(structural_similarity(x, y, channel_axis=-1, data_range=2.0) for y in r) for x in s]
+    return float(np.mean(best))
+
+
+@torch.inference_mode()
+def prompt_accuracy(
+    attribute_net: ShapeNet, samples: torch.Tensor, backgrounds: torch.Tensor
+) -> float:
+    """Share of samples whose background the classifier reads as the requested one."""
+    return (attribute_net(samples)["background"].argmax(-1) == backgrounds).float().mean().item()
+
+
+def edge_maps(images: torch.Tensor, sigma: float = 1.0) -> torch.Tensor:
+    """Canny edges of the grey-level images, dilated by one pixel (B, H, W) bool."""
+    grey = _numpy(images).mean(-1)
+    edges = torch.from_numpy(np.stack([canny(g, sigma=sigma) for g in grey])).float()
+    return F.max_pool2d(edges[:, None], 3, stride=1, padding=1)[:, 0] > 0
+
+
+def edge_iou(samples: torch.Tensor, references: torch.Tensor, max_shift: int = 4) -> float:
+    """Mean over samples of the best edge-map IoU against any reference at any shift
+    within ±``max_shift`` pixels (placements differ; the structure is what counts)."""
+    a, b = edge_maps(samples), edge_maps(references).float()
+    best = torch.zeros(len(a))
+    for dy in range(-max_shift, max_shift + 1):
+        for dx in range(-max_shift, max_shift + 1):
+            shifted = torch.roll(a, (dy, dx), dims=(1, 2)).float()
+            inter = torch.einsum("ahw,bhw->ab", shifted, b)
+            union = shifted.sum((1, 2))[:, None] + b.sum((1, 2))[None] - inter
+            best = torch.maximum(best, (inter / union.clamp(min=1)).max(1).values)
+    return best.mean().item()

@@ -1,0 +1,241 @@
+"""The small pixel-space text-to-image model the experiment personalizes, pre-trained here.
+
+- :func:`build_unet`: a diffusers ``UNet2DConditionModel`` of about 1.7 M parameters at 32×32
+  with cross-attention at the 16² and 8² feature maps only.
+- :class:`CaptionEncoder`: the "text encoder", learned token + position embeddings of the
+  three-token captions; frozen while personalizing, like CLIP's in DreamBooth-LoRA.
+- :func:`pretrained_model`: both, trained on :func:`captioned_shapes` with 10 % caption dropout
+  (for classifier-free guidance) and an EMA of the UNet, cached under the mixlab cache
+  (``mix_opt/``) keyed by every setting; a killed pre-training resumes from its last checkpoint.
+- :func:`sample`: DDIM sampling with classifier-free guidance, for any ``UNet2DConditionModel``;
+  :func:`save_grid` writes samples as one PNG.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from diffusers import DDIMScheduler, DDPMScheduler, UNet2DConditionModel
+from PIL import Image
+from torch import nn
+
+from mixlab.shared import (
+    Checkpointer,
+    cache_dir,
+    capture_rng_state,
+    load_state,
+    progress,
+    restore_rng_state,
+    save_state,
+)
+from mixlab.vision_mm.mix_opt.data import NULL_TOKEN, TOKEN_ID, VOCABULARY, captioned_shapes
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The pre-trained model: architecture, pre-training budget and data."""
+
+    size: int = 32
+    channels: tuple[int, ...] = (32, 64, 64)
+    text_dim: int = 64
+    train_timesteps: int = 1000
+    steps: int = 1500
+    batch_size: int = 16
+    lr: float = 1e-3
+    ema_decay: float = 0.995
+    caption_dropout: float = 0.1
+    train_size: int = 20000
+    seed: int = 0
+
+
+class CaptionEncoder(nn.Module):
+    """Token + position embeddings of a caption (B, L) → (B, L, dim) encoder hidden states."""
+
+    def __init__(self, dim: int = 64, length: int = 3, vocabulary: int = len(VOCABULARY)):
+        super().__init__()
+        self.tokens = nn.Embedding(vocabulary, dim)
+        self.positions = nn.Parameter(torch.randn(length, dim) * 0.02)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, captions: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.tokens(captions) + self.positions[: captions.shape[1]])
+
+
+def build_unet(size: int = 32, channels: tuple[int, ...] = (32, 64, 64), text_dim: int = 64):
+    """A ``UNet2DConditionModel`` for ``size``² RGB images; every block but the first
+    cross-attends to the caption (downsampling factor 2^(len(channels) − 1))."""
+    depth = len(channels)
+    return UNet2DConditionModel(
+        sample_size=size,
+        in_channels=3,
+        out_channels=3,
+        block_out_channels=channels,
+        down_block_types=("DownBlock2D",) + ("CrossAttnDownBlock2D",) * (depth - 1),
+        up_block_types=("CrossAttnUpBlock2D",) * (depth - 1) + ("UpBlock2D",),
+        layers_per_block=1,
+        cross_attention_dim=text_dim,
+        attention_head_dim=8,
+        norm_num_groups=8,
+    )
+
+
+def noise_scheduler(spec: ModelSpec = ModelSpec()) -> DDPMScheduler:
+    return DDPMScheduler(num_train_timesteps=spec.train_timesteps)
+
+
+def null_captions(n: int, length: int = 3) -> torch.Tensor:
+    return torch.full((n, length), TOKEN_ID[NULL_TOKEN], dtype=torch.long)
+
+
+def pretrained_model(
+    spec: ModelSpec = ModelSpec(), device: torch.device | str = "cpu"
+) -> tuple[UNet2DConditionModel, CaptionEncoder]:
+    """The (EMA) UNet and caption encoder pre-trained on captioned shapes, from the cache when
+    there (seconds) or trained now (about 20 minutes on 2 CPU cores for the default spec)."""
+    key = json.dumps(asdict(spec))
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    folder = cache_dir("mix_opt")
+    path = folder / f"shapes-unet-{digest}"
+    torch.manual_seed(spec.seed)
+    unet = build_unet(spec.size, spec.channels, spec.text_dim)
+    encoder = CaptionEncoder(spec.text_dim)
+    if not path.with_suffix(".json").exists():
+        partial = folder / f"{path.name}-partial"
+        _pretrain(unet, encoder, spec, Checkpointer(partial, resume=True))
+        save_state({"unet": unet.state_dict(), "encoder": encoder.state_dict(), "key": key}, path)
+        shutil.rmtree(partial, ignore_errors=True)
+    state = load_state(path)
+    unet.load_state_dict(state["unet"])
+    encoder.load_state_dict(state["encoder"])
+    for module in (unet, encoder):
+        module.requires_grad_(False).eval()
+    return unet.to(device), encoder.to(device)
+
+
+def _pretrain(
+    unet: UNet2DConditionModel, encoder: CaptionEncoder, spec: ModelSpec, checkpoints: Checkpointer
+) -> None:
+    """ε-prediction training (AdamW, warm-up then cosine decay); leaves the EMA weights in
+    ``unet``. Saves every 100 steps to ``checkpoints`` and resumes from there."""
+    data = captioned_shapes(spec.train_size, size=spec.size, seed=spec.seed)
+    scheduler = noise_scheduler(spec)
+    ema = copy.deepcopy(unet).requires_grad_(False)
+    parameters = [*unet.parameters(), *encoder.parameters()]
+    optimizer = torch.optim.AdamW(parameters, lr=spec.lr, weight_decay=0.01)
+    warmup = max(1, spec.steps // 20)
+
+    def lr_at(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, spec.steps - warmup)))
+
+    lr_schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
+    generator = torch.Generator().manual_seed(spec.seed)
+    start = 0
+    if (last := checkpoints.load_latest()) is not None:
+        start, state = last
+        unet.load_state_dict(state["unet"])
+        encoder.load_state_dict(state["encoder"])
+        ema.load_state_dict(state["ema"])
+        optimizer.load_state_dict(state["optimizer"])
+        lr_schedule.load_state_dict(state["lr_schedule"])
+        restore_rng_state(state["rng"])
+        generator.set_state(state["batches"])
+    unet.train()
+    with progress(spec.steps, "pre-training the shapes UNet", completed=start) as bar:
+        for step in range(start, spec.steps):
+            index = torch.randint(len(data), (spec.batch_size,), generator=generator)
+            images, captions = data.images[index], data.captions[index].clone()
+            dropped = torch.rand(spec.batch_size, generator=generator) < spec.caption_dropout
+            captions[dropped] = TOKEN_ID[NULL_TOKEN]
+            noise = torch.randn(images.shape, generator=generator)
+            t = torch.randint(spec.train_timesteps, (spec.batch_size,), generator=generator)
+            noisy = scheduler.add_noise(images, noise, t)
+            prediction = unet(noisy, t, encoder_hidden_states=encoder(captions)).sample
+            loss = torch.nn.functional.mse_loss(prediction, noise)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+            optimizer.step()
+            lr_schedule.step()
+            with torch.no_grad():
+                for averaged, current in zip(ema.parameters(), unet.parameters(), strict=True):
+                    averaged.lerp_(current, 1 - spec.ema_decay)
+            bar.advance(loss=loss.item())
+            if (step + 1) % 100 == 0 and step + 1 < spec.steps:
+                checkpoints.save(
+                    step + 1,
+                    {
+                        "unet": unet.state_dict(),
+                        "encoder": encoder.state_dict(),
+                        "ema": ema.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "lr_schedule": lr_schedule.state_dict(),
+                        "rng": capture_rng_state(),
+                        "batches": generator.get_state(),
+                    },
+                )
+    unet.load_state_dict(ema.state_dict())
+
+
+@torch.inference_mode()
+def sample(
+    unet: UNet2DConditionModel,
+    conditioning: torch.Tensor,
+    unconditional: torch.Tensor | None = None,
+    *,
+    steps: int = 25,
+    guidance: float = 2.0,
+    seed: int = 0,
+    train_timesteps: int = 1000,
+    size: int | None = None,
+) -> torch.Tensor:
+    """DDIM samples (B, 3, size, size) in [-1, 1] for encoder hidden states ``conditioning``
+    (B, L, D), with classifier-free guidance against ``unconditional`` when given."""
+    size = size or unet.config.sample_size
+    device = next(unet.parameters()).device
+    ddim = DDIMScheduler(num_train_timesteps=train_timesteps, clip_sample=True)
+    ddim.set_timesteps(steps)
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(len(conditioning), unet.config.in_channels, size, size, generator=generator)
+    x = x.to(device)
+    guided = unconditional is not None and guidance != 1.0
+    context = torch.cat([unconditional, conditioning]) if guided else conditioning
+    for t in ddim.timesteps:
+        batch = torch.cat([x, x]) if guided else x
+        eps = unet(batch, t.to(device), encoder_hidden_states=context).sample
+        if guided:
+            eps_uncond, eps_cond = eps.chunk(2)
+            eps = eps_uncond + guidance * (eps_cond - eps_uncond)
+        x = ddim.step(eps, t, x).prev_sample
+    return x.clamp(-1, 1)
+
+
+def save_grid(
+    path: str | os.PathLike[str], images: torch.Tensor, columns: int, scale: int = 4
+) -> Path:
+    """Write images (B, 3, H, W) in [-1, 1] as one PNG, ``columns`` per row, upscaled ×scale
+    (nearest neighbour, so pixels stay visible)."""
+    array = ((images.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().byte()
+    array = array.permute(0, 2, 3, 1).numpy()
+    rows = -(-len(array) // columns)
+    h, w = array.shape[1:3]
+    canvas = np.full((rows * (h + 1) + 1, columns * (w + 1) + 1, 3), 255, np.uint8)
+    for i, image in enumerate(array):
+        r, c = divmod(i, columns)
+        canvas[1 + r * (h + 1) : 1 + r * (h + 1) + h, 1 + c * (w + 1) : 1 + c * (w + 1) + w] = image
+    picture = Image.fromarray(canvas)
+    picture = picture.resize((canvas.shape[1] * scale, canvas.shape[0] * scale), Image.NEAREST)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    picture.save(path)
+    return path

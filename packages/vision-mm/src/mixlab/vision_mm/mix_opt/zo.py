@@ -1,0 +1,84 @@
+"""MeZO-style zeroth-order steps on a model's trainable parameters (Malladi et al., 2023).
+
+The direction z ~ N(0, I) is never stored: it is regenerated from a seed each time it is
+needed, so a step costs two forward passes and no activations, gradients or optimizer state.
+
+    perturb θ ← θ + ε·z;  L₊ = L(θ)   perturb θ ← θ − 2ε·z;  L₋ = L(θ)   perturb θ ← θ + ε·z
+    ĝ = (L₊ − L₋) / 2ε                      (the projected gradient, MeZO Alg. 1)
+    θ ← θ − η·(ĝ·z + λ·θ)
+
+The +1, −2, +1 order restores θ up to float rounding; with ``exact=True`` (the default) the
+trainable tensors are also snapshotted and copied back, so θ is restored bit for bit at the
+cost of one copy of the trainable parameters (a LoRA adapter: tens of KiB). Both forwards see the
+same batch, noise and timestep (common random numbers), which the caller's ``loss`` must ensure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+
+def perturb_(params: Sequence[torch.Tensor], seed: int, scale: float) -> None:
+    """θ ← θ + scale·z in place, with z ~ N(0, I) drawn from ``seed`` (the same z every call)."""
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    with torch.no_grad():
+        for p in params:
+            z = torch.randn(p.shape, generator=generator, dtype=torch.float32)
+            p.add_(z.to(device=p.device, dtype=p.dtype), alpha=scale)
+
+
+def projected_gradient(
+    params: Sequence[torch.Tensor],
+    loss: Callable[[], float],
+    seed: int,
+    eps: float,
+    *,
+    exact: bool = True,
+) -> float:
+    """ĝ = (L(θ + εz) − L(θ − εz)) / 2ε for the z of ``seed``; θ is restored afterwards."""
+    snapshot = [p.detach().clone() for p in params] if exact else None
+    perturb_(params, seed, eps)
+    loss_plus = loss()
+    perturb_(params, seed, -2 * eps)
+    loss_minus = loss()
+    perturb_(params, seed, eps)
+    if snapshot is not None:
+        with torch.no_grad():
+            for p, saved in zip(params, snapshot, strict=True):
+                p.copy_(saved)
+    return (loss_plus - loss_minus) / (2 * eps)
+
+
+def zo_update_(
+    params: Sequence[torch.Tensor],
+    seed: int,
+    gradient: float,
+    lr: float,
+    weight_decay: float = 0.0,
+) -> None:
+    """θ ← θ − lr·(ĝ·z + weight_decay·θ) with the z of ``seed``."""
+    with torch.no_grad():
+        if weight_decay:
+            for p in params:
+                p.mul_(1 - lr * weight_decay)
+    perturb_(params, seed, -lr * gradient)
+
+
+def zo_step_(
+    params: Sequence[torch.Tensor],
+    loss: Callable[[], float],
+    seeds: Sequence[int],
+    *,
+    eps: float,
+    lr: float,
+    weight_decay: float = 0.0,
+    exact: bool = True,
+) -> list[float]:
+    """One ZO step averaging ``len(seeds)`` directions (each update scaled by 1/q); returns
+    the projected gradients. Call ``loss`` under ``torch.inference_mode()`` for the memory."""
+    gradients = [projected_gradient(params, loss, s, eps, exact=exact) for s in seeds]
+    for seed, gradient in zip(seeds, gradients, strict=True):
+        zo_update_(params, seed, gradient, lr / len(seeds), weight_decay / len(seeds))
+    return gradients

@@ -1,0 +1,377 @@
+"""Tests of mixlab.vision_mm.mix_opt: MeZO pieces, schedules, trainer, LoRA, metrics, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from diffusers import DDPMScheduler, UNet2DModel
+
+from mixlab.vision_mm.mix_opt import (
+    BPHigh,
+    Constant,
+    MixOptConfig,
+    MixOptTrainer,
+    Threshold,
+    TimestepAware,
+    add_lora,
+    build_unet,
+    diffusion_loss,
+    edge_iou,
+    load_lora,
+    make_schedule,
+    perturb_,
+    projected_gradient,
+    save_lora,
+    subject_images,
+    zo_step_,
+)
+from mixlab.vision_mm.mix_opt.lora import lora_parameters
+
+
+def tiny_unet(rank: int = 2, seed: int = 0):
+    """A 16² two-level UNet2DConditionModel (downsampling factor 2) with LoRA."""
+    torch.manual_seed(seed)
+    unet = build_unet(16, (16, 32), 32)
+    add_lora(unet, rank)
+    return unet
+
+
+def batch(n: int = 4, size: int = 16, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    images = torch.rand(n, 3, size, size, generator=generator) * 2 - 1
+    return images, torch.randn(n, 3, 32, generator=generator)
+
+
+def nonzero_lora(unet, seed: int = 1) -> None:
+    """Random LoRA B (it starts at zero, which leaves A without gradient)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in unet.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=generator) * 0.05)
+
+
+def fixed_loss(unet, images, text, timestep: int = 400):
+    """The diffusion loss at fixed noise and t (what a ZO step's two forwards share)."""
+    noise = torch.randn(images.shape, generator=torch.Generator().manual_seed(7))
+    t = torch.full((len(images),), timestep)
+    return lambda: diffusion_loss(unet, DDPMScheduler(), images, noise, t, text)
+
+
+# --- zeroth-order steps -----------------------------------------------------------------------
+
+
+def test_zo_step_restores_parameters_exactly_at_lr_zero():
+    unet = tiny_unet()
+    nonzero_lora(unet)
+    params = lora_parameters(unet)
+    before = [p.detach().clone() for p in params]
+    loss = fixed_loss(unet, *batch())
+    with torch.inference_mode():
+        gradients = zo_step_(params, lambda: loss().item(), [11, 12], eps=1e-2, lr=0.0)
+    assert all(g != 0 for g in gradients)  # the perturbations did change the loss
+    assert all(torch.equal(a, b) for a, b in zip(before, params, strict=True))
+    # MeZO's +1, −2, +1 arithmetic alone restores θ up to rounding.
+    projected_gradient(params, lambda: 0.0, seed=3, eps=1e-2, exact=False)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(before, params, strict=True))
+
+
+def test_perturbation_is_regenerated_from_its_seed():
+    params = [torch.zeros(5), torch.zeros(2, 3)]
+    perturb_(params, seed=5, scale=1.0)
+    first = [p.clone() for p in params]
+    perturb_(params, seed=5, scale=-1.0)
+    assert all(torch.equal(p, torch.zeros_like(p)) for p in params)
+    perturb_(params, seed=5, scale=2.0)
+    assert all(torch.allclose(p, 2 * f) for p, f in zip(params, first, strict=True))
+
+
+def test_zo_gradient_correlates_with_the_true_gradient():
+    # On a small model the average of ĝ·z over many directions points along ∇L.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    x, y = torch.randn(32, 6), torch.randn(32, 1)
+    params = list(model.parameters())
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    true = torch.cat([g.flatten() for g in torch.autograd.grad(loss, params)])
+    with torch.no_grad():
+        estimate = torch.zeros_like(true)
+        for seed in range(400):
+            g = projected_gradient(
+                params, lambda: torch.nn.functional.mse_loss(model(x), y).item(), seed, 1e-3
+            )
+            generator = torch.Generator().manual_seed(seed)
+            z = torch.cat([torch.randn(p.shape, generator=generator).flatten() for p in params])
+            estimate += g * z / 400
+    assert torch.nn.functional.cosine_similarity(estimate, true, dim=0) > 0.5
+
+    # On the LoRA UNet each projected gradient matches the directional derivative z·∇L.
+    unet = tiny_unet()
+    nonzero_lora(unet)
+    lora = lora_parameters(unet)
+    loss_fn = fixed_loss(unet, *batch())
+    true = torch.autograd.grad(loss_fn(), lora)
+    projected, directional = [], []
+    for seed in range(8):
+        with torch.inference_mode():
+            projected.append(projected_gradient(lora, lambda: loss_fn().item(), seed, 1e-3))
+        generator = torch.Generator().manual_seed(seed)
+        z = [torch.randn(p.shape, generator=generator) for p in lora]
+        directional.append(sum((a * b).sum() for a, b in zip(z, true, strict=True)).item())
+    correlation = torch.corrcoef(torch.tensor([projected, directional]))[0, 1]
+    assert correlation > 0.9
+
+
+# --- schedules --------------------------------------------------------------------------------
+
+
+def test_timestep_aware_schedule_behaves_as_configured():
+    schedule = TimestepAware(kappa=10, t0=0.5, gamma=1.0, p_min=0.0)
+    assert schedule.p_zo(0.9, 0.0) == 0.0  # all BP-low at the start
+    assert schedule.p_zo(0.5, 1.0) == pytest.approx(0.5)  # σ(0) at the end
+    ts, progress = [0.1, 0.3, 0.5, 0.7, 0.9], [0.2, 0.5, 0.8]
+    for s in progress:  # more ZO at higher timesteps
+        values = [schedule.p_zo(t, s) for t in ts]
+        assert values == sorted(values)
+        assert values[0] < values[-1]
+    for t in ts:  # and as training progresses
+        values = [schedule.p_zo(t, s) for s in progress]
+        assert values == sorted(values)
+        assert values[0] < values[-1]
+    assert schedule.mean_p_zo() == pytest.approx(0.25, abs=0.01)  # E[σ]·E[s] = ½·½
+    flat = TimestepAware(kappa=0, gamma=0, p_min=0.2)  # timestep- and progress-agnostic
+    assert flat.p_zo(0.1, 0.1) == flat.p_zo(0.9, 0.9) == pytest.approx(0.7)
+    assert TimestepAware(p_min=0.9).p_zo(0.99, 0.99) == 1.0  # clipped
+    hard = Threshold(t_threshold=0.6, after=0.5)
+    assert [hard.p_zo(t, s) for t, s in [(0.7, 0.6), (0.5, 0.6), (0.7, 0.4)]] == [1.0, 0.0, 0.0]
+    assert Constant(0.3).p_zo(0.0, 0.0) == Constant(0.3).p_zo(1.0, 1.0) == 0.3
+    assert make_schedule("bp_low").p_zo(0.9, 0.9) == 0.0
+    assert make_schedule("zo_high").p_zo(0.1, 0.1) == 1.0
+    assert make_schedule("bp_high").bp_resolution == "full"
+    assert make_schedule("mix_opt", kappa=5.0) == TimestepAware(kappa=5.0)
+
+
+def test_trainer_draws_modes_from_the_schedule():
+    images, text = batch()
+    config = MixOptConfig(resolution=16, low_resolution=8, steps=100, schedule=Threshold(0.5))
+    trainer = MixOptTrainer(tiny_unet(), DDPMScheduler(), images, text, config)
+    for timestep in (0, 499, 500, 999):
+        mode, p = trainer.mode_at(timestep, 10)
+        assert mode == ("zo_high" if timestep >= 500 else "bp_low")
+        assert p == float(timestep >= 500)
+    config.schedule = Constant(0.3)
+    draws = [trainer.mode_at(100, 5)[0] for _ in range(2000)]
+    assert draws.count("zo_high") / len(draws) == pytest.approx(0.3, abs=0.04)
+    config.schedule = BPHigh()
+    assert trainer.mode_at(999, 99)[0] == "bp_high"
+
+
+# --- trainer ----------------------------------------------------------------------------------
+
+
+def test_bp_low_trains_at_low_resolution_and_zo_high_at_full():
+    images, text = batch()
+    unet = tiny_unet()
+    seen: list[tuple[int, bool]] = []
+    unet.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append((args[0].shape[-1], torch.is_grad_enabled())),
+        with_kwargs=True,
+    )
+    config = MixOptConfig(resolution=16, low_resolution=8, steps=6, schedule=Threshold(0.5))
+    trainer = MixOptTrainer(unet, DDPMScheduler(), images, text, config)
+    before = [p.detach().clone() for p in lora_parameters(unet)]
+    for _ in range(6):
+        seen.clear()
+        entry = trainer.step()
+        if entry["mode"] == "bp_low":
+            assert seen == [(8, True)]  # one forward with autograd at 8×8
+        else:
+            assert [size for size, _ in seen] == [16, 16, 16]  # θ+εz, θ−εz, the loss report
+            assert not any(grad for _, grad in seen)  # no activations kept
+    modes = {h["mode"] for h in trainer.history}
+    assert modes == {"bp_low", "zo_high"}
+    assert any(not torch.equal(a, b) for a, b in zip(before, lora_parameters(unet), strict=True))
+    frozen = [p for n, p in unet.named_parameters() if "lora_" not in n]
+    assert frozen
+    assert not any(p.requires_grad for p in frozen)
+
+
+def test_trainer_resumes_to_the_uninterrupted_run(tmp_path):
+    images, text = batch()
+
+    def trainer():
+        config = MixOptConfig(
+            resolution=16, low_resolution=8, steps=10, checkpoint_every=4, schedule=Constant(0.5)
+        )
+        return MixOptTrainer(tiny_unet(), DDPMScheduler(), images, text, config)
+
+    whole = trainer()
+    whole.train()
+    killed = trainer()
+    original_step = killed.step
+
+    def dying_step():
+        if killed.step_count == 6:
+            raise KeyboardInterrupt
+        return original_step()
+
+    killed.step = dying_step
+    with pytest.raises(KeyboardInterrupt):
+        killed.train(tmp_path / "run")
+    resumed = trainer()
+    resumed.train(tmp_path / "run")
+    assert [h["mode"] for h in resumed.history] == [h["mode"] for h in whole.history]
+    assert all(torch.equal(a, b) for a, b in zip(whole.params, resumed.params, strict=True))
+
+
+def test_unet2dmodel_with_class_labels_trains_and_round_trips(tmp_path):
+    torch.manual_seed(0)
+    unet = UNet2DModel(
+        sample_size=16, in_channels=3, out_channels=3, block_out_channels=(16, 32),
+        down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+        up_block_types=("AttnUpBlock2D", "UpBlock2D"), layers_per_block=1,
+        norm_num_groups=8, num_class_embeds=3,
+    )  # fmt: skip
+    add_lora(unet, rank=2)
+    images, _ = batch()
+    config = MixOptConfig(resolution=16, low_resolution=8, steps=4, schedule=Constant(0.5))
+    trainer = MixOptTrainer(unet, DDPMScheduler(), images, torch.tensor([0, 1, 2, 0]), config)
+    trainer.train()
+    save_lora(unet, tmp_path / "lora")
+    torch.manual_seed(0)
+    fresh = UNet2DModel(**unet.config)
+    load_lora(fresh, tmp_path / "lora")
+    x, t, labels = torch.randn(2, 3, 16, 16), torch.tensor([3, 700]), torch.tensor([1, 2])
+    with torch.no_grad():
+        assert torch.equal(
+            unet(x, t, class_labels=labels).sample, fresh(x, t, class_labels=labels).sample
+        )
+
+
+def test_lora_round_trips_in_the_diffusers_format(tmp_path):
+    unet = tiny_unet()
+    nonzero_lora(unet)
+    path = save_lora(unet, tmp_path / "lora")
+    assert path.name == "pytorch_lora_weights.safetensors"
+    x, t, text = torch.randn(2, 3, 16, 16), torch.tensor([10, 900]), torch.randn(2, 3, 32)
+    with torch.no_grad():
+        expected = unet(x, t, encoder_hidden_states=text).sample
+    ours = build_unet(16, (16, 32), 32)
+    ours.load_state_dict(
+        {k: v for k, v in unet.state_dict().items() if "lora_" not in k}, strict=False
+    )
+    torch.manual_seed(0)
+    ours = build_unet(16, (16, 32), 32)  # same seed, same base weights as tiny_unet
+    load_lora(ours, tmp_path / "lora")
+    torch.manual_seed(0)
+    theirs = build_unet(16, (16, 32), 32)
+    theirs.load_lora_adapter(
+        tmp_path / "lora", prefix=None, weight_name="pytorch_lora_weights.safetensors"
+    )
+    with torch.no_grad():
+        assert torch.equal(ours(x, t, encoder_hidden_states=text).sample, expected)
+        assert torch.equal(theirs(x, t, encoder_hidden_states=text).sample, expected)
+    base = build_unet(16, (16, 32), 32)
+    with pytest.raises(ValueError, match="no LoRA adapter"):
+        save_lora(base, tmp_path / "none")
+    with pytest.raises(ValueError, match="pytorch_lora_weights"):
+        load_lora(base, tmp_path / "missing")
+
+
+# --- bad input --------------------------------------------------------------------------------
+
+
+def test_bad_configs_raise_clear_errors():
+    with pytest.raises(ValueError, match="p must be a probability in \\[0, 1\\]"):
+        Constant(1.5)
+    with pytest.raises(ValueError, match="t0"):
+        TimestepAware(t0=-0.1)
+    with pytest.raises(ValueError, match="p_min"):
+        TimestepAware(p_min=2.0)
+    with pytest.raises(ValueError, match="t_threshold"):
+        Threshold(t_threshold=1.2)
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        make_schedule("cosine")
+    images, text = batch()
+    with pytest.raises(
+        ValueError, match="low_resolution must be a multiple of the UNet's downsampling factor 2"
+    ):
+        MixOptTrainer(
+            tiny_unet(), DDPMScheduler(), images, text, MixOptConfig(16, low_resolution=7)
+        )
+    deep = build_unet(32, (16, 16, 32, 32), 32)  # factor 8
+    add_lora(deep)
+    with pytest.raises(ValueError, match="resolution must be a multiple of .* factor 8"):
+        MixOptTrainer(deep, DDPMScheduler(), images, text, MixOptConfig(36, low_resolution=16))
+    frozen = build_unet(16, (16, 32), 32).requires_grad_(False)
+    with pytest.raises(ValueError, match="no trainable parameters"):
+        MixOptTrainer(frozen, DDPMScheduler(), images, text, MixOptConfig(16, low_resolution=8))
+    with pytest.raises(ValueError, match="low_resolution"):
+        MixOptConfig(resolution=16, low_resolution=32)
+    with pytest.raises(ValueError, match="zo_eps"):
+        MixOptConfig(zo_eps=0.0)
+    with pytest.raises(ValueError, match="one conditioning entry each"):
+        MixOptTrainer(tiny_unet(), DDPMScheduler(), images, text[:2], MixOptConfig(16, 8))
+    with pytest.raises(ValueError, match="targets"):
+        add_lora(build_unet(16, (16, 32), 32), targets=("no_such_layer",))
+
+
+# --- metrics ----------------------------------------------------------------------------------
+
+
+def test_edge_iou_sees_structure_not_placement():
+    subject = subject_images(4, seed=0).images
+    assert edge_iou(subject, subject) == pytest.approx(1.0)
+    shifted = torch.roll(subject, (2, -3), dims=(2, 3))
+    assert edge_iou(shifted, subject) > 0.9
+    blurred = torch.nn.functional.interpolate(
+        torch.nn.functional.interpolate(subject, size=8, mode="area"), size=32, mode="bilinear"
+    )
+    assert edge_iou(blurred, subject) < edge_iou(shifted, subject) - 0.2
+    blank = torch.zeros_like(subject)
+    assert edge_iou(blank, subject) == 0.0
+
+
+# --- CLI and experiment -----------------------------------------------------------------------
+
+
+def test_cli_errors_are_one_line(capsys):
+    from mixlab.vision_mm.cli import main
+
+    assert main(["mix-opt", "personalize", "--out", "x", "--schedule", "cosine"]) == 2
+    assert "schedule must be one of" in capsys.readouterr().err
+    assert (
+        main(
+            ["mix-opt", "personalize", "--out", "x", "--fields", '{"p": 3}', "--schedule", "random"]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "probability" in err
+    assert len(err.strip().splitlines()) == 1
+    assert main(["mix-opt", "profile", "--modes", "sgd"]) == 2
+
+
+def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
+    from mixlab.vision_mm.mix_opt.experiment import METHOD, Config
+
+    monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
+    config = Config(
+        pretrain_steps=3, pretrain_images=64, eval_net_steps=5, steps=4, samples_per_prompt=1,
+        sampling_steps=2,
+    )  # fmt: skip
+    result = METHOD.run(config, tmp_path / "run")
+    assert set(result.metrics) == {"base", "bp_high", "bp_low", "zo_high", "random", "mix_opt"}
+    assert len(result.claims) == 4
+    memory = result.metrics
+    assert memory["bp_high"]["peak_memory_mb"] > memory["zo_high"]["peak_memory_mb"]
+    assert memory["zo_high"]["zo_share"] == 1.0
+    assert memory["bp_low"]["zo_share"] == 0.0
+    for system in result.metrics:
+        assert (tmp_path / "run" / f"samples_{system}.png").exists()
+    cells = json.loads((tmp_path / "run" / "cells.json").read_text())
+    assert any(c["part"] == "memory" for c in cells)
+    again = METHOD.run(config, tmp_path / "run", resume=True)
+    assert again.metrics == result.metrics
