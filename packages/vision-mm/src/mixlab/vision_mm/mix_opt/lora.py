@@ -2,11 +2,11 @@
 
 :func:`add_lora` freezes the UNet and injects peft LoRA layers (the DreamBooth-LoRA recipe:
 ``to_q``, ``to_k``, ``to_v``, ``to_out.0``, Gaussian A and zero B, so the adapter starts as the
-identity). :func:`save_lora` writes ``pytorch_lora_weights.safetensors`` exactly as diffusers'
-``save_lora_adapter`` does (peft keys, the ``LoraConfig`` in the file's metadata), so
-``UNet2DConditionModel.load_lora_adapter(folder, prefix=None,
-weight_name="pytorch_lora_weights.safetensors")`` reads it too; :func:`load_lora`
-reads it back into any UNet, ``UNet2DModel`` included (which has no diffusers LoRA loader).
+identity). :func:`save_lora` writes ``pytorch_lora_weights.safetensors`` as a diffusers
+pipeline's ``save_lora_weights`` does (peft keys and the ``LoraConfig`` fields in the file's
+metadata, each prefixed ``unet.``), so ``pipe.load_lora_weights(folder)`` and ``UNet2DConditionModel.load_lora_adapter(folder, prefix="unet", weight_name=WEIGHT_NAME)`` read it;
+:func:`load_lora` reads it (or an unprefixed file from ``save_lora_adapter``) back into any UNet,
+``UNet2DModel`` included (which has no diffusers LoRA loader).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 
 import torch
@@ -22,7 +23,9 @@ from peft.utils import set_peft_model_state_dict
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-ATTENTION_PROJECTIONS = ("to_q", "to_k", "to_v", "to_out.0")
+ATTENTION_PROJECTIONS = ("to_q", "to_k", "to_v", "to_out.0", "add_k_proj", "add_v_proj")
+"""diffusers' DreamBooth-LoRA targets (``add_*`` exist only in SD 1.x's added-KV blocks)"""
+PREFIX = "unet."  # what pipelines' save_lora_weights / load_lora_weights put before each key
 WEIGHT_NAME = "pytorch_lora_weights.safetensors"
 METADATA_KEY = "lora_adapter_metadata"  # diffusers.loaders.lora_base.LORA_ADAPTER_METADATA_KEY
 
@@ -73,8 +76,13 @@ def save_lora(unet: torch.nn.Module, folder: str | os.PathLike[str]) -> Path:
         raise ValueError("unet has no LoRA adapter to save; call add_lora(unet) first")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().cpu().contiguous() for k, v in get_peft_model_state_dict(unet).items()}
-    settings = {k: sorted(v) if isinstance(v, set) else v for k, v in config.to_dict().items()}
+    state = {
+        PREFIX + k: v.detach().cpu().contiguous()
+        for k, v in get_peft_model_state_dict(unet).items()
+    }
+    settings = {
+        PREFIX + k: sorted(v) if isinstance(v, set) else v for k, v in config.to_dict().items()
+    }
     metadata = {"format": "pt", METADATA_KEY: json.dumps(settings, sort_keys=True, default=str)}
     path = folder / WEIGHT_NAME
     save_file(state, str(path), metadata=metadata)
@@ -89,12 +97,21 @@ def load_lora(unet: torch.nn.Module, folder: str | os.PathLike[str]) -> None:
         raise ValueError(f"folder must hold {WEIGHT_NAME}, and {path} does not exist")
     with safe_open(str(path), framework="pt") as handle:
         metadata = handle.metadata() or {}
-        state = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118
+        state = {key.removeprefix(PREFIX): handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118
     if "default" not in getattr(unet, "peft_config", {}):
         if METADATA_KEY not in metadata:
             raise ValueError(f"{path} has no LoRA config in its metadata; call add_lora first")
         settings = json.loads(metadata[METADATA_KEY])
-        _inject(unet, LoraConfig(**{k: v for k, v in settings.items() if k in _LORA_FIELDS}))
+        settings = {k.removeprefix(PREFIX): v for k, v in settings.items()}
+        known = {f.name for f in fields(LoraConfig) if f.init}
+        _inject(unet, LoraConfig(**{k: v for k, v in settings.items() if k in known}))
+    own = get_peft_model_state_dict(unet)
+    wrong = [k for k, v in state.items() if k in own and own[k].shape != v.shape]
+    if wrong:
+        raise ValueError(
+            f"{path} does not fit this unet's adapter: {wrong[0]} is {tuple(state[wrong[0]].shape)}"
+            f", the adapter's {tuple(own[wrong[0]].shape)} (another rank?)"
+        )
     outcome = set_peft_model_state_dict(unet, state)
     missing = [k for k in outcome.missing_keys if "lora_" in k] if outcome else []
     if outcome and (outcome.unexpected_keys or missing):
@@ -102,6 +119,3 @@ def load_lora(unet: torch.nn.Module, folder: str | os.PathLike[str]) -> None:
             f"{path} does not fit this unet: unexpected {outcome.unexpected_keys[:3]}, "
             f"missing {missing[:3]}"
         )
-
-
-_LORA_FIELDS = ("r", "lora_alpha", "target_modules", "lora_dropout", "bias", "init_lora_weights")

@@ -139,11 +139,13 @@ def edge_maps(images: torch.Tensor, sigma: float = 1.0) -> torch.Tensor:
 def edge_iou(samples: torch.Tensor, references: torch.Tensor, max_shift: int = 4) -> float:
     """Mean over samples of the best edge-map IoU against any reference at any shift
     within ±``max_shift`` pixels (placements differ; the structure is what counts)."""
-    a, b = edge_maps(samples), edge_maps(references).float()
+    a, b = edge_maps(samples).float(), edge_maps(references).float()
+    h, w = a.shape[1:]
+    padded = F.pad(a, (max_shift,) * 4)  # shifted in zeros, not wrapped around
     best = torch.zeros(len(a))
-    for dy in range(-max_shift, max_shift + 1):
-        for dx in range(-max_shift, max_shift + 1):
-            shifted = torch.roll(a, (dy, dx), dims=(1, 2)).float()
+    for dy in range(2 * max_shift + 1):
+        for dx in range(2 * max_shift + 1):
+            shifted = padded[:, dy : dy + h, dx : dx + w]
             inter = torch.einsum("ahw,bhw->ab", shifted, b)
             union = shifted.sum((1, 2))[:, None] + b.sum((1, 2))[None] - inter
             best = torch.maximum(best, (inter / union.clamp(min=1)).max(1).values)

@@ -105,14 +105,16 @@ def pretrained_model(
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     folder = cache_dir("mix_opt")
     path = folder / f"shapes-unet-{digest}"
-    torch.manual_seed(spec.seed)
-    unet = build_unet(spec.size, spec.channels, spec.text_dim)
-    encoder = CaptionEncoder(spec.text_dim)
-    if not path.with_suffix(".json").exists():
-        partial = folder / f"{path.name}-partial"
-        _pretrain(unet, encoder, spec, Checkpointer(partial, resume=True))
-        save_state({"unet": unet.state_dict(), "encoder": encoder.state_dict(), "key": key}, path)
-        shutil.rmtree(partial, ignore_errors=True)
+    with torch.random.fork_rng():  # the caller's random stream stays as it was
+        torch.manual_seed(spec.seed)
+        unet = build_unet(spec.size, spec.channels, spec.text_dim)
+        encoder = CaptionEncoder(spec.text_dim)
+        if not path.with_suffix(".json").exists():
+            partial = folder / f"{path.name}-partial"
+            _pretrain(unet, encoder, spec, Checkpointer(partial, resume=True))
+            state = {"unet": unet.state_dict(), "encoder": encoder.state_dict(), "key": key}
+            save_state(state, path)
+            shutil.rmtree(partial, ignore_errors=True)
     state = load_state(path)
     unet.load_state_dict(state["unet"])
     encoder.load_state_dict(state["encoder"])

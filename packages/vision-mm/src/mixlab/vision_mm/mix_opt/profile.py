@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 import torch
+from accelerate import Accelerator
 
 from mixlab.shared.memory import added_peak_bytes, measure_in_fresh_process
 from mixlab.vision_mm.mix_opt.lora import add_lora
@@ -51,7 +52,10 @@ def _probe(spec: dict[str, Any]) -> dict[str, float]:
     )
     images = torch.rand(n, 3, size, size) * 2 - 1
     text = torch.randn(n, 3, spec.get("text_dim", 64))
-    trainer = MixOptTrainer(unet, noise_scheduler(), images, text, config)
+    # On the CPU always: the figure is the process's resident memory, which GPU memory is not.
+    trainer = MixOptTrainer(
+        unet, noise_scheduler(), images, text, config, accelerator=Accelerator(cpu=True)
+    )
     for _ in range(2):
         trainer.step()
     peak = added_peak_bytes(trainer.step)

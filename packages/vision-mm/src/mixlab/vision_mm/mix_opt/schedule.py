@@ -119,13 +119,12 @@ SCHEDULES: dict[str, type[Schedule]] = {
 def make_schedule(name: str, **fields: float) -> Schedule:
     """A schedule by name: ``mix_opt``, ``threshold``, ``random`` (``p``), ``bp_low`` (pure
     BP-low), ``zo_high`` (pure ZO-high) or ``bp_high``, with its fields as keywords."""
-    if name == "bp_low":
-        return Constant(p=0.0, **fields)
-    if name == "zo_high":
-        return Constant(p=1.0, **fields)
     names = [*SCHEDULES, "bp_low", "zo_high"]
-    require(name in SCHEDULES, "schedule", f"one of {names}", name)
+    require(name in names, "schedule", f"one of {names}", name)
     try:
+        if name in ("bp_low", "zo_high"):
+            require(not fields, "fields", f"none for {name}", fields)
+            return Constant(p=0.0 if name == "bp_low" else 1.0)
         return SCHEDULES[name](**fields)
     except TypeError as error:
         raise ValueError(f"schedule {name!r}: {error}") from error

@@ -22,8 +22,9 @@ parameters are the ones to tune (:func:`~mixlab.vision_mm.mix_opt.lora.add_lora`
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -105,10 +106,15 @@ def denoise(
 def diffusion_loss(unet, scheduler, images, noise, t, conditioning) -> torch.Tensor:
     """ε- (or v-) prediction MSE at timesteps ``t`` (the scheduler's ``prediction_type``)."""
     noisy = scheduler.add_noise(images, noise, t)
-    if scheduler.config.prediction_type == "v_prediction":
+    kind = scheduler.config.prediction_type
+    if kind == "v_prediction":
         target = scheduler.get_velocity(images, noise, t)
-    else:
+    elif kind == "sample":
+        target = images
+    elif kind == "epsilon":
         target = noise
+    else:
+        raise ValueError(f"prediction_type must be epsilon, v_prediction or sample, got {kind!r}")
     return F.mse_loss(denoise(unet, noisy, t, conditioning).float(), target.float())
 
 
@@ -159,49 +165,55 @@ class MixOptTrainer:
             "low": _resize(images, config.low_resolution).to(device),
         }
         self.conditioning = conditioning.to(device)
-        self.generator = torch.Generator().manual_seed(config.seed)
         self.step_count = 0
         self.history: list[dict[str, Any]] = []
 
-    def mode_at(self, timestep: int, step: int) -> tuple[str, float]:
-        """The mode to take at ``timestep`` and ``step`` and p_ZO there (draws one number)."""
+    def mode_at(self, timestep: int, step: int, draw: float) -> tuple[str, float]:
+        """The mode at ``timestep`` and ``step`` for a uniform ``draw`` in [0, 1), and p_ZO."""
         schedule, total = self.config.schedule, self.scheduler.config.num_train_timesteps
         p = schedule.p_zo(timestep / total, step / self.config.steps)
-        if torch.rand((), generator=self.generator).item() < p:
+        if draw < p:
             return "zo_high", p
         return ("bp_high" if schedule.bp_resolution == "full" else "bp_low"), p
 
     def step(self) -> dict[str, Any]:
         """One training step; returns ``{"step", "mode", "timestep", "p_zo", "loss"}``."""
-        config, generator, device = self.config, self.generator, self.accelerator.device
+        config, device = self.config, self.accelerator.device
+        # Each step draws from its own seed, in a fixed order (timestep, mode draw, batch, then
+        # noise), so every schedule sees the same timesteps, draws and batches at each step:
+        # runs that differ only in the schedule are paired step by step.
+        generator = torch.Generator().manual_seed(config.seed * 1_000_003 + self.step_count)
         timestep = int(
             torch.randint(self.scheduler.config.num_train_timesteps, (), generator=generator)
         )
-        mode, p = self.mode_at(timestep, self.step_count)
+        draw = torch.rand((), generator=generator).item()
+        mode, p = self.mode_at(timestep, self.step_count, draw)
         index = torch.randint(len(self.conditioning), (config.batch_size,), generator=generator)
-        images = self.images["low" if mode == "bp_low" else "full"][index.to(device)]
-        noise = torch.randn(images.shape, generator=generator).to(device)
+        index = index.to(device)
+        images = self.images["low" if mode == "bp_low" else "full"][index]
+        noise = torch.randn(images.shape, generator=generator).to(device, images.dtype)
         t = torch.full((config.batch_size,), timestep, device=device, dtype=torch.long)
-        conditioning = self.conditioning[index.to(device)]
+        conditioning = self.conditioning[index]
         if mode == "zo_high":
-            # Common random numbers: both perturbed forwards see these images, noise and t.
-            def loss() -> float:
-                with torch.inference_mode():
-                    return diffusion_loss(
-                        self.unet, self.scheduler, images, noise, t, conditioning
-                    ).item()
+            self.unet.eval()  # no dropout: both forwards must see the same function (CRN)
 
-            seed = config.seed * 1_000_003 + self.step_count * 101
-            seeds = [seed + d for d in range(config.zo_directions)]
-            gradients = zo_step_(
+            def loss() -> float:
+                # Common random numbers: both perturbed forwards see these images, noise and t.
+                with torch.inference_mode():
+                    value = diffusion_loss(
+                        self.unet, self.scheduler, images, noise, t, conditioning
+                    )
+                return value.item()
+
+            seed = (config.seed * 1_000_003 + self.step_count) * 101
+            gradients, value = zo_step_(
                 self.params,
                 loss,
-                seeds,
+                [seed + d for d in range(config.zo_directions)],
                 eps=config.zo_eps,
                 lr=config.zo_lr,
                 weight_decay=config.zo_weight_decay,
             )
-            value = loss()
             record = {"projected_gradient": sum(gradients) / len(gradients)}
         else:
             self.unet.train()
@@ -212,32 +224,36 @@ class MixOptTrainer:
             self.optimizer.zero_grad(set_to_none=True)
             value, record = value_t.item(), {}
         self.step_count += 1
-        entry = {
-            "step": self.step_count,
-            "mode": mode,
-            "timestep": timestep,
-            "p_zo": p,
-            "loss": value,
-            **record,
-        }
+        entry = {"step": self.step_count, "mode": mode, "timestep": timestep, "p_zo": p}
+        entry |= {"loss": value, **record}
         self.history.append(entry)
         return entry
 
+    def settings(self) -> dict[str, Any]:
+        """The config as a checkpoint records it (the schedule by its repr)."""
+        settings = {**asdict(self.config), "schedule": repr(self.config.schedule)}
+        settings.pop("checkpoint_every")
+        return settings
+
     def state(self) -> dict[str, Any]:
         return {
+            "settings": json.dumps(self.settings(), sort_keys=True),
             "params": [p.detach().clone() for p in self.params],
             "optimizer": self.optimizer.state_dict(),
-            "generator": self.generator.get_state(),
             "step": self.step_count,
             "history": self.history,
         }
 
     def load(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``; one written under other settings is refused."""
+        saved, mine = json.loads(state["settings"]), self.settings()
+        changed = sorted(k for k in mine if saved.get(k) != mine[k])
+        if changed:
+            raise ValueError(f"the checkpoint was written with other values of {changed}")
         with torch.no_grad():
             for p, saved in zip(self.params, state["params"], strict=True):
                 p.copy_(saved)
         self.optimizer.load_state_dict(state["optimizer"])
-        self.generator.set_state(state["generator"])
         self.step_count, self.history = state["step"], list(state["history"])
 
     def train(
@@ -263,4 +279,8 @@ def _resize(images: torch.Tensor, size: int) -> torch.Tensor:
     """Box-filter (area) resize to size × size, as a dataloader's downsampling would."""
     if images.shape[-1] == size and images.shape[-2] == size:
         return images
-    return F.interpolate(images.float(), size=(size, size), mode="area")
+    if size > min(images.shape[-2:]):
+        resized = F.interpolate(images.float(), size=(size, size), mode="bilinear")
+    else:
+        resized = F.interpolate(images.float(), size=(size, size), mode="area")
+    return resized.to(images.dtype)

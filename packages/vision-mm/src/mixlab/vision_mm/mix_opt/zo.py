@@ -36,8 +36,9 @@ def projected_gradient(
     eps: float,
     *,
     exact: bool = True,
-) -> float:
-    """ĝ = (L(θ + εz) − L(θ − εz)) / 2ε for the z of ``seed``; θ is restored afterwards."""
+) -> tuple[float, float]:
+    """(ĝ = (L(θ + εz) − L(θ − εz)) / 2ε, (L₊ + L₋) / 2) for the z of ``seed``; θ is restored
+    afterwards. The mean is the loss at θ up to O(ε²): the step's loss, with no extra forward."""
     snapshot = [p.detach().clone() for p in params] if exact else None
     perturb_(params, seed, eps)
     loss_plus = loss()
@@ -48,7 +49,7 @@ def projected_gradient(
         with torch.no_grad():
             for p, saved in zip(params, snapshot, strict=True):
                 p.copy_(saved)
-    return (loss_plus - loss_minus) / (2 * eps)
+    return (loss_plus - loss_minus) / (2 * eps), (loss_plus + loss_minus) / 2
 
 
 def zo_update_(
@@ -75,10 +76,16 @@ def zo_step_(
     lr: float,
     weight_decay: float = 0.0,
     exact: bool = True,
-) -> list[float]:
-    """One ZO step averaging ``len(seeds)`` directions (each update scaled by 1/q); returns
-    the projected gradients. Call ``loss`` under ``torch.inference_mode()`` for the memory."""
-    gradients = [projected_gradient(params, loss, s, eps, exact=exact) for s in seeds]
+) -> tuple[list[float], float]:
+    """One ZO step averaging ``len(seeds)`` directions: θ ← θ − (lr/q)·Σ ĝ_i·z_i, with weight
+    decay lr·λ once. Returns the projected gradients and the mean loss at θ. Call ``loss`` under
+    ``torch.inference_mode()`` for the memory."""
+    estimates = [projected_gradient(params, loss, s, eps, exact=exact) for s in seeds]
+    gradients = [gradient for gradient, _ in estimates]
+    if weight_decay:
+        with torch.no_grad():
+            for p in params:
+                p.mul_(1 - lr * weight_decay)
     for seed, gradient in zip(seeds, gradients, strict=True):
-        zo_update_(params, seed, gradient, lr / len(seeds), weight_decay / len(seeds))
-    return gradients
+        zo_update_(params, seed, gradient, lr / len(seeds))
+    return gradients, sum(mean for _, mean in estimates) / len(estimates)
