@@ -375,7 +375,8 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
 
     monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
     config = Config(
-        pretrain_steps=3, pretrain_images=64, eval_net_steps=5, steps=4, samples_per_prompt=1,
+        pretrain_steps=3, pretrain_images=64, eval_net_steps=5, eval_net_images=64, steps=4,
+        samples_per_prompt=1,
         sampling_steps=2,
     )  # fmt: skip
     result = METHOD.run(config, tmp_path / "run")
