@@ -42,6 +42,7 @@ _MODULE_OF = {
     "diffusion_loss": "trainer",
     "edge_iou": "metrics",
     "evaluation_nets": "metrics",
+    "feature_center": "metrics",
     "feature_cosine": "metrics",
     "load_lora": "lora",
     "make_schedule": "schedule",
@@ -75,6 +76,7 @@ __all__ = [
     "diffusion_loss",
     "edge_iou",
     "evaluation_nets",
+    "feature_center",
     "feature_cosine",
     "load_lora",
     "make_schedule",
@@ -97,6 +99,7 @@ if TYPE_CHECKING:
     from mixlab.vision_mm.mix_opt.metrics import (
         edge_iou,
         evaluation_nets,
+        feature_center,
         feature_cosine,
         nearest_ssim,
         prompt_accuracy,

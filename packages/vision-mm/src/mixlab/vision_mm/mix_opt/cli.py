@@ -60,7 +60,7 @@ def personalize(
     low_resolution: int = 16,
     rank: int = 4,
     bp_lr: float = 1e-3,
-    zo_lr: float = 1e-3,
+    zo_lr: float = 0.05,
     zo_eps: float = 1e-2,
     seed: int = 0,
     pretrain_steps: PretrainSteps = 1500,

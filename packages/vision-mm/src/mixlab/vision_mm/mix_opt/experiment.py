@@ -42,6 +42,7 @@ from mixlab.vision_mm.mix_opt.metrics import (
     EvalSpec,
     edge_iou,
     evaluation_nets,
+    feature_center,
     feature_cosine,
     nearest_ssim,
     prompt_accuracy,
@@ -203,11 +204,11 @@ def evaluate(unet, encoder, references, config: Config, seed: int, nets) -> dict
         seed=seed + 4242,
         train_timesteps=1000,
     ).cpu()
-    feature_net, attribute_net = nets
+    feature_net, attribute_net, center = nets
     own = backgrounds == list(BACKGROUNDS).index(config.subject_background)
     return {
         "samples": samples,
-        "subject_fidelity": feature_cosine(feature_net, samples, references),
+        "subject_fidelity": feature_cosine(feature_net, samples, references, center),
         "nearest_ssim": nearest_ssim(samples[own], references),
         "prompt_fidelity": prompt_accuracy(attribute_net, samples, backgrounds),
         "edge_iou": edge_iou(samples[own], references),
@@ -279,7 +280,10 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     if (saved := checkpoints.load_run(config)) is not None:
         done = saved["done"]
     pretrained_model(config.model_spec)  # the one-time pre-training, outside the timed cells
-    nets = evaluation_nets(EvalSpec(config.eval_net_images, config.eval_net_steps))
+    feature_net, attribute_net = evaluation_nets(
+        EvalSpec(config.eval_net_images, config.eval_net_steps)
+    )
+    nets = (feature_net, attribute_net, feature_center(feature_net))
     planned = _cells(config)
     with progress(len(planned), "mix_opt cells", completed=len(done)) as bar:
         for cell in planned:

@@ -1,12 +1,13 @@
 """Quality of personalized samples, measured with networks trained here (no downloads).
 
-- **Subject fidelity**: the mean cosine between the features of samples and of the subject's
-  reference images in :class:`ShapeNet` trained to tell shapes and fills apart (our stand-in for
+- **Subject fidelity**: the mean cosine between the centred features of samples and of the
+  subject's reference images in :class:`ShapeNet` trained to tell shapes and fills apart (our stand-in for
   DreamBench's DINO score: "DINO_local", never a DINO number), and the nearest-neighbour SSIM.
 - **Prompt fidelity**: how often a locally trained background classifier finds the background
   the prompt asked for (our stand-in for CLIP-T).
-- **Structural distortion**: 1 − IoU of Canny edge maps (dilated by one pixel) against the
-  nearest reference, at the best shift within ``max_shift`` pixels, at full resolution.
+- **Structural distortion**: 1 − IoU of the sample's Canny edge map against the outline of the
+  nearest reference's silhouette (both dilated by one pixel), at the best shift within
+  ``max_shift`` pixels, at full resolution.
 """
 
 from __future__ import annotations
@@ -103,11 +104,25 @@ def _fit(net: ShapeNet, data, spec: EvalSpec) -> None:
 
 
 @torch.inference_mode()
-def feature_cosine(feature_net: ShapeNet, samples: torch.Tensor, references: torch.Tensor) -> float:
-    """Mean pairwise cosine of the features of samples and references (DreamBench-style)."""
-    a = F.normalize(feature_net.features(samples), dim=-1)
-    b = F.normalize(feature_net.features(references), dim=-1)
-    return (a @ b.T).mean().item()
+def feature_cosine(
+    feature_net: ShapeNet,
+    samples: torch.Tensor,
+    references: torch.Tensor,
+    center: torch.Tensor | None = None,
+) -> float:
+    """Mean pairwise cosine of the features of samples and references (DreamBench-style),
+    after subtracting ``center`` (see :func:`feature_center`): the features after SiLU and
+    pooling share a large common component that puts every pair of images near 0.9."""
+    a, b = feature_net.features(samples), feature_net.features(references)
+    if center is not None:
+        a, b = a - center, b - center
+    return (F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T).mean().item()
+
+
+@torch.inference_mode()
+def feature_center(feature_net: ShapeNet, n: int = 512, seed: int = 4321) -> torch.Tensor:
+    """The mean feature of ``n`` generic captioned shapes (all fills): the common component."""
+    return feature_net.features(captioned_shapes(n, seed=seed, patterns=True).images).mean(0)
 
 
 def _numpy(images: torch.Tensor) -> np.ndarray:
@@ -136,10 +151,22 @@ def edge_maps(images: torch.Tensor, sigma: float = 1.0) -> torch.Tensor:
     return F.max_pool2d(edges[:, None], 3, stride=1, padding=1)[:, 0] > 0
 
 
+def outline_maps(references: torch.Tensor, threshold: float = 0.3) -> torch.Tensor:
+    """The subject's structure: the outline of each reference's foreground (pixels farther than
+    ``threshold`` from the corner colour), dilated by one pixel (B, H, W) bool."""
+    corner = references[:, :, :1, :1]
+    mask = ((references - corner).abs().amax(1) > threshold).float()[:, None]
+    inner = -F.max_pool2d(-mask, 3, stride=1, padding=1)  # erosion
+    outline = (mask - inner).clamp(min=0)
+    return F.max_pool2d(outline, 3, stride=1, padding=1)[:, 0] > 0
+
+
 def edge_iou(samples: torch.Tensor, references: torch.Tensor, max_shift: int = 4) -> float:
-    """Mean over samples of the best edge-map IoU against any reference at any shift
-    within ±``max_shift`` pixels (placements differ; the structure is what counts)."""
-    a, b = edge_maps(samples).float(), edge_maps(references).float()
+    """Mean over samples of the best IoU between the sample's edge map and a reference's
+    outline (:func:`outline_maps`), over references and shifts within ±``max_shift`` pixels
+    (placements differ; the structure is what counts). Edges the subject does not have (speckle,
+    a broken silhouette) enlarge the union and lower the score."""
+    a, b = edge_maps(samples).float(), outline_maps(references).float()
     h, w = a.shape[1:]
     padded = F.pad(a, (max_shift,) * 4)  # shifted in zeros, not wrapped around
     best = torch.zeros(len(a))
