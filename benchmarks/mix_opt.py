@@ -35,7 +35,7 @@ def main() -> None:
             raise SystemExit(
                 f"--resolutions must be multiples of 8 (the UNet's factor 4 at half size), got {r}"
             )
-    started = time.time()
+    started = time.perf_counter()
     specs = [
         {"mode": mode, "resolution": r, "low_resolution": r // 2, "batch_size": args.batch_size}
         for r in args.resolutions

@@ -17,6 +17,7 @@ from mixlab.vision_mm.mix_opt import (
     TimestepAware,
     add_lora,
     build_unet,
+    captioned_shapes,
     diffusion_loss,
     edge_iou,
     load_lora,
@@ -339,15 +340,29 @@ def test_bad_configs_raise_clear_errors():
 
 def test_edge_iou_sees_structure_not_placement():
     subject = subject_images(4, seed=0).images
-    assert edge_iou(subject, subject) == pytest.approx(1.0)
+    clean = edge_iou(subject, subject)
     shifted = torch.roll(subject, (2, -3), dims=(2, 3))
-    assert edge_iou(shifted, subject) > 0.9
-    blurred = torch.nn.functional.interpolate(
-        torch.nn.functional.interpolate(subject, size=8, mode="area"), size=32, mode="bilinear"
+    assert edge_iou(shifted, subject) == pytest.approx(clean, abs=0.02)
+    circles = subject_images(4, seed=0, shape="circle").images  # same fill, other silhouette
+    assert edge_iou(circles, subject) < clean - 0.1
+    speckled = subject + 0.8 * torch.randn(
+        subject.shape, generator=torch.Generator().manual_seed(0)
     )
-    assert edge_iou(blurred, subject) < edge_iou(shifted, subject) - 0.2
-    blank = torch.zeros_like(subject)
-    assert edge_iou(blank, subject) == 0.0
+    assert edge_iou(speckled.clamp(-1, 1), subject) < clean - 0.1
+    assert edge_iou(torch.zeros_like(subject), subject) == 0.0
+
+
+def test_centred_features_tell_the_subject_from_other_shapes():
+    from mixlab.vision_mm.mix_opt import evaluation_nets, feature_center, feature_cosine
+    from mixlab.vision_mm.mix_opt.metrics import EvalSpec
+
+    feature_net, _ = evaluation_nets(EvalSpec(train_size=64, steps=2))
+    center = feature_center(feature_net, n=64)
+    subject = subject_images(4, seed=0).images
+    others = captioned_shapes(4, seed=3).images
+    assert feature_cosine(feature_net, subject, subject, center) > feature_cosine(
+        feature_net, others, subject, center
+    )
 
 
 # --- CLI and experiment -----------------------------------------------------------------------
@@ -376,7 +391,7 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
     monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
     config = Config(
         pretrain_steps=3, pretrain_images=64, eval_net_steps=5, eval_net_images=64, steps=4,
-        samples_per_prompt=1,
+        samples_per_prompt=1, resolution=16, low_resolution=8,
         sampling_steps=2,
     )  # fmt: skip
     result = METHOD.run(config, tmp_path / "run")

@@ -168,18 +168,21 @@ def captioned_shapes(n: int, *, size: int = 32, seed: int = 0, patterns: bool = 
 
 
 def subject_images(
-    n: int = 4, *, background: str = "on_white", size: int = 32, seed: int = 0
+    n: int = 4, *, background: str = "on_white", size: int = 32, seed: int = 0, shape: str = "star"
 ) -> ShapeData:
     """``n`` photos of the subject, the striped three-coloured star, on ``background``, at
-    varied placements; captions ``("<sks>", "star", background)``."""
+    varied placements; captions ``("<sks>", "star", background)``. ``shape`` draws the same
+    fill and placements as another shape (a control for the structural metric)."""
     if background not in BACKGROUNDS:
         raise ValueError(f"background must be one of {list(BACKGROUNDS)}, got {background!r}")
+    if shape not in SHAPES:
+        raise ValueError(f"shape must be one of {SHAPES}, got {shape!r}")
     rng = np.random.default_rng(10_000 + seed)
     images = []
     for _ in range(n):
         fill = _fill("stripes", list(SUBJECT_STRIPES), size * SUPERSAMPLE, rng)
         images.append(
-            render("star", fill, BACKGROUNDS[background], size=size, **_placement(rng, size))
+            render(shape, fill, BACKGROUNDS[background], size=size, **_placement(rng, size))
         )
     captions = torch.tensor([encode_caption(SUBJECT_TOKEN, "star", background)] * n)
     shape = torch.full((n,), SHAPES.index("star"))

@@ -219,7 +219,12 @@ def run_system(config: Config, system: str, seed: int, out_dir: Path, nets) -> d
     device = resolve_device(config.device)
     seed_everything(seed)
     unet, encoder = pretrained_model(config.model_spec, device)
-    subject = subject_images(config.subject_images, background=config.subject_background, seed=seed)
+    subject = subject_images(
+        config.subject_images,
+        background=config.subject_background,
+        size=config.resolution,
+        seed=seed,
+    )
     start = time.perf_counter()
     history: list[dict[str, Any]] = []
     if system != "base":
