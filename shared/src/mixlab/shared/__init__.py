@@ -16,6 +16,7 @@ from mixlab.shared.lazy import lazy_exports
 _MODULE_OF = {
     "Checkpointer": "checkpoint",
     "load_state": "checkpoint",
+    "run_cells": "checkpoint",
     "save_state": "checkpoint",
     "ExperimentConfig": "config",
     "require": "config",
@@ -60,6 +61,7 @@ __all__ = [
     "require",
     "resolve_device",
     "restore_rng_state",
+    "run_cells",
     "save_figure",
     "save_state",
     "seed_everything",
@@ -70,7 +72,7 @@ __all__ = [
 __getattr__, __dir__ = lazy_exports(__name__, _MODULE_OF)
 
 if TYPE_CHECKING:
-    from mixlab.shared.checkpoint import Checkpointer, load_state, save_state
+    from mixlab.shared.checkpoint import Checkpointer, load_state, run_cells, save_state
     from mixlab.shared.config import ExperimentConfig, is_count, require
     from mixlab.shared.device import resolve_device
     from mixlab.shared.memory import added_peak_bytes, measure_in_fresh_process

@@ -26,7 +26,7 @@ import math
 import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -217,3 +217,33 @@ class Checkpointer:
 def _recorded(config: ExperimentConfig) -> dict[str, Any]:
     """The config as a checkpoint stores it: JSON values (tuples as lists), without the device."""
     return json.loads(json.dumps({k: v for k, v in config.to_dict().items() if k != "device"}))
+
+
+def run_cells(
+    out_dir: str | os.PathLike[str],
+    config: ExperimentConfig,
+    planned: list[dict[str, Any]],
+    run_cell: Callable[[dict[str, Any]], Any],
+    *,
+    resume: bool,
+    label: str,
+) -> list[Any]:
+    """Run an experiment as independent cells (JSON-able dicts): ``run_cell(cell)`` for each
+    planned cell not yet done, saving every outcome as it finishes; returns the outcomes in
+    ``planned`` order. With ``resume`` the cells a killed run finished are not run again (a
+    checkpoint made under another config is refused, see :meth:`Checkpointer.load_run`)."""
+    from mixlab.shared.progress import progress
+
+    checkpoints = Checkpointer(out_dir, resume=resume, keep_last=1)
+    done: dict[str, Any] = {}
+    if (saved := checkpoints.load_run(config)) is not None:
+        done = saved["done"]
+    keys = [json.dumps(cell, sort_keys=True) for cell in planned]
+    with progress(len(planned), label, completed=sum(k in done for k in keys)) as bar:
+        for key, cell in zip(keys, planned, strict=True):
+            if key in done:
+                continue
+            done[key] = run_cell(cell)
+            checkpoints.save_run(len(done), config, done=done)
+            bar.advance()
+    return [done[key] for key in keys]

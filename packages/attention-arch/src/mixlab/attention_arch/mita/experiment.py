@@ -48,7 +48,6 @@ from mixlab.attention_arch.mita.training import (
     train,
 )
 from mixlab.shared import (
-    Checkpointer,
     Claim,
     ExperimentConfig,
     Method,
@@ -56,9 +55,9 @@ from mixlab.shared import (
     bar_plot,
     is_count,
     line_plot,
-    progress,
     require,
     resolve_device,
+    run_cells,
     seed_everything,
 )
 
@@ -324,49 +323,43 @@ def _cells(config: Config) -> list[dict[str, Any]]:
     return cells
 
 
-def _key(cell: dict[str, Any]) -> str:
-    return json.dumps(cell, sort_keys=True)
-
-
 def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     torch.set_flush_denormal(True)
-    checkpoints = Checkpointer(out_dir, resume=resume, keep_last=1)
-    done: dict[str, dict[str, Any]] = {}
-    if (saved := checkpoints.load_run(config)) is not None:
-        done = saved["done"]
     data = _datasets(config)
-    planned = _cells(config)
     device = resolve_device(config.device)
-    pretrain_spec = _spec(config, config.seed, config.pretrain_steps)
-    pretrained_state = None
-    with progress(len(planned), "mita cells", completed=len(done)) as bar:
-        for cell in planned:
-            if _key(cell) in done:
-                continue
-            if cell["part"] in ("pretrain", "swap") and pretrained_state is None:
-                start = time.perf_counter()
-                pretrained = pretrained_full_vit(
-                    config.shape,
-                    pretrain_spec,
-                    train_size=config.train_size,
-                    scale=config.digit_scale,
-                    clutter=config.clutter,
-                    device=device,
-                )
-                pretrained_state = {k: v.clone() for k, v in pretrained.state_dict().items()}
-                loaded_s = time.perf_counter() - start
-            if cell["part"] == "pretrain":
-                outcome = {"accuracy": accuracy(pretrained, data[1]), "seconds": loaded_s}
-            elif cell["part"] == "scratch":
-                outcome = run_scratch(config, cell["system"], cell["seed"], data, out_dir)
-            elif cell["part"] == "swap":
-                outcome = run_swap(config, cell["kind"], data, pretrained_state)
-            else:
-                outcome = run_memory(config)
-            done[_key(cell)] = {**cell, **outcome}
-            checkpoints.save_run(len(done), config, done=done)
-            bar.advance(part=len(done))
-    cells = [done[_key(cell)] for cell in planned]
+    pretrained: dict[str, Any] = {}  # loaded on first need: a resumed run may not need it
+
+    def pretrained_state() -> dict[str, Any]:
+        if not pretrained:
+            start = time.perf_counter()
+            model = pretrained_full_vit(
+                config.shape,
+                _spec(config, config.seed, config.pretrain_steps),
+                train_size=config.train_size,
+                scale=config.digit_scale,
+                clutter=config.clutter,
+                device=device,
+            )
+            pretrained["model"], pretrained["seconds"] = model, time.perf_counter() - start
+            pretrained["state"] = {k: v.clone() for k, v in model.state_dict().items()}
+        return pretrained["state"]
+
+    def run_cell(cell: dict[str, Any]) -> dict[str, Any]:
+        if cell["part"] == "pretrain":
+            pretrained_state()
+            outcome = {
+                "accuracy": accuracy(pretrained["model"], data[1]),
+                "seconds": pretrained["seconds"],
+            }
+        elif cell["part"] == "scratch":
+            outcome = run_scratch(config, cell["system"], cell["seed"], data, out_dir)
+        elif cell["part"] == "swap":
+            outcome = run_swap(config, cell["kind"], data, pretrained_state())
+        else:
+            outcome = run_memory(config)
+        return {**cell, **outcome}
+
+    cells = run_cells(out_dir, config, _cells(config), run_cell, resume=resume, label="mita cells")
     (out_dir / "cells.json").write_text(json.dumps(cells, indent=1) + "\n")
     metrics = summarise(cells, config)
     _plots(cells, metrics, out_dir)

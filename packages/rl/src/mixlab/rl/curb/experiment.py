@@ -26,15 +26,14 @@ from mixlab.rl.curb.dqn import DQNConfig, train_dqn
 from mixlab.rl.curb.markets import MARKETS
 from mixlab.rl.curb.qlearning import QLearner, train_sessions
 from mixlab.shared import (
-    Checkpointer,
     Claim,
     ExperimentConfig,
     Method,
     Result,
     is_count,
-    progress,
     require,
     resolve_device,
+    run_cells,
     save_figure,
 )
 
@@ -165,10 +164,6 @@ def _cells(config: Config) -> list[dict[str, Any]]:
     return cells
 
 
-def _key(cell: dict[str, Any]) -> str:
-    return json.dumps(cell, sort_keys=True)
-
-
 def run_tabular(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
     market = MARKETS[cell["game"]]()
     q_learner = learner(cell["system"], cell["alpha"], cell["beta"], cell["penalty"])
@@ -221,22 +216,13 @@ def run_dqn(config: Config, cell: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
-    checkpoints = Checkpointer(out_dir, resume=resume, keep_last=1)
-    done: dict[str, list[dict[str, Any]]] = {}
-    if (saved := checkpoints.load_run(config)) is not None:
-        done = saved["done"]
-    planned = _cells(config)
-    with progress(len(planned), "curb cells", completed=len(done)) as bar:
-        for cell in planned:
-            key = _key(cell)
-            if key in done:
-                continue
-            done[key] = (
-                run_dqn(config, cell) if cell["kind"] == "dqn" else [run_tabular(config, cell)]
-            )
-            checkpoints.save_run(len(done), config, done=done)
-            bar.advance()
-    records = [record for cell in planned for record in done[_key(cell)]]
+    def run_cell(cell: dict[str, Any]) -> list[dict[str, Any]]:
+        return run_dqn(config, cell) if cell["kind"] == "dqn" else [run_tabular(config, cell)]
+
+    outcomes = run_cells(
+        out_dir, config, _cells(config), run_cell, resume=resume, label="curb cells"
+    )
+    records = [record for outcome in outcomes for record in outcome]
     (out_dir / "cells.json").write_text(json.dumps(_compact(records)) + "\n")
     metrics = summarise(records, config)
     _plots(records, config, out_dir)

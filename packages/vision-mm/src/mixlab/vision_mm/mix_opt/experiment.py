@@ -24,16 +24,15 @@ import torch
 from scipy import stats
 
 from mixlab.shared import (
-    Checkpointer,
     Claim,
     ExperimentConfig,
     Method,
     Result,
     bar_plot,
     is_count,
-    progress,
     require,
     resolve_device,
+    run_cells,
     seed_everything,
 )
 from mixlab.vision_mm.mix_opt.data import BACKGROUNDS, SUBJECT_TOKEN, encode_caption, subject_images
@@ -274,34 +273,22 @@ def _cells(config: Config) -> list[dict[str, Any]]:
     return cells
 
 
-def _key(cell: dict[str, Any]) -> str:
-    return json.dumps(cell, sort_keys=True)
-
-
 def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     torch.set_flush_denormal(True)
-    checkpoints = Checkpointer(out_dir, resume=resume, keep_last=1)
-    done: dict[str, dict[str, Any]] = {}
-    if (saved := checkpoints.load_run(config)) is not None:
-        done = saved["done"]
     pretrained_model(config.model_spec)  # the one-time pre-training, outside the timed cells
     feature_net, attribute_net = evaluation_nets(
         EvalSpec(config.eval_net_images, config.eval_net_steps)
     )
     nets = (feature_net, attribute_net, feature_center(feature_net))
-    planned = _cells(config)
-    with progress(len(planned), "mix_opt cells", completed=len(done)) as bar:
-        for cell in planned:
-            if _key(cell) in done:
-                continue
-            if cell["part"] == "memory":
-                outcome = {"modes": run_memory(config)}
-            else:
-                outcome = run_system(config, cell["system"], cell["seed"], out_dir, nets)
-            done[_key(cell)] = {**cell, **outcome}
-            checkpoints.save_run(len(done), config, done=done)
-            bar.advance(part=len(done))
-    cells = [done[_key(cell)] for cell in planned]
+
+    def run_cell(cell: dict[str, Any]) -> dict[str, Any]:
+        if cell["part"] == "memory":
+            return {**cell, "modes": run_memory(config)}
+        return {**cell, **run_system(config, cell["system"], cell["seed"], out_dir, nets)}
+
+    cells = run_cells(
+        out_dir, config, _cells(config), run_cell, resume=resume, label="mix_opt cells"
+    )
     for system in ("base", *config.systems):
         first = next(c for c in cells if c.get("system") == system)
         save_grid(
