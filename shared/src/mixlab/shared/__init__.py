@@ -25,6 +25,8 @@ _MODULE_OF = {
     "added_peak_bytes": "memory",
     "measure_in_fresh_process": "memory",
     "cache_dir": "paths",
+    "mean_std": "stats",
+    "warmup_cosine": "optim",
     "bar_plot": "plotting",
     "line_plot": "plotting",
     "save_figure": "plotting",
@@ -56,6 +58,7 @@ __all__ = [
     "is_count",
     "line_plot",
     "load_state",
+    "mean_std",
     "measure_in_fresh_process",
     "progress",
     "require",
@@ -66,6 +69,7 @@ __all__ = [
     "save_state",
     "seed_everything",
     "track",
+    "warmup_cosine",
 ]
 
 
@@ -76,9 +80,11 @@ if TYPE_CHECKING:
     from mixlab.shared.config import ExperimentConfig, is_count, require
     from mixlab.shared.device import resolve_device
     from mixlab.shared.memory import added_peak_bytes, measure_in_fresh_process
+    from mixlab.shared.optim import warmup_cosine
     from mixlab.shared.paths import cache_dir
     from mixlab.shared.plotting import bar_plot, line_plot, save_figure
     from mixlab.shared.progress import progress, track
     from mixlab.shared.registry import DOMAINS, Method, discover_methods, get_method
     from mixlab.shared.result import Claim, Result
     from mixlab.shared.seeding import capture_rng_state, restore_rng_state, seed_everything
+    from mixlab.shared.stats import mean_std

@@ -55,6 +55,7 @@ from mixlab.shared import (
     bar_plot,
     is_count,
     line_plot,
+    mean_std,
     require,
     resolve_device,
     run_cells,
@@ -366,10 +367,6 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     return Result(metrics=metrics, claims=claims(metrics))
 
 
-def _mean_std(values: list[float]) -> tuple[float, float]:
-    return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-
-
 def summarise(cells: list[dict[str, Any]], config: Config) -> dict[str, dict[str, float | None]]:
     """One row per system: test accuracy (mean, sample std over seeds), attention GFLOPs per
     image and their ratio to full attention, peak memory of one layer's forward + backward; for
@@ -381,7 +378,7 @@ def summarise(cells: list[dict[str, Any]], config: Config) -> dict[str, dict[str
     metrics: dict[str, dict[str, float | None]] = {}
     for system in config.systems:
         mine = [c for c in scratch if c["system"] == system]
-        mean, std = _mean_std([c["accuracy"] for c in mine])
+        mean, std = mean_std([c["accuracy"] for c in mine])
         flops, executed = attention_cost(system, config)
         pruning = [c for c in mine if "pruned_accuracy" in c]
         row: dict[str, float | None] = {

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ from torch import nn
 
 from mixlab.attention_arch.mita.data import ClutteredDigits, cluttered_digits
 from mixlab.attention_arch.mita.swap import replace_attention
-from mixlab.shared import cache_dir, load_state, save_state
+from mixlab.shared import cache_dir, load_state, save_state, warmup_cosine
 
 
 @dataclass(frozen=True)
@@ -98,14 +97,7 @@ def train(
     """
     model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
-    warmup = max(1, spec.steps // 20)
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, spec.steps - warmup)))
-
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    schedule = warmup_cosine(optimizer, spec.steps)
     losses: list[float] = []
     if checkpoint is not None and checkpoint.with_suffix(".json").exists():
         state = load_state(checkpoint, map_location=device)

@@ -42,6 +42,7 @@ from mixlab.shared import (
     Result,
     is_count,
     line_plot,
+    mean_std,
     progress,
     require,
     resolve_device,
@@ -260,9 +261,8 @@ def summarise(cells: list[dict[str, Any]], config: Config) -> dict[str, dict[str
         ):
             for size in sizes:
                 values = [c[measure] for c in mine if c["task"] == task and c["size"] == size]
-                row[f"{task}{size}_{measure}"] = float(np.mean(values))
-                row[f"{task}{size}_{measure}_std"] = (
-                    float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+                row[f"{task}{size}_{measure}"], row[f"{task}{size}_{measure}_std"] = mean_std(
+                    values
                 )
             largest = [c for c in mine if c["task"] == task and c["size"] == max(sizes)]
             row[f"{task}_parameters"] = largest[0]["parameters"]

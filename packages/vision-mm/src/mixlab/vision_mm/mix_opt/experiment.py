@@ -30,6 +30,7 @@ from mixlab.shared import (
     Result,
     bar_plot,
     is_count,
+    mean_std,
     require,
     resolve_device,
     run_cells,
@@ -317,9 +318,7 @@ def summarise(cells: list[dict[str, Any]], config: Config) -> dict[str, dict[str
         mine = [c for c in cells if c.get("system") == system]
         row: dict[str, float | None] = {}
         for name in QUALITY:
-            values = [c[name] for c in mine]
-            row[name] = float(np.mean(values))
-            row[f"{name}_std"] = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+            row[name], row[f"{name}_std"] = mean_std([c[name] for c in mine])
         row["structural_distortion"] = 1 - row["edge_iou"]
         shares = [c["zo_share"] for c in mine if c["zo_share"] is not None]
         row["zo_share"] = float(np.mean(shares)) if shares else None

@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import math
 import os
 import shutil
 from dataclasses import asdict, dataclass
@@ -36,6 +35,7 @@ from mixlab.shared import (
     progress,
     restore_rng_state,
     save_state,
+    warmup_cosine,
 )
 from mixlab.vision_mm.mix_opt.data import NULL_TOKEN, TOKEN_ID, VOCABULARY, captioned_shapes
 
@@ -133,14 +133,7 @@ def _pretrain(
     ema = copy.deepcopy(unet).requires_grad_(False)
     parameters = [*unet.parameters(), *encoder.parameters()]
     optimizer = torch.optim.AdamW(parameters, lr=spec.lr, weight_decay=0.01)
-    warmup = max(1, spec.steps // 20)
-
-    def lr_at(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, spec.steps - warmup)))
-
-    lr_schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
+    lr_schedule = warmup_cosine(optimizer, spec.steps)
     generator = torch.Generator().manual_seed(spec.seed)
     start = 0
     if (last := checkpoints.load_latest()) is not None:

@@ -1,0 +1,33 @@
+"""Tests of mixlab.shared.stats and mixlab.shared.optim."""
+
+from itertools import pairwise
+
+import pytest
+import torch
+
+from mixlab.shared import mean_std, warmup_cosine
+
+
+def test_mean_std_is_the_sample_spread():
+    assert mean_std([2.0]) == (2.0, 0.0)
+    mean, std = mean_std([1.0, 2.0, 3.0])
+    assert mean == 2.0
+    assert std == pytest.approx(1.0)  # ddof 1, not the population 0.816
+    with pytest.raises(ValueError, match="at least one"):
+        mean_std([])
+
+
+def test_warmup_cosine_rises_then_decays_to_zero():
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    schedule = warmup_cosine(optimizer, 100)  # 5 warm-up steps
+    rates = []
+    for _ in range(100):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+    assert rates[:5] == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
+    assert rates[5] == pytest.approx(1.0)
+    assert all(a >= b for a, b in pairwise(rates[5:]))
+    assert rates[-1] < 1e-3
+    with pytest.raises(ValueError, match="steps"):
+        warmup_cosine(optimizer, 0)
