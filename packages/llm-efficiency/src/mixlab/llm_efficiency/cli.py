@@ -1,11 +1,62 @@
 """``mixlab-llm``: the command line of the llm-efficiency methods; each method adds its command group here."""
 
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mixlab.llm_efficiency.mobiquant.cli import app as mobiquant_app
 from mixlab.shared.cli_base import domain_app, run_app
 
 app = domain_app(
     "mixlab-llm",
     "LLM efficiency: any-precision quantization, early exit, sparsity, prompt compression and routing.",
 )
+lm_app = typer.Typer(
+    help="The tiny-LM lab: train a byte-level Llama on stdlib sources, score text.",
+    no_args_is_help=True,
+)
+app.add_typer(lm_app, name="lm")
+app.add_typer(mobiquant_app, name="mobiquant")
+
+
+@lm_app.command("train")
+def lm_train(
+    out: Annotated[Path, typer.Option(help="folder for the trained model")],
+    hidden_size: int = 128,
+    layers: int = 4,
+    heads: int = 4,
+    intermediate_size: int = 384,
+    seq_len: int = 128,
+    steps: int = 300,
+    batch_size: int = 16,
+    lr: float = 3e-3,
+    seed: int = 0,
+    resume: Annotated[bool, typer.Option(help="continue from out/checkpoints")] = True,
+) -> None:
+    """Train a byte-level Llama on the standard library's train files (accelerate)."""
+    from mixlab.llm_efficiency.lm import LMConfig, train_lm
+
+    config = LMConfig(
+        hidden_size, layers, heads, intermediate_size, seq_len, steps, batch_size, lr, seed=seed
+    )
+    typer.echo(f"saved {train_lm(config, out, resume=resume)}")
+
+
+@lm_app.command("eval")
+def lm_eval(
+    model: Annotated[Path, typer.Option(help="local model folder")],
+    text: Annotated[Path, typer.Option(help="text file to score")],
+    seq_len: int = 128,
+    max_tokens: int | None = None,
+) -> None:
+    """Print the perplexity of a local causal LM on a text file."""
+    from mixlab.llm_efficiency.lm import encode_file, load_lm, perplexity
+
+    tokens = encode_file(model, text)
+    typer.echo(
+        f"perplexity {perplexity(load_lm(model), tokens, seq_len, max_tokens=max_tokens):.3f}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,491 @@
+"""MoBiQuant against per-bit RTN / HQQ / GPTQ, Matryoshka slicing and router-free nested slices
+(``mixlab run mobiquant``).
+
+A tiny Llama trained here on the standard library's sources (cached) is quantized by every
+system with the same groups (``group_size`` columns, one float16 scale and zero each) and the
+same calibration sequences (drawn from the VALIDATION files with the seed); perplexity is
+measured on the first ``eval_tokens`` bytes of the TEST files. Measured in one run:
+
+(a) outlier migration: Jaccard overlap of the top-10% tokens by loss increase (GPTQ at 3 vs 4
+    bits, and 2 vs 4), and the penalty of calibrating clipping at one precision and running at
+    another (clip-calibrated RTN, calibrated at 3 and run at 4, against calibrated at 4);
+(b) elasticity: test perplexity at 2, 2.5, 3, 3.5, 4 and 6 average code bits for MoBiQuant
+    (ONE checkpoint, budgets set at run time) and the router-free nested slices (same
+    calibration without router; fractional budgets mix depths at random per token), and at the
+    integer bits for the per-bit baselines. Effective bits add the scales and zeros (32 bits per
+    group) and, for MoBiQuant, its routers;
+(c) bytes of weight read per token, ``quantized weights * effective bits / 8`` (the CPU proxy of
+    decoding throughput; Matryoshka is counted at its sliced width, as a bit-plane kernel would
+    read it).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from mixlab.llm_efficiency.lm import LMConfig, corpus_split, pretrained_lm, token_nll
+from mixlab.llm_efficiency.mobiquant.baselines import (
+    BASELINES,
+    clip_rtn_,
+    gptq_,
+    per_bit_storage_bits,
+)
+from mixlab.llm_efficiency.mobiquant.model import (
+    MoBiQuantConfig,
+    average_bits,
+    quantize_,
+    save_quantized,
+    set_budget,
+    set_precision,
+    storage_bits,
+)
+from mixlab.shared import (
+    Claim,
+    ExperimentConfig,
+    Method,
+    Result,
+    is_count,
+    line_plot,
+    mean_std,
+    require,
+    run_cells,
+    seed_everything,
+)
+
+PER_BIT = ("rtn", "hqq", "gptq", "matryoshka")
+NESTED = ("nested", "mobiquant")
+SYSTEMS = (*PER_BIT, *NESTED)
+WITHIN = 0.05  # "within 5% of per-bit GPTQ"
+TOP_FRACTION = 0.10
+
+
+@dataclass
+class Config(ExperimentConfig):
+    """Defaults are the quick profile (a few minutes on 2 CPU cores once the tiny LM is cached,
+    about a minute more the first time); full trains a larger LM longer and runs 3 seeds."""
+
+    hidden_size: int = 128
+    layers: int = 4
+    intermediate_size: int = 384
+    seq_len: int = 128
+    lm_steps: int = 300
+    lm_batch: int = 16
+    slice_bits: int = 2
+    slices: int = 4
+    group_size: int = 64
+    calib_sequences: int = 32
+    """calibration sequences of seq_len tokens, drawn from the validation files"""
+    calib_steps: int = 150
+    """block-wise calibration steps per block (MoBiQuant and the router-free nested slices)"""
+    eval_tokens: int = 32768
+    """test tokens scored per system and budget"""
+    budgets: tuple[float, ...] = (2.0, 2.5, 3.0, 3.5, 4.0, 6.0)
+    per_bit: tuple[int, ...] = (2, 3, 4, 6)
+    n_seeds: int = 1
+
+    PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
+        "quick": {},
+        "full": {
+            "hidden_size": 256,
+            "layers": 6,
+            "intermediate_size": 768,
+            "lm_steps": 3000,
+            "lm_batch": 32,
+            "calib_sequences": 64,
+            "calib_steps": 400,
+            "eval_tokens": 131072,
+            "n_seeds": 3,
+        },
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in (
+            "calib_sequences",
+            "calib_steps",
+            "eval_tokens",
+            "n_seeds",
+            "lm_steps",
+            "lm_batch",
+        ):
+            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
+        self.lm_config()  # checks the model sizes
+        spec = self.quant_config(router=True).spec()
+        require(
+            self.hidden_size % self.group_size == 0,
+            "group_size",
+            "a divisor of hidden_size",
+            self.group_size,
+        )
+        require(
+            self.intermediate_size % self.group_size == 0,
+            "group_size",
+            "a divisor of intermediate_size",
+            self.group_size,
+        )
+        bad = [b for b in self.budgets if not spec.bits <= b <= spec.max_bits]
+        require(not bad, "budgets", f"average bits in [{spec.bits}, {spec.max_bits}]", self.budgets)
+        for needed in (2.0, 3.0, 4.0):
+            require(
+                needed in self.budgets,
+                "budgets",
+                "a tuple containing 2, 3 and 4 (the claims)",
+                self.budgets,
+            )
+        require(
+            {2, 3, 4} <= set(self.per_bit) and all(1 <= b <= 8 for b in self.per_bit),
+            "per_bit",
+            "bits in 1..8 including 2, 3 and 4",
+            self.per_bit,
+        )
+
+    def lm_config(self) -> LMConfig:
+        return LMConfig(
+            hidden_size=self.hidden_size,
+            layers=self.layers,
+            heads=max(1, self.hidden_size // 32),
+            intermediate_size=self.intermediate_size,
+            seq_len=self.seq_len,
+            steps=self.lm_steps,
+            batch_size=self.lm_batch,
+        )
+
+    def quant_config(self, *, router: bool, seed: int = 0) -> MoBiQuantConfig:
+        return MoBiQuantConfig(
+            bits=self.slice_bits,
+            slices=self.slices,
+            group_size=self.group_size,
+            router=router,
+            calib_steps=self.calib_steps,
+            seed=seed,
+        )
+
+
+def _calibration(config: Config, seed: int) -> torch.Tensor:
+    """``calib_sequences`` random windows of the validation files (the seed picks them)."""
+    val = corpus_split()[0]["val"]
+    generator = torch.Generator().manual_seed(seed)
+    starts = torch.randint(
+        len(val) - config.seq_len, (config.calib_sequences,), generator=generator
+    )
+    return torch.stack([val[s : s + config.seq_len] for s in starts.tolist()]).long()
+
+
+def _test_tokens(config: Config) -> torch.Tensor:
+    return corpus_split()[0]["test"][: config.eval_tokens + 1]
+
+
+def _nll(model: torch.nn.Module, config: Config) -> torch.Tensor:
+    return token_nll(model, _test_tokens(config), config.seq_len)
+
+
+def _ppl(nll: torch.Tensor) -> float:
+    return math.exp(nll.mean().item())
+
+
+def run_per_bit(
+    config: Config, system: str, bits: int, seed: int, fp: torch.nn.Module
+) -> dict[str, Any]:
+    model = copy.deepcopy(fp)
+    if system == "gptq":
+        gptq_(model, bits, config.group_size, _calibration(config, seed))
+    else:
+        BASELINES[system](model, bits, config.group_size)
+    nll = _nll(model, config)
+    out: dict[str, Any] = {"ppl": _ppl(nll)}
+    if system == "gptq" and bits in (2, 3, 4):  # outlier migration reads these tokens' losses
+        out["nll"] = nll.tolist()
+    return out
+
+
+def run_nested(
+    config: Config, system: str, seed: int, fp: torch.nn.Module, out_dir: Path
+) -> dict[str, Any]:
+    """Calibrate once (with or without router), then read the ONE checkpoint at every budget."""
+    model = copy.deepcopy(fp)
+    seed_everything(seed)
+    quantize_(
+        model,
+        config.quant_config(router=system == "mobiquant", seed=seed),
+        _calibration(config, seed),
+    )
+    out: dict[str, Any] = {"budgets": {}, "depths": {}}
+    for budget in config.budgets:
+        set_budget(model, budget, seed=seed)
+        nll = _nll(model, config)
+        out["budgets"][f"{budget:g}"] = {"ppl": _ppl(nll), "bits": average_bits(model)}
+    for depth in range(1, config.slices + 1):
+        set_precision(model, depth)
+        out["depths"][str(depth)] = _ppl(_nll(model, config))
+    out["storage"] = storage_bits(model)
+    if system == "mobiquant" and seed == config.seed:
+        folder = save_quantized(model, out_dir / "mobiquant_checkpoint")
+        out["checkpoint_bytes"] = (folder / "model.safetensors").stat().st_size
+    return out
+
+
+def run_migration(config: Config, seed: int, fp: torch.nn.Module) -> dict[str, Any]:
+    """Clip-calibrated RTN run at 4 (and 3) bits, calibrated at its own and at the other precision."""
+    calib = _calibration(config, seed)
+    out = {}
+    for run_bits, calibrate_bits in ((4, 4), (4, 3), (3, 3), (3, 4)):
+        model = clip_rtn_(
+            copy.deepcopy(fp), run_bits, config.group_size, calib, calibrate_bits=calibrate_bits
+        )
+        out[f"calib{calibrate_bits}_run{run_bits}"] = _ppl(_nll(model, config))
+    return out
+
+
+def _cells(config: Config) -> list[dict[str, Any]]:
+    cells: list[dict[str, Any]] = [{"part": "fp"}]
+    for system in ("rtn", "hqq", "matryoshka"):  # data-free: the seed changes nothing
+        cells += [
+            {"part": "per_bit", "system": system, "bits": b, "seed": config.seed}
+            for b in config.per_bit
+        ]
+    for offset in range(config.n_seeds):
+        seed = config.seed + offset
+        cells += [
+            {"part": "per_bit", "system": "gptq", "bits": b, "seed": seed} for b in config.per_bit
+        ]
+        cells += [{"part": "nested", "system": s, "seed": seed} for s in NESTED]
+        cells.append({"part": "migration", "seed": seed})
+    return cells
+
+
+def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
+    torch.set_flush_denormal(True)
+    fp = pretrained_lm(config.lm_config())  # cached; trained once, outside the cells
+
+    def run_cell(cell: dict[str, Any]) -> dict[str, Any]:
+        if cell["part"] == "fp":
+            nll = _nll(fp, config)
+            return {**cell, "ppl": _ppl(nll), "nll": nll.tolist()}
+        if cell["part"] == "per_bit":
+            return {**cell, **run_per_bit(config, cell["system"], cell["bits"], cell["seed"], fp)}
+        if cell["part"] == "nested":
+            return {**cell, **run_nested(config, cell["system"], cell["seed"], fp, out_dir)}
+        return {**cell, **run_migration(config, cell["seed"], fp)}
+
+    cells = run_cells(
+        out_dir, config, _cells(config), run_cell, resume=resume, label="mobiquant cells"
+    )
+    weights = next(c for c in cells if c["part"] == "nested")["storage"]["weights"]
+    metrics = summarise(cells, config, weights)
+    plain = [{k: v for k, v in c.items() if k != "nll"} for c in cells]
+    (out_dir / "cells.json").write_text(json.dumps(plain, indent=1) + "\n")
+    _plot(metrics, config, out_dir)
+    return Result(metrics=metrics, claims=claims(metrics, config))
+
+
+def _jaccard_top(delta_a: torch.Tensor, delta_b: torch.Tensor, fraction: float) -> float:
+    k = max(1, int(fraction * len(delta_a)))
+    top_a = set(delta_a.topk(k).indices.tolist())
+    top_b = set(delta_b.topk(k).indices.tolist())
+    return len(top_a & top_b) / len(top_a | top_b)
+
+
+def _points(config: Config) -> list[float]:
+    return sorted({float(b) for b in config.budgets} | {float(b) for b in config.per_bit})
+
+
+_PER_POINT = ("ppl", "ppl_std", "bits", "effective_bits", "bytes_per_token")
+
+
+def summarise(
+    cells: list[dict[str, Any]], config: Config, weights: int
+) -> dict[str, dict[str, float | None]]:
+    """One row per system, the same columns in each (None where a column does not apply).
+
+    At each bit point ``P``: ``ppl@P`` (mean over seeds), ``ppl_std@P``, ``bits@P`` (code bits
+    per weight the run measured), ``effective_bits@P`` (+ scales/zeros and routers) and
+    ``bytes_per_token@P`` (weight bytes read per token). Also: ``uniform_ppl@K`` (nested systems
+    at a uniform K bits), ``router_bits_per_weight``, ``stored_layer_bytes`` (the quantized
+    layers' bytes needed to serve EVERY evaluated precision: the per-bit set for per-bit
+    systems, one checkpoint for the nested ones and Matryoshka), ``cross_calibrated_ppl@3/4``
+    (clip_rtn calibrated at the other precision) and ``top10_jaccard@2/3`` (GPTQ's top-10%
+    tokens by loss increase at 2 or 3 bits against those at 4)."""
+    overhead = 32 / config.group_size  # a float16 scale and zero per group
+    fp_cell = next(c for c in cells if c["part"] == "fp")
+    depths = [d * config.slice_bits for d in range(1, config.slices + 1)]
+    columns = [f"{name}@{p:g}" for p in _points(config) for name in _PER_POINT]
+    columns += [f"uniform_ppl@{k}" for k in depths]
+    columns += ["full_precision_ppl", "router_bits_per_weight", "stored_layer_bytes"]
+    columns += ["cross_calibrated_ppl@3", "cross_calibrated_ppl@4", "top10_jaccard@2"]
+    columns += ["top10_jaccard@3", "top10_jaccard_chance"]
+    metrics = {s: dict.fromkeys(columns) for s in ("fp", *PER_BIT, "clip_rtn", *NESTED)}
+    for row in metrics.values():
+        row["full_precision_ppl"] = fp_cell["ppl"]
+
+    def put(system: str, point: float, ppls: list[float], bits: float, extra: float) -> None:
+        row, key = metrics[system], f"{point:g}"
+        row[f"ppl@{key}"], row[f"ppl_std@{key}"] = mean_std(ppls)
+        row[f"bits@{key}"] = bits
+        row[f"effective_bits@{key}"] = bits + extra
+        row[f"bytes_per_token@{key}"] = weights * (bits + extra) / 8
+
+    for system in PER_BIT:
+        for bits in config.per_bit:
+            mine = [c for c in cells if c.get("system") == system and c.get("bits") == bits]
+            put(system, bits, [c["ppl"] for c in mine], float(bits), overhead)
+        per_bit_set = sum(
+            per_bit_storage_bits(weights, b, config.group_size) for b in config.per_bit
+        )
+        metrics[system]["stored_layer_bytes"] = per_bit_set / 8
+    metrics["matryoshka"]["stored_layer_bytes"] = (
+        per_bit_storage_bits(weights, 8, config.group_size) / 8
+    )
+    metrics["fp"]["stored_layer_bytes"] = weights * 2.0  # float16
+    runs = [c for c in cells if c["part"] == "migration"]
+    clip = metrics["clip_rtn"]
+    for bits, other in ((3, 4), (4, 3)):
+        put("clip_rtn", bits, [c[f"calib{bits}_run{bits}"] for c in runs], float(bits), overhead)
+        cross = [c[f"calib{other}_run{bits}"] for c in runs]
+        clip[f"cross_calibrated_ppl@{bits}"] = mean_std(cross)[0]
+    for system in NESTED:
+        mine = [c for c in cells if c.get("system") == system]
+        storage = mine[0]["storage"]
+        router_bits = storage["routers"] / storage["weights"]
+        for budget in config.budgets:
+            key = f"{budget:g}"
+            measured = sum(c["budgets"][key]["bits"] for c in mine) / len(mine)
+            ppls = [c["budgets"][key]["ppl"] for c in mine]
+            put(system, budget, ppls, measured, overhead + router_bits)
+        for depth, k in enumerate(depths, start=1):
+            uniform = [c["depths"][str(depth)] for c in mine]
+            metrics[system][f"uniform_ppl@{k}"] = mean_std(uniform)[0]
+        metrics[system]["router_bits_per_weight"] = router_bits
+        stored = storage["codes"] + storage["scales"] + storage["routers"]
+        metrics[system]["stored_layer_bytes"] = stored / 8
+    gptq = metrics["gptq"]
+    for bits, value in _jaccards(cells, fp_cell).items():
+        gptq[f"top10_jaccard@{bits}"] = value
+    gptq["top10_jaccard_chance"] = TOP_FRACTION / (2 - TOP_FRACTION)  # two random top-10% sets
+    return metrics
+
+
+def _jaccards(cells: list[dict[str, Any]], fp_cell: dict[str, Any]) -> dict[int, float]:
+    """Mean over seeds of the Jaccard overlap of GPTQ's top-10% tokens by loss increase at 2 and
+    at 3 bits with those at 4 bits (outlier migration, paper §3)."""
+    fp_nll = torch.tensor(fp_cell["nll"])
+    seeds = sorted({c["seed"] for c in cells if c.get("system") == "gptq"})
+
+    def delta(bits: int, seed: int) -> torch.Tensor:
+        for c in cells:
+            if c.get("system") == "gptq" and c["bits"] == bits and c["seed"] == seed:
+                return torch.tensor(c["nll"]) - fp_nll
+        raise KeyError((bits, seed))
+
+    return {
+        bits: mean_std([_jaccard_top(delta(bits, s), delta(4, s), TOP_FRACTION) for s in seeds])[0]
+        for bits in (2, 3)
+    }
+
+
+def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
+    mob, gptq, mat, nested = (metrics[s] for s in ("mobiquant", "gptq", "matryoshka", "nested"))
+    clip = metrics["clip_rtn"]
+    out = [
+        Claim.compare(
+            f"MoBiQuant at 4 average bits is within {WITHIN:.0%} of per-bit GPTQ's perplexity",
+            mob["ppl@4"],
+            "<=",
+            (1 + WITHIN) * gptq["ppl@4"],
+            value_label="MoBiQuant ppl@4",
+            reference_label="1.05 x GPTQ ppl@4",
+        )
+    ]
+    for bits in (2, 3):
+        parts = [
+            Claim.compare(
+                "vs Matryoshka",
+                mob[f"ppl@{bits}"],
+                "<",
+                mat[f"ppl@{bits}"],
+                value_label="MoBiQuant ppl",
+                reference_label="Matryoshka ppl",
+            ),
+            Claim.compare(
+                "vs nested without router",
+                mob[f"ppl@{bits}"],
+                "<",
+                nested[f"ppl@{bits}"],
+                value_label="MoBiQuant ppl",
+                reference_label="nested (random depths) ppl",
+            ),
+        ]
+        out.append(
+            Claim.all_of(
+                f"At {bits} average bits MoBiQuant beats Matryoshka slicing and the router-free "
+                "nested slices",
+                parts,
+            )
+        )
+    per_bit_set = "+".join(str(b) for b in config.per_bit)
+    out += [
+        Claim.compare(
+            f"One nested checkpoint is smaller than the per-bit set ({per_bit_set} bits)",
+            mob["stored_layer_bytes"],
+            "<",
+            gptq["stored_layer_bytes"],
+            value_label="MoBiQuant bytes",
+            reference_label="per-bit set bytes",
+        ),
+        Claim.compare(
+            "Outlier migration: the top-10% tokens by loss increase at 3 and at 4 bits overlap by "
+            "less than half (Jaccard < 0.5)",
+            gptq["top10_jaccard@3"],
+            "<",
+            0.5,
+            value_label="Jaccard (GPTQ 3 vs 4 bits)",
+        ),
+        Claim.compare(
+            "Calibrating at 3 bits and running at 4 costs perplexity against calibrating at 4",
+            clip["cross_calibrated_ppl@4"],
+            ">",
+            clip["ppl@4"],
+            value_label="ppl, clipping calibrated at 3",
+            reference_label="at 4",
+        ),
+    ]
+    return out
+
+
+def _plot(metrics: dict[str, dict[str, Any]], config: Config, out_dir: Path) -> None:
+    series = {}
+    for system in (*PER_BIT, *NESTED):
+        row = metrics[system]
+        keys = [f"{p:g}" for p in _points(config) if row[f"ppl@{p:g}"] is not None]
+        xs = [row[f"effective_bits@{k}"] for k in keys]
+        series[system] = (xs, [row[f"ppl@{k}"] for k in keys])
+    line_plot(
+        out_dir / "perplexity_vs_bits.png",
+        series,
+        xlabel="effective bits per weight (codes + scales/zeros + routers)",
+        ylabel="test perplexity",
+        title=f"tiny Llama (full precision {metrics['fp']['full_precision_ppl']:.3f})",
+    )
+
+
+METHOD = Method(
+    name="mobiquant",
+    domain="llm-efficiency",
+    paper=(
+        "MoBiQuant: Mixture-of-Bits Quantization for Token-Adaptive Any-Precision LLM "
+        "(Wang et al., arXiv 2602.20191)"
+    ),
+    claim=(
+        "One nested checkpoint of recursive residual bit slices, read per token to the depth a "
+        "learned router picks, matches per-bit calibrated PTQ at each precision and beats "
+        "Matryoshka slicing and uniform nested precision at low average bits."
+    ),
+    config=Config,
+    run=run,
+)

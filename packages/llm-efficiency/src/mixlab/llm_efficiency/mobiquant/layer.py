@@ -1,0 +1,340 @@
+"""The MoBiQuant layer (:class:`MoBiLinear`) and the per-block token router (:class:`MoBiRouter`).
+
+A :class:`MoBiLinear` stores one nested checkpoint (``slices`` bit planes, one scale and zero per
+group, see :mod:`.slices`) and reads, for each token, only as many planes as that token's depth.
+The depth comes from, in order: the ``precision=`` argument of ``forward``; the layer's
+``precision`` attribute (:func:`~.model.set_precision`); the depth its block's router wrote into
+``token_depth`` for the current forward; else all slices.
+
+The router (MoBiRoute, paper §4.2) is a 2-layer MLP on the block's input hidden state that
+scores each token. At an average budget of ``base + share`` slices the tokens scoring above the
+block's threshold read ``base + 1`` slices and the rest ``base``: one knob (the threshold, a
+quantile of calibration scores) per block, placed for a target average by
+:func:`~.model.set_budget`. (We first let the router score every slice with prefix gating, as
+the paper's "score each token and bit slice" suggests; spreading tokens over all depths read
+worse than uniform precision at the same average, see the seed card.)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mixlab.llm_efficiency.mobiquant.kernel import nested_matmul
+from mixlab.llm_efficiency.mobiquant.slices import (
+    SliceSpec,
+    dequantize,
+    group_range,
+    pack,
+    scale_zero,
+    slice_codes,
+    unpack,
+)
+
+DEFAULT_SPEC = SliceSpec()
+
+__all__ = [
+    "MoBiLinear",
+    "MoBiRouter",
+    "as_out_in",
+    "check_budget",
+    "depth_plan",
+    "is_linear",
+    "upper_threshold",
+]
+
+
+def is_linear(module: nn.Module) -> bool:
+    """``nn.Linear`` or GPT-2's ``Conv1D`` (a linear layer storing its weight as [in, out])."""
+    return isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D"
+
+
+def as_out_in(module: nn.Module, name: str = "module") -> torch.Tensor:
+    """The weight of a linear layer as ``[out, in]`` (transposing GPT-2's ``Conv1D``)."""
+    if isinstance(module, nn.Linear):
+        return module.weight.data
+    if type(module).__name__ == "Conv1D":
+        return module.weight.data.t()
+    raise ValueError(
+        f"{name}: unknown layer type {type(module).__name__}; MoBiQuant quantizes nn.Linear "
+        "and transformers' Conv1D"
+    )
+
+
+class _Calibration(nn.Module):
+    """What a layer holds while it is calibrated: the full-precision weight and the learnable
+    weight clipping (LWC, OmniQuant) of each group's range, ``range_e = 2 * sigmoid(theta_e)``
+    times the distance of its min / max from the group's middle (1 at theta = 0: unclipped, the
+    measured best for the nested ladder, see :mod:`.slices`)."""
+
+    def __init__(self, weight: torch.Tensor, groups: int) -> None:
+        super().__init__()
+        self.register_buffer("weight", weight.detach().float().clone())
+        shape = (weight.shape[0], groups)
+        self.theta_low = nn.Parameter(torch.zeros(shape))
+        self.theta_high = nn.Parameter(torch.zeros(shape))
+
+    def range(self, spec: SliceSpec) -> tuple[torch.Tensor, torch.Tensor]:
+        grouped = self.weight.view(self.weight.shape[0], -1, spec.group_size)
+        low, high = grouped.amin(-1), grouped.amax(-1)
+        middle = (low + high) / 2
+        low = middle - (middle - low) * 2 * torch.sigmoid(self.theta_low)
+        high = middle + (high - middle) * 2 * torch.sigmoid(self.theta_high)
+        return scale_zero(low, high, spec.bits, grouped.abs().amax(-1))
+
+    def levels(self, spec: SliceSpec) -> list[torch.Tensor]:
+        """``[W_1, ..., W_E]``, differentiable in the range through straight-through floors."""
+        scale, zero = self.range(spec)
+        scale = scale.repeat_interleave(spec.group_size, dim=1)
+        zero = zero.repeat_interleave(spec.group_size, dim=1)
+        finest = 2.0 ** (spec.bits * (spec.slices - 1))
+        u = (self.weight / scale + zero) * finest
+        q = (u + (u.floor() - u).detach()).clamp(0, 2**spec.max_bits - 1)  # Q_E, floor-aligned
+        out = []
+        for depth in range(1, spec.slices + 1):
+            drop = 2.0 ** (spec.bits * (spec.slices - depth))
+            q_d = q / drop
+            q_d = q_d + (q_d.floor() - q_d).detach()  # Q_d = Q_E >> b(E-d), exact in forward
+            out.append(scale * ((q_d + 0.5) * drop / finest - zero))
+        return out
+
+
+class MoBiLinear(nn.Module):
+    """A linear layer whose weight is one nested MoBiSlice checkpoint, read at any depth."""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        spec: SliceSpec = DEFAULT_SPEC,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+        name: str = "layer",
+    ) -> None:
+        super().__init__()
+        spec.check_width(in_features, name)
+        self.in_features, self.out_features, self.spec = in_features, out_features, spec
+        groups = in_features // spec.group_size
+        packed = in_features * spec.bits // 8
+        kw: dict[str, Any] = {"device": device}
+        self.register_buffer(
+            "planes", torch.zeros(spec.slices, out_features, packed, dtype=torch.uint8, **kw)
+        )
+        self.register_buffer("scale", torch.ones(out_features, groups, dtype=torch.float16, **kw))
+        self.register_buffer("zero", torch.zeros(out_features, groups, dtype=torch.float16, **kw))
+        self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype, **kw)) if bias else None
+        self.compute_dtype = dtype
+        self.precision: int | None = None
+        self.token_depth: torch.Tensor | None = None
+        self.train_gates: torch.Tensor | None = None  # [tokens, slices] during calibration
+        self.backend = "auto"
+        self.calibration: _Calibration | None = None
+        self.last_avg_bits = float("nan")
+
+    @classmethod
+    def from_linear(
+        cls,
+        module: nn.Module,
+        spec: SliceSpec = DEFAULT_SPEC,
+        *,
+        clip: float | str = 1.0,
+        name: str = "layer",
+    ) -> MoBiLinear:
+        """Quantize an ``nn.Linear`` or ``Conv1D`` (data-free: min-max range, or ``clip="search"``
+        for the per-group ratio that minimises the depth-averaged error)."""
+        weight = as_out_in(module, name)
+        out_features, in_features = weight.shape
+        layer = cls(
+            in_features,
+            out_features,
+            module.bias is not None,
+            spec,
+            dtype=weight.dtype,
+            device=weight.device,
+            name=name,
+        )
+        if module.bias is not None:
+            layer.bias.data.copy_(module.bias.data)
+        if clip == "search":
+            from mixlab.llm_efficiency.mobiquant.slices import search_clip
+
+            clip = search_clip(weight, spec)
+        layer.set_weight(weight, *group_range(weight, spec, clip))
+        return layer
+
+    def set_weight(self, weight: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> None:
+        """Slice ``weight`` with ``scale``/``zero`` (stored as float16) into the bit planes."""
+        self.scale.copy_(scale.to(torch.float16))
+        self.zero.copy_(zero.to(torch.float16))
+        codes = slice_codes(weight, self.scale, self.zero, self.spec)
+        self.planes.copy_(pack(codes, self.spec.bits))
+
+    def weight_at(self, depth: int) -> torch.Tensor:
+        """The dense weight ``[out, in]`` this layer reads at ``depth`` slices."""
+        codes = unpack(self.planes[:depth], self.spec.bits)
+        return dequantize(codes, self.scale, self.zero, self.spec, depth, self.compute_dtype)
+
+    # --- calibration (see .calibrate) -------------------------------------------------------
+    def start_calibration(self, weight: torch.Tensor) -> _Calibration:
+        """Hold the full-precision ``weight`` [out, in] and learnable ranges until
+        :meth:`finish_calibration`; forward then reads the differentiable levels."""
+        self.calibration = _Calibration(weight, self.scale.shape[1])
+        return self.calibration
+
+    @torch.no_grad()
+    def finish_calibration(self) -> None:
+        """Slice the full-precision weight with the learned ranges and drop the float copy."""
+        assert self.calibration is not None
+        self.set_weight(self.calibration.weight, *self.calibration.range(self.spec))
+        self.calibration = None
+        self.train_gates = None
+
+    # --- forward ----------------------------------------------------------------------------
+    def _depths(
+        self, tokens: int, precision: int | None, device: torch.device
+    ) -> torch.Tensor | int:
+        depth = precision if precision is not None else self.precision
+        if depth is not None:
+            if not 1 <= depth <= self.spec.slices:
+                raise ValueError(
+                    f"precision must be a depth in 1..{self.spec.slices}, got {depth!r}"
+                )
+            return depth
+        if self.token_depth is not None:
+            if self.token_depth.numel() != tokens:
+                raise ValueError(
+                    f"the router set {self.token_depth.numel()} token depths for a call with "
+                    f"{tokens} tokens (a layer inside a per-token sub-module, e.g. an MoE expert, "
+                    "cannot be routed: use set_precision)"
+                )
+            return self.token_depth.to(device)
+        return self.spec.slices
+
+    def forward(self, x: torch.Tensor, precision: int | None = None) -> torch.Tensor:
+        shape = x.shape
+        x2 = x.reshape(-1, self.in_features)
+        if self.calibration is not None:
+            y = self._calibration_forward(x2, precision)
+        else:
+            depth = self._depths(x2.shape[0], precision, x.device)
+            if isinstance(depth, int):
+                self.last_avg_bits = float(depth * self.spec.bits)
+                y = F.linear(x2, self.weight_at(depth).to(x.dtype))
+            else:
+                self.last_avg_bits = depth.float().mean().item() * self.spec.bits
+                y = nested_matmul(
+                    x2, self.planes, self.scale, self.zero, depth, self.spec, self.backend
+                )
+        if self.bias is not None:
+            y = y + self.bias.to(y.dtype)
+        return y.reshape(*shape[:-1], self.out_features)
+
+    def _calibration_forward(self, x: torch.Tensor, precision: int | None) -> torch.Tensor:
+        """y = sum_d g_d * x (W_d - W_{d-1})^T: linear in the slices (paper Eq. 6), so gates
+        ``g_d`` (1 for the first slice) carry the router's straight-through gradient."""
+        levels = self.calibration.levels(self.spec)
+        depth = precision if precision is not None else self.precision
+        if depth is not None or self.train_gates is None:
+            depth = depth or self.spec.slices
+            self.last_avg_bits = float(depth * self.spec.bits)
+            return F.linear(x, levels[depth - 1].to(x.dtype))
+        gates = self.train_gates.to(x.dtype)  # [tokens, slices]
+        self.last_avg_bits = gates.detach().sum(-1).mean().item() * self.spec.bits
+        y = F.linear(x, levels[0].to(x.dtype))
+        for d in range(1, self.spec.slices):
+            y = y + gates[:, d : d + 1] * F.linear(x, (levels[d] - levels[d - 1]).to(x.dtype))
+        return y
+
+    def extra_repr(self) -> str:
+        s = self.spec
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+            f"bits={s.bits}x{s.slices}, group_size={s.group_size}"
+        )
+
+
+def check_budget(avg_bits: float, bits: int, slices: int) -> None:
+    if not bits <= avg_bits <= bits * slices:
+        raise ValueError(f"avg_bits must be in [{bits}, {bits * slices}], got {avg_bits!r}")
+
+
+def depth_plan(avg_bits: float, bits: int, slices: int) -> tuple[int, float]:
+    """``(base depth, share of tokens one slice deeper)`` averaging ``avg_bits`` code bits: only
+    the two depths next to the average are used, since the error falls ~4x per slice (convex),
+    so spreading tokens wider costs more on the starved tokens than it gains on the others."""
+    check_budget(avg_bits, bits, slices)
+    depth = avg_bits / bits
+    base = min(int(depth), slices - 1)
+    return base, depth - base
+
+
+def upper_threshold(scores: torch.Tensor, share: float) -> float:
+    """The score above which the top ``share`` of ``scores`` lie (+inf for none, -inf for all)."""
+    scores = scores.detach().flatten().float()
+    count = round(share * len(scores))
+    if count <= 0:
+        return math.inf
+    if count >= len(scores):
+        return -math.inf
+    return scores.sort().values[len(scores) - count - 1].item()
+
+
+class MoBiRouter(nn.Module):
+    """MoBiRoute: a per-token score from the block's input hidden state; at an average of
+    ``base + share`` slices, the top ``share`` of tokens by score read ``base + 1`` slices and
+    the others ``base`` (the threshold is the score quantile, placed by set_budget)."""
+
+    def __init__(self, hidden_size: int, slices: int, hidden: int = 32, bits: int = 2) -> None:
+        super().__init__()
+        if slices < 2:
+            raise ValueError(f"a router needs slices >= 2 to choose from, got {slices}")
+        self.slices, self.bits = slices, bits
+        self.up = nn.Linear(hidden_size, hidden)
+        self.down = nn.Linear(hidden, 1)
+        self.register_buffer("threshold", torch.tensor(math.inf))
+        self.register_buffer("base_depth", torch.tensor(slices))
+        self.fit_to: float | None = None  # set_budget: place the threshold on the next batch
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Scores ``[tokens]`` (higher: the token gains more from one more slice)."""
+        h = F.rms_norm(hidden.float(), (hidden.shape[-1],))
+        return self.down(F.gelu(self.up(h))).flatten()
+
+    def depth(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Each token's depth at the current budget."""
+        return self.base_depth + (self(hidden) > self.threshold).long()
+
+    def fit_threshold(self, scores: torch.Tensor, avg_bits: float) -> None:
+        """Place base depth and threshold so that ``scores`` (of calibration tokens) average
+        ``avg_bits`` code bits."""
+        base, share = depth_plan(avg_bits, self.bits, self.slices)
+        self.base_depth.fill_(base)
+        self.threshold.fill_(upper_threshold(scores, share))
+
+    def gates(
+        self, scores: torch.Tensor, avg_bits: float, temperature: float = 1.0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(gates [tokens, slices], soft_bits)`` for calibration at ``avg_bits``: 1 up to the
+        base depth, then the next slice's gate, hard (score above the batch quantile) in the
+        forward pass with the sigmoid relaxation's gradient (straight-through), then 0. The
+        relaxation's mean code bits feed the budget term."""
+        base, share = depth_plan(avg_bits, self.bits, self.slices)
+        threshold = upper_threshold(scores, share)
+        soft = torch.sigmoid((scores - threshold) / temperature)
+        gate = (scores > threshold).float() + soft - soft.detach()
+        gates = torch.zeros(len(scores), self.slices, device=scores.device)
+        gates[:, :base] = 1.0
+        gates = gates.index_put(
+            (torch.arange(len(scores)), torch.full_like(gate, base).long()), gate
+        )
+        return gates, (base + soft.mean()) * self.bits
+
+    def parameter_bits(self) -> int:
+        """Storage of the router in bits (fp16 weights and biases)."""
+        return 16 * sum(p.numel() for p in self.parameters())

@@ -1,0 +1,338 @@
+"""Whole-model MoBiQuant: ``quantize_``, the run-time precision knobs, save and load.
+
+    from mixlab.llm_efficiency.mobiquant import MoBiQuantConfig, quantize_, set_budget, set_precision
+
+    quantize_(model, MoBiQuantConfig(bits=2, slices=4, group_size=128), calib=token_ids)
+    set_budget(model, 3.0)        # the routers pick each token's depth, 3 code bits on average
+    set_precision(model, 2)       # or: every token reads 2 slices (4 bits)
+    save_quantized(model, "out/")  # safetensors + JSON; load_quantized("out/") gives equal logits
+
+Every ``nn.Linear`` / ``Conv1D`` inside the decoder blocks becomes a :class:`MoBiLinear` (the
+embeddings and the LM head stay as they are, as in GPTQ, AWQ and OmniQuant); ``target_modules``
+(regular expressions on module names) narrows or widens that choice. With ``router=True`` each
+block gets a :class:`MoBiRouter`, trained with the slices' ranges by block-wise calibration
+(:mod:`.calibrate`), which needs calibration tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from mixlab.llm_efficiency.mobiquant.layer import (
+    MoBiLinear,
+    MoBiRouter,
+    as_out_in,
+    check_budget,
+    depth_plan,
+    is_linear,
+)
+from mixlab.llm_efficiency.mobiquant.slices import SliceSpec
+
+__all__ = [
+    "MoBiQuantConfig",
+    "average_bits",
+    "block_linears",
+    "decoder_blocks",
+    "load_quantized",
+    "mobi_layers",
+    "quantize_",
+    "save_quantized",
+    "set_budget",
+    "set_precision",
+    "storage_bits",
+]
+
+CONFIG_FILE = "mobiquant_config.json"
+WEIGHTS_FILE = "model.safetensors"
+CALIBRATION_BUFFER = "mobiquant_calibration_tokens"  # kept in the checkpoint for set_budget
+_BLOCK_LISTS = ("model.layers", "transformer.h", "model.decoder.layers", "gpt_neox.layers")
+
+
+@dataclass
+class MoBiQuantConfig:
+    """How a model is quantized and calibrated (defaults: the paper's four 2-bit slices)."""
+
+    bits: int = 2  # bits per slice
+    slices: int = 4  # depth 1..slices reads bits * depth bits per weight
+    group_size: int = 128
+    router: bool = True
+    router_hidden: int = 32
+    clip: str = "none"  # "none" (min-max ranges, the measured choice) or "search" (data-free)
+    calib_steps: int = 200  # block-wise calibration steps per block
+    calib_batch: int = 4  # sequences per calibration step
+    lwc_lr: float = 5e-3
+    router_lr: float = 2e-3
+    budget_weight: float = 1.0  # lambda of the budget term (soft bits - target)^2 / max_bits^2
+    first_slice_fraction: float = 0.25  # stage 1: steps that calibrate the first slice alone
+    target_modules: tuple[str, ...] | None = (
+        None  # regexes on module names; None: all linears in blocks
+    )
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.spec()  # validates bits, slices and group_size
+        if self.clip not in ("none", "search"):
+            raise ValueError(f"clip must be 'none' or 'search', got {self.clip!r}")
+        for name in ("calib_steps", "calib_batch", "router_hidden"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.router and self.slices < 2:
+            raise ValueError("router=True needs slices >= 2 (one slice leaves nothing to route)")
+        if not 0 <= self.first_slice_fraction < 1:
+            raise ValueError(
+                f"first_slice_fraction must be in [0, 1), got {self.first_slice_fraction!r}"
+            )
+        if self.target_modules is not None:
+            self.target_modules = tuple(self.target_modules)
+
+    def spec(self) -> SliceSpec:
+        return SliceSpec(self.bits, self.slices, self.group_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> MoBiQuantConfig:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+
+def decoder_blocks(model: nn.Module) -> nn.ModuleList:
+    """The list of decoder blocks of a Hugging Face causal LM (Llama, Qwen2, Mistral, GPT-2, ...)."""
+    for path in _BLOCK_LISTS:
+        module: Any = model
+        for part in path.split("."):
+            module = getattr(module, part, None)
+            if module is None:
+                break
+        if isinstance(module, nn.ModuleList):
+            return module
+    raise ValueError(
+        f"model: no decoder block list found in {type(model).__name__} (looked for {', '.join(_BLOCK_LISTS)})"
+    )
+
+
+def block_linears(
+    model: nn.Module, target_modules: tuple[str, ...] | None = None
+) -> list[tuple[int, str, nn.Module]]:
+    """``(block index, name within the block, module)`` of every layer to quantize: all linear
+    layers inside the decoder blocks, or those whose name matches one of ``target_modules``."""
+    found = []
+    for index, block in enumerate(decoder_blocks(model)):
+        for name, module in block.named_modules():
+            if target_modules is None:
+                if is_linear(module) or isinstance(module, MoBiLinear):
+                    found.append((index, name, module))
+            elif name and any(re.fullmatch(p, name) for p in target_modules):
+                as_out_in(module, f"target_modules match {name!r}")  # unknown layer types raise
+                found.append((index, name, module))
+    if not found:
+        raise ValueError("model: no linear layer to quantize inside the decoder blocks")
+    return found
+
+
+def _replace(root: nn.Module, name: str, new: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    setattr(root.get_submodule(parent_name) if parent_name else root, child, new)
+
+
+def mobi_layers(block: nn.Module) -> list[MoBiLinear]:
+    return [m for m in block.modules() if isinstance(m, MoBiLinear)]
+
+
+def _route(block: nn.Module, args: tuple, kwargs: dict) -> None:
+    """Forward pre-hook of every quantized block: decide each token's depth and hand it to the
+    block's layers. The router scores the tokens; the no-router ablation at a fractional budget
+    draws depths at random, token-agnostic, in the same proportions
+    (``block.mobi_random_depth = (low depth, P(low + 1), generator)``)."""
+    layers = mobi_layers(block)
+    depth = None
+    if all(layer.precision is None for layer in layers):
+        hidden = args[0] if args else kwargs["hidden_states"]
+        random_depth = getattr(block, "mobi_random_depth", None)
+        router: MoBiRouter | None = getattr(block, "mobi_router", None)
+        if random_depth is not None:
+            low, p_up, generator = random_depth
+            up = torch.rand(hidden.shape[:-1].numel(), generator=generator) < p_up
+            depth = (low + up.long()).to(hidden.device)
+        elif router is not None:
+            if router.fit_to is not None:  # set_budget's pass over the calibration tokens
+                router.fit_threshold(router(hidden), router.fit_to)
+            depth = router.depth(hidden)
+    for layer in layers:
+        layer.token_depth = depth
+
+
+def _attach(model: nn.Module, config: MoBiQuantConfig) -> None:
+    """Routers (when configured) and the routing hooks; idempotent."""
+    hidden_size = model.config.hidden_size
+    for block in decoder_blocks(model):
+        if config.router and not hasattr(block, "mobi_router"):
+            block.mobi_router = MoBiRouter(
+                hidden_size, config.slices, config.router_hidden, config.bits
+            )
+        if not getattr(block, "_mobi_hooked", False):
+            block.register_forward_pre_hook(_route, with_kwargs=True)
+            block._mobi_hooked = True
+    model.mobiquant_config = config
+
+
+def quantize_(
+    model: nn.Module, config: MoBiQuantConfig | None = None, calib: torch.Tensor | None = None
+) -> nn.Module:
+    """Quantize ``model`` in place (and return it).
+
+    ``calib``: token ids ``[sequences, seq_len]`` for block-wise calibration of the ranges (and of
+    the routers, which need it); without it the slices are cut from min-max ranges (data-free).
+    """
+    config = config or MoBiQuantConfig()
+    if config.router and calib is None:
+        raise ValueError("calib: router=True needs calibration tokens (or set router=False)")
+    spec = config.spec()
+    targets = block_linears(model, config.target_modules)
+    for _, name, module in targets:  # validate every layer before changing any
+        if not isinstance(module, MoBiLinear):
+            spec.check_width(as_out_in(module, name).shape[1], name)
+    if calib is not None:
+        from mixlab.llm_efficiency.mobiquant.calibrate import calibrate_
+
+        calibrate_(model, config, calib)
+    else:
+        blocks = decoder_blocks(model)
+        for index, name, module in targets:
+            if not isinstance(module, MoBiLinear):
+                layer = MoBiLinear.from_linear(
+                    module, spec, clip="search" if config.clip == "search" else 1.0, name=name
+                )
+                _replace(blocks[index], name, layer)
+        _attach(model, config)
+    return model
+
+
+def set_precision(model: nn.Module, depth: int | None) -> None:
+    """Every token reads ``depth`` slices (``depth * bits`` bits); ``None`` hands the choice back to
+    the routers (or, without routers, to all slices)."""
+    for block in decoder_blocks(model):
+        block.mobi_random_depth = None
+        for layer in mobi_layers(block):
+            if depth is not None and not 1 <= depth <= layer.spec.slices:
+                raise ValueError(f"precision must be in 1..{layer.spec.slices}, got {depth!r}")
+            layer.precision = depth
+            layer.token_depth = None
+
+
+def set_budget(
+    model: nn.Module, avg_bits: float, *, tokens: torch.Tensor | None = None, seed: int = 0
+) -> None:
+    """Average ``avg_bits`` code bits per weight from now on.
+
+    Routed blocks: one forward pass over ``tokens`` (default: the calibration tokens stored with
+    the model) places each block's threshold on the hidden states it actually receives, i.e. with
+    the blocks before it already running at the new budget. A model without routers mixes the two
+    nearest depths at random per token in the same proportions (the token-agnostic ablation).
+    """
+    config: MoBiQuantConfig = model.mobiquant_config
+    check_budget(avg_bits, config.bits, config.slices)
+    set_precision(model, None)
+    blocks = decoder_blocks(model)
+    routers = [r for b in blocks if (r := getattr(b, "mobi_router", None)) is not None]
+    if routers:
+        tokens = tokens if tokens is not None else getattr(model, CALIBRATION_BUFFER, None)
+        if tokens is None:
+            raise ValueError("tokens: this model stores no calibration tokens; pass some")
+        for router in routers:
+            router.fit_to = avg_bits
+        try:
+            with torch.no_grad():
+                model(input_ids=tokens.to(next(model.parameters()).device), use_cache=False)
+        finally:
+            for router in routers:
+                router.fit_to = None
+        return
+    base, share = depth_plan(avg_bits, config.bits, config.slices)
+    for block in blocks:
+        block.mobi_random_depth = (base, share, torch.Generator().manual_seed(seed))
+
+
+def average_bits(model: nn.Module) -> float:
+    """Code bits per weight the last forward read, averaged over layers weighted by their size."""
+    total = weighted = 0.0
+    for block in decoder_blocks(model):
+        for layer in mobi_layers(block):
+            size = layer.in_features * layer.out_features
+            total += size
+            weighted += size * layer.last_avg_bits
+    return weighted / total
+
+
+def storage_bits(model: nn.Module) -> dict[str, float]:
+    """Bits of the quantized layers: codes (all slices), scales + zeros, routers, and the count of
+    quantized weights (so ``(codes + scales) / weights`` is the nested model's bits per weight)."""
+    codes = scales = routers = weights = 0
+    for block in decoder_blocks(model):
+        for layer in mobi_layers(block):
+            codes += layer.planes.numel() * 8
+            scales += (layer.scale.numel() + layer.zero.numel()) * 16
+            weights += layer.in_features * layer.out_features
+        if (router := getattr(block, "mobi_router", None)) is not None:
+            routers += router.parameter_bits()
+    return {"codes": codes, "scales": scales, "routers": routers, "weights": weights}
+
+
+def save_quantized(model: nn.Module, out_dir: str | Path) -> Path:
+    """Write the model's HF config, ``mobiquant_config.json`` and ``model.safetensors``."""
+    from safetensors.torch import save_model
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.config.save_pretrained(out_dir)
+    (out_dir / CONFIG_FILE).write_text(json.dumps(model.mobiquant_config.to_dict(), indent=2))
+    save_model(model, str(out_dir / WEIGHTS_FILE))  # handles tied embeddings
+    return out_dir
+
+
+def load_quantized(path: str | Path, device: torch.device | str = "cpu") -> nn.Module:
+    """A model :func:`save_quantized` wrote, with its routers and thresholds (eval mode)."""
+    from safetensors.torch import load_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = Path(path)
+    if not (path / CONFIG_FILE).exists():
+        raise ValueError(f"--model: {path} holds no MoBiQuant model (no {CONFIG_FILE})")
+    config = MoBiQuantConfig.from_dict(json.loads((path / CONFIG_FILE).read_text()))
+    hf_config = AutoConfig.from_pretrained(path, local_files_only=True)
+    model = AutoModelForCausalLM.from_config(hf_config)
+    spec, blocks = config.spec(), decoder_blocks(model)
+    for index, name, module in block_linears(model, config.target_modules):
+        weight = as_out_in(module, name)
+        layer = MoBiLinear(
+            weight.shape[1],
+            weight.shape[0],
+            module.bias is not None,
+            spec,
+            dtype=weight.dtype,
+            name=name,
+        )
+        _replace(blocks[index], name, layer)
+    _attach(model, config)
+    if config.router:  # the stored calibration tokens: a buffer of checkpoint-given shape
+        model.register_buffer(
+            CALIBRATION_BUFFER, _tensor_from(path / WEIGHTS_FILE, CALIBRATION_BUFFER)
+        )
+    load_model(model, str(path / WEIGHTS_FILE))
+    return model.to(device).eval()
+
+
+def _tensor_from(file: Path, key: str) -> torch.Tensor:
+    from safetensors import safe_open
+
+    with safe_open(str(file), framework="pt") as handle:
+        return handle.get_tensor(key)
