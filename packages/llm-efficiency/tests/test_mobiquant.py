@@ -239,6 +239,47 @@ def test_save_and_load_give_identical_logits(calibrated, tmp_path):
             assert torch.equal(model(x).logits, loaded(x).logits)
 
 
+def test_router_free_model_round_trips_and_router_trains_under_no_grad(tmp_path):
+    fp = tiny("llama")
+    plain = quantize_(
+        copy.deepcopy(fp), MoBiQuantConfig(group_size=32, router=False, **FAST), calib=tokens(8)
+    )
+    save_quantized(plain, tmp_path / "plain")
+    loaded = load_quantized(tmp_path / "plain")
+    x = tokens(2, seed=4)
+    with torch.no_grad():
+        assert torch.equal(plain(x).logits, loaded(x).logits)
+    routers = {}
+    for lr in (0.0, 2e-3):
+        torch.manual_seed(0)  # the same router initialisation in both runs
+        with torch.no_grad():  # a caller's no_grad must not freeze the router
+            config = MoBiQuantConfig(group_size=32, router_lr=lr, **FAST)
+            model = quantize_(copy.deepcopy(fp), config, calib=tokens(8))
+        routers[lr] = decoder_blocks(model)[0].mobi_router.down.weight
+    assert not torch.equal(routers[0.0], routers[2e-3])
+
+
+def test_block_capture_replays_the_model_exactly_for_eager_gpt2():
+    from mixlab.llm_efficiency.mobiquant.calibrate import capture_block_inputs, run_block
+
+    fp = tiny("gpt2")
+    fp.config._attn_implementation = "eager"  # the mask is then passed explicitly, positionally
+    x = tokens(3)
+    outputs = {}
+    handle = decoder_blocks(fp)[0].register_forward_hook(
+        lambda m, a, out: outputs.setdefault("block", out)
+    )
+    with torch.no_grad():
+        fp(x, use_cache=False)
+        handle.remove()
+        hidden, call = capture_block_inputs(fp, x)
+        replay = run_block(decoder_blocks(fp)[0], hidden, call)
+        one = run_block(decoder_blocks(fp)[0], hidden, call, torch.tensor([1]))
+    expected = outputs["block"][0] if isinstance(outputs["block"], tuple) else outputs["block"]
+    assert torch.allclose(replay, expected, atol=1e-6)
+    assert torch.allclose(one[0], expected[1], atol=1e-5)
+
+
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "gpt2"])
 def test_families_quantize_and_generate(kind):
     fp = tiny(kind)
@@ -350,7 +391,7 @@ def test_cli_quantizes_and_evaluates_a_local_model(tmp_path, capsys):
     assert "perplexity" in capsys.readouterr().out
     assert main([*evaluate, "--bits", "3"]) == 2
     err = capsys.readouterr().err
-    assert "--bits must be a multiple of the slice bits 2" in err
+    assert "--bits must be a multiple of the slice bits 2 in [2, 8]" in err
     assert len(err.strip().splitlines()) == 1
     assert main(["lm", "eval", "--model", str(tmp_path / "none"), "--text", str(text)]) == 2
     assert "is not a model folder" in capsys.readouterr().err
@@ -367,7 +408,7 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
     result = METHOD.run(config, tmp_path / "run")
     systems = {"fp", "rtn", "hqq", "gptq", "matryoshka", "clip_rtn", "nested", "mobiquant"}
     assert set(result.metrics) == systems
-    assert len(result.claims) == 6
+    assert len(result.claims) == 7
     mob = result.metrics["mobiquant"]
     for budget in ("2", "2.5", "3", "3.5", "4", "6"):
         assert mob[f"ppl@{budget}"] > 1

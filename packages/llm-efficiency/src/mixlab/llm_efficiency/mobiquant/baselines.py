@@ -25,7 +25,11 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from mixlab.llm_efficiency.mobiquant.calibrate import capture_block_inputs, run_block_chunked
+from mixlab.llm_efficiency.mobiquant.calibrate import (
+    BlockCall,
+    capture_block_inputs,
+    run_block_chunked,
+)
 from mixlab.llm_efficiency.mobiquant.layer import as_out_in
 from mixlab.llm_efficiency.mobiquant.model import block_linears, decoder_blocks
 
@@ -201,7 +205,7 @@ def clip_rtn_(
                     calibrate_bits,
                 )
                 errors.append(((grouped - approx).pow(2) * importance).sum(-1))
-            best = torch.tensor(ratios)[torch.stack(errors).argmin(0)]
+            best = torch.tensor(ratios, device=weight.device)[torch.stack(errors).argmin(0)]
             approx = _fake_quant(grouped, *minmax_affine(weight, bits, group_size, best), bits)
             _set_out_in(module, approx.reshape(weight.shape).to(weight.dtype))
     return model
@@ -251,7 +255,7 @@ def gptq_weight(
 
 
 def _block_hessians(
-    block: nn.Module, hidden: torch.Tensor, kwargs: dict, modules: list[nn.Module]
+    block: nn.Module, hidden: torch.Tensor, call: BlockCall, modules: list[nn.Module]
 ) -> dict[int, torch.Tensor]:
     """``2 E[x x^T]`` of each module's inputs while ``block`` runs on ``hidden``."""
     sums: dict[int, torch.Tensor] = {}
@@ -264,7 +268,7 @@ def _block_hessians(
 
     handles = [module.register_forward_pre_hook(hook) for module in modules]
     try:
-        run_block_chunked(block, hidden, kwargs)
+        run_block_chunked(block, hidden, call)
     finally:
         for handle in handles:
             handle.remove()
@@ -277,11 +281,11 @@ def gptq_(
     """GPTQ every target layer, block after block, each block's Hessians taken on the outputs
     of the blocks quantized before it."""
     _check(bits, group_size, model)
-    hidden, kwargs = capture_block_inputs(model, calib)
+    hidden, call = capture_block_inputs(model, calib)
     layers = block_linears(model)
     for index, block in enumerate(decoder_blocks(model)):
         targets = [(name, module) for i, name, module in layers if i == index]
-        hessians = _block_hessians(block, hidden, kwargs, [module for _, module in targets])
+        hessians = _block_hessians(block, hidden, call, [module for _, module in targets])
         with torch.no_grad():
             for name, module in targets:
                 weight = as_out_in(module, name)
@@ -290,7 +294,7 @@ def gptq_(
                     module,
                     gptq_weight(weight, hessian, bits, group_size, damp=damp).to(weight.dtype),
                 )
-        hidden = run_block_chunked(block, hidden, kwargs)
+        hidden = run_block_chunked(block, hidden, call)
     return model
 
 

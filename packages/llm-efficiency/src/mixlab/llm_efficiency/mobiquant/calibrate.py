@@ -19,6 +19,7 @@ learnable equivalent transformation) is not implemented.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -36,7 +37,7 @@ from mixlab.llm_efficiency.mobiquant.model import (
 )
 from mixlab.shared import progress
 
-__all__ = ["calibrate_", "capture_block_inputs", "run_block"]
+__all__ = ["BlockCall", "calibrate_", "capture_block_inputs", "run_block"]
 
 STORED_SEQUENCES = (
     16  # calibration sequences kept in the model, on which set_budget fits thresholds
@@ -47,13 +48,25 @@ class _Stop(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class BlockCall:
+    """What the model passes its decoder blocks besides the hidden state (rotary embeddings,
+    masks, ...), positional and keyword, as captured for the calibration batch."""
+
+    args: tuple
+    kwargs: dict[str, Any]
+
+    def rows(self, rows: torch.Tensor, total: int) -> BlockCall:
+        """The call for the sequences ``rows`` of ``total``: per-sequence tensors (masks, at
+        least 2-D with ``total`` rows) are sliced, shared ones (rotary tables) kept."""
+        return BlockCall(_rows_of(self.args, rows, total), _rows_of(self.kwargs, rows, total))
+
+
 @torch.no_grad()
-def capture_block_inputs(
-    model: nn.Module, tokens: torch.Tensor
-) -> tuple[torch.Tensor, dict[str, Any]]:
+def capture_block_inputs(model: nn.Module, tokens: torch.Tensor) -> tuple[torch.Tensor, BlockCall]:
     """The first decoder block's hidden-state input ``[sequences, seq_len, hidden]`` for
-    ``tokens`` and the other keyword arguments the model passes its blocks (rotary embeddings,
-    masks), captured by a pre-hook that stops the forward there."""
+    ``tokens`` and the rest of the call the model makes (positional arguments included: GPT-2
+    passes its mask positionally), captured by a pre-hook that stops the forward there."""
     if tokens.dim() != 2:
         raise ValueError(
             f"calib: token ids must be [sequences, seq_len], got shape {tuple(tokens.shape)}"
@@ -61,8 +74,9 @@ def capture_block_inputs(
     block, captured = decoder_blocks(model)[0], {}
 
     def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        kwargs = dict(kwargs)
         captured["hidden"] = args[0] if args else kwargs.pop("hidden_states")
-        captured["kwargs"] = {k: v for k, v in kwargs.items() if k != "hidden_states"}
+        captured["call"] = BlockCall(tuple(args[1:]), kwargs)
         raise _Stop
 
     handle = block.register_forward_pre_hook(hook, with_kwargs=True)
@@ -73,35 +87,37 @@ def capture_block_inputs(
         pass
     finally:
         handle.remove()
-    return captured["hidden"], captured["kwargs"]
+    return captured["hidden"], captured["call"]
 
 
 def _rows_of(value: Any, rows: torch.Tensor, total: int) -> Any:
-    if torch.is_tensor(value) and value.dim() and value.shape[0] == total and total > 1:
+    if torch.is_tensor(value) and value.dim() >= 2 and value.shape[0] == total and total > 1:
         return value[rows]
     if isinstance(value, tuple):
         return tuple(_rows_of(v, rows, total) for v in value)
+    if isinstance(value, dict):
+        return {k: _rows_of(v, rows, total) for k, v in value.items()}
     return value
 
 
 def run_block(
-    block: nn.Module, hidden: torch.Tensor, kwargs: dict[str, Any], rows: torch.Tensor | None = None
+    block: nn.Module, hidden: torch.Tensor, call: BlockCall, rows: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """``block`` on the sequences ``rows`` of ``hidden`` (all when None), slicing per-sequence
-    keyword arguments (masks) alike; returns the block's output hidden state."""
+    """``block`` on the sequences ``rows`` of ``hidden`` (all when None); returns the block's
+    output hidden state."""
     if rows is not None:
-        kwargs = {k: _rows_of(v, rows, hidden.shape[0]) for k, v in kwargs.items()}
+        call = call.rows(rows, hidden.shape[0])
         hidden = hidden[rows]
-    out = block(hidden, **kwargs)
+    out = block(hidden, *call.args, **call.kwargs)
     return out[0] if isinstance(out, tuple) else out
 
 
 @torch.no_grad()
 def run_block_chunked(
-    block: nn.Module, hidden: torch.Tensor, kwargs: dict[str, Any], chunk: int = 16
+    block: nn.Module, hidden: torch.Tensor, call: BlockCall, chunk: int = 16
 ) -> torch.Tensor:
     outs = [
-        run_block(block, hidden, kwargs, torch.arange(start, min(start + chunk, hidden.shape[0])))
+        run_block(block, hidden, call, torch.arange(start, min(start + chunk, hidden.shape[0])))
         for start in range(0, hidden.shape[0], chunk)
     ]
     return torch.cat(outs)
@@ -118,10 +134,10 @@ def calibrate_(model: nn.Module, config: MoBiQuantConfig, calib: torch.Tensor) -
     trainable = [p for p in model.parameters() if p.requires_grad]
     model.requires_grad_(False)
     generator = torch.Generator().manual_seed(config.seed)
-    hidden, kwargs = capture_block_inputs(model, calib)
+    hidden, call = capture_block_inputs(model, calib)
     with progress(len(blocks) * config.calib_steps, "MoBiQuant block-wise calibration") as bar:
         for index, block in enumerate(blocks):
-            target = run_block_chunked(block, hidden, kwargs)
+            target = run_block_chunked(block, hidden, call)
             layers = []
             for name, module in by_block.get(index, []):
                 weight = as_out_in(module, name).float()
@@ -144,7 +160,7 @@ def calibrate_(model: nn.Module, config: MoBiQuantConfig, calib: torch.Tensor) -
             if config.router:
                 router = MoBiRouter(hidden.shape[-1], spec.slices, config.router_hidden, spec.bits)
                 block.mobi_router = router.to(hidden.device)
-            state = (block, hidden, kwargs, target)
+            state = (block, hidden, call, target)
             _train_block(state, layers, router, config, generator, bar)
             _keep_ranges_if_better(state, layers)
             for layer in layers:
@@ -162,7 +178,7 @@ def calibrate_(model: nn.Module, config: MoBiQuantConfig, calib: torch.Tensor) -
 
 def _train_block(state, layers, router, config: MoBiQuantConfig, generator, bar) -> None:
     """Stage 1 then stage 2 (see the module doc) on random calibration sequences."""
-    block, hidden, kwargs, target = state
+    block, hidden, call, target = state
     spec = config.spec()
     groups = [
         {
@@ -179,18 +195,20 @@ def _train_block(state, layers, router, config: MoBiQuantConfig, generator, bar)
         budget_loss = torch.zeros(())
         if step < stage1:
             _set(layers, precision=1)
-        elif router is not None:
-            u = torch.rand((), generator=generator).item()
-            target_bits = spec.bits + (spec.max_bits - spec.bits) * u
-            gates, soft_bits = router.gates(router(hidden[rows]), target_bits)
-            _set(layers, gates=gates)
-            budget_loss = config.budget_weight * ((soft_bits - target_bits) / spec.max_bits) ** 2
-        else:
+        elif router is None:
             _set(layers, precision=int(torch.randint(1, spec.slices + 1, (), generator=generator)))
-        with torch.enable_grad():
+        with torch.enable_grad():  # also under a caller's no_grad: the router must learn
+            if step >= stage1 and router is not None:
+                u = torch.rand((), generator=generator).item()
+                target_bits = spec.bits + (spec.max_bits - spec.bits) * u
+                gates, soft_bits = router.gates(router(hidden[rows]), target_bits)
+                _set(layers, gates=gates)
+                budget_loss = (
+                    config.budget_weight * ((soft_bits - target_bits) / spec.max_bits) ** 2
+                )
             # log-MSE: every budget's step counts by its relative improvement, so the large
             # errors of the 2-bit read do not drown the 8-bit read's
-            loss = F.mse_loss(run_block(block, hidden, kwargs, rows), target[rows]).log()
+            loss = F.mse_loss(run_block(block, hidden, call, rows), target[rows]).log()
             loss = loss + budget_loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -202,12 +220,12 @@ def _train_block(state, layers, router, config: MoBiQuantConfig, generator, bar)
 @torch.no_grad()
 def _depth_error(state, layers: list[MoBiLinear], sequences: int = 16) -> float:
     """Mean over depths of the block's log output MSE on the first calibration sequences."""
-    block, hidden, kwargs, target = state
+    block, hidden, call, target = state
     rows = torch.arange(min(sequences, hidden.shape[0]))
     errors = []
     for depth in range(1, layers[0].spec.slices + 1):
         _set(layers, precision=depth)
-        errors.append(F.mse_loss(run_block(block, hidden, kwargs, rows), target[rows]).log().item())
+        errors.append(F.mse_loss(run_block(block, hidden, call, rows), target[rows]).log().item())
     _set(layers)
     return sum(errors) / len(errors)
 

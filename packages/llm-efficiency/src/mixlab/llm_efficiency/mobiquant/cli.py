@@ -111,9 +111,11 @@ def evaluate(
     lm = load_quantized(model)
     slice_bits = lm.mobiquant_config.bits
     if bits is not None:
-        if bits % slice_bits:
+        top = slice_bits * lm.mobiquant_config.slices
+        if bits % slice_bits or not slice_bits <= bits <= top:
             raise ValueError(
-                f"--bits must be a multiple of the slice bits {slice_bits}, got {bits}"
+                f"--bits must be a multiple of the slice bits {slice_bits} in "
+                f"[{slice_bits}, {top}], got {bits}"
             )
         set_precision(lm, bits // slice_bits)
     elif avg_bits is not None:

@@ -75,8 +75,8 @@ class _Calibration(nn.Module):
         super().__init__()
         self.register_buffer("weight", weight.detach().float().clone())
         shape = (weight.shape[0], groups)
-        self.theta_low = nn.Parameter(torch.zeros(shape))
-        self.theta_high = nn.Parameter(torch.zeros(shape))
+        self.theta_low = nn.Parameter(torch.zeros(shape, device=weight.device))
+        self.theta_high = nn.Parameter(torch.zeros(shape, device=weight.device))
 
     def range(self, spec: SliceSpec) -> tuple[torch.Tensor, torch.Tensor]:
         grouped = self.weight.view(self.weight.shape[0], -1, spec.group_size)
@@ -135,7 +135,33 @@ class MoBiLinear(nn.Module):
         self.train_gates: torch.Tensor | None = None  # [tokens, slices] during calibration
         self.backend = "auto"
         self.calibration: _Calibration | None = None
-        self.last_avg_bits = float("nan")
+        self.reset_bit_counts()
+
+    # --- the bits this layer actually read ---------------------------------------------------
+    def reset_bit_counts(self) -> None:
+        self._last: tuple[torch.Tensor | float, int] = (float("nan"), 1)
+        self._total: tuple[torch.Tensor | float, int] = (0.0, 0)
+
+    def _record(self, depth: torch.Tensor | int, tokens: int) -> None:
+        # kept as tensors: no host sync per call on a GPU, read only when asked
+        bits = (
+            depth.sum() * self.spec.bits
+            if torch.is_tensor(depth)
+            else depth * tokens * self.spec.bits
+        )
+        self._last = (bits, tokens)
+        self._total = (self._total[0] + bits, self._total[1] + tokens)
+
+    @property
+    def last_avg_bits(self) -> float:
+        """Code bits per weight the last call read, averaged over its tokens."""
+        return float(self._last[0]) / self._last[1]
+
+    @property
+    def avg_bits(self) -> float:
+        """Code bits per weight read since :meth:`reset_bit_counts`, averaged over all tokens."""
+        bits, tokens = self._total
+        return float(bits) / tokens if tokens else float("nan")
 
     @classmethod
     def from_linear(
@@ -223,11 +249,10 @@ class MoBiLinear(nn.Module):
             y = self._calibration_forward(x2, precision)
         else:
             depth = self._depths(x2.shape[0], precision, x.device)
+            self._record(depth, x2.shape[0])
             if isinstance(depth, int):
-                self.last_avg_bits = float(depth * self.spec.bits)
                 y = F.linear(x2, self.weight_at(depth).to(x.dtype))
             else:
-                self.last_avg_bits = depth.float().mean().item() * self.spec.bits
                 y = nested_matmul(
                     x2, self.planes, self.scale, self.zero, depth, self.spec, self.backend
                 )
@@ -242,10 +267,10 @@ class MoBiLinear(nn.Module):
         depth = precision if precision is not None else self.precision
         if depth is not None or self.train_gates is None:
             depth = depth or self.spec.slices
-            self.last_avg_bits = float(depth * self.spec.bits)
+            self._record(depth, x.shape[0])
             return F.linear(x, levels[depth - 1].to(x.dtype))
         gates = self.train_gates.to(x.dtype)  # [tokens, slices]
-        self.last_avg_bits = gates.detach().sum(-1).mean().item() * self.spec.bits
+        self._record(gates.detach().sum(), x.shape[0])
         y = F.linear(x, levels[0].to(x.dtype))
         for d in range(1, self.spec.slices):
             y = y + gates[:, d : d + 1] * F.linear(x, (levels[d] - levels[d - 1]).to(x.dtype))
@@ -303,7 +328,7 @@ class MoBiRouter(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """Scores ``[tokens]`` (higher: the token gains more from one more slice)."""
-        h = F.rms_norm(hidden.float(), (hidden.shape[-1],))
+        h = F.rms_norm(hidden.to(self.up.weight.dtype), (hidden.shape[-1],))
         return self.down(F.gelu(self.up(h))).flatten()
 
     def depth(self, hidden: torch.Tensor) -> torch.Tensor:

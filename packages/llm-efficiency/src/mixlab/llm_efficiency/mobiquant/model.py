@@ -43,6 +43,7 @@ __all__ = [
     "load_quantized",
     "mobi_layers",
     "quantize_",
+    "reset_bit_counts",
     "save_quantized",
     "set_budget",
     "set_precision",
@@ -90,8 +91,19 @@ class MoBiQuantConfig:
             raise ValueError(
                 f"first_slice_fraction must be in [0, 1), got {self.first_slice_fraction!r}"
             )
+        for name in ("lwc_lr", "router_lr", "budget_weight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
         if self.target_modules is not None:
             self.target_modules = tuple(self.target_modules)
+            for pattern in self.target_modules:
+                try:
+                    re.compile(pattern)
+                except re.error as error:
+                    raise ValueError(
+                        f"target_modules: {pattern!r} is not a regular expression ({error})"
+                    ) from None
 
     def spec(self) -> SliceSpec:
         return SliceSpec(self.bits, self.slices, self.group_size)
@@ -128,6 +140,8 @@ def block_linears(
     found = []
     for index, block in enumerate(decoder_blocks(model)):
         for name, module in block.named_modules():
+            if name.startswith("mobi_router"):
+                continue
             if target_modules is None:
                 if is_linear(module) or isinstance(module, MoBiLinear):
                     found.append((index, name, module))
@@ -227,6 +241,7 @@ def set_precision(model: nn.Module, depth: int | None) -> None:
                 raise ValueError(f"precision must be in 1..{layer.spec.slices}, got {depth!r}")
             layer.precision = depth
             layer.token_depth = None
+            layer.reset_bit_counts()
 
 
 def set_budget(
@@ -256,21 +271,30 @@ def set_budget(
         finally:
             for router in routers:
                 router.fit_to = None
+        reset_bit_counts(model)  # the fitting pass does not count as reading
         return
     base, share = depth_plan(avg_bits, config.bits, config.slices)
     for block in blocks:
         block.mobi_random_depth = (base, share, torch.Generator().manual_seed(seed))
 
 
-def average_bits(model: nn.Module) -> float:
-    """Code bits per weight the last forward read, averaged over layers weighted by their size."""
+def average_bits(model: nn.Module, *, last_call: bool = False) -> float:
+    """Code bits per weight the model read since the last :func:`set_budget` /
+    :func:`set_precision` / :func:`reset_bit_counts` (or in the last forward, ``last_call``),
+    averaged over tokens and over layers weighted by their size."""
     total = weighted = 0.0
     for block in decoder_blocks(model):
         for layer in mobi_layers(block):
             size = layer.in_features * layer.out_features
             total += size
-            weighted += size * layer.last_avg_bits
+            weighted += size * (layer.last_avg_bits if last_call else layer.avg_bits)
     return weighted / total
+
+
+def reset_bit_counts(model: nn.Module) -> None:
+    for block in decoder_blocks(model):
+        for layer in mobi_layers(block):
+            layer.reset_bit_counts()
 
 
 def storage_bits(model: nn.Module) -> dict[str, float]:
@@ -323,16 +347,17 @@ def load_quantized(path: str | Path, device: torch.device | str = "cpu") -> nn.M
         )
         _replace(blocks[index], name, layer)
     _attach(model, config)
-    if config.router:  # the stored calibration tokens: a buffer of checkpoint-given shape
-        model.register_buffer(
-            CALIBRATION_BUFFER, _tensor_from(path / WEIGHTS_FILE, CALIBRATION_BUFFER)
-        )
+    stored = _tensor_from(path / WEIGHTS_FILE, CALIBRATION_BUFFER)
+    if stored is not None:  # the calibration tokens: a buffer of checkpoint-given shape
+        model.register_buffer(CALIBRATION_BUFFER, stored)
+
     load_model(model, str(path / WEIGHTS_FILE))
     return model.to(device).eval()
 
 
-def _tensor_from(file: Path, key: str) -> torch.Tensor:
+def _tensor_from(file: Path, key: str) -> torch.Tensor | None:
     from safetensors import safe_open
 
     with safe_open(str(file), framework="pt") as handle:
-        return handle.get_tensor(key)
+        # a safe_open handle has keys() but no __contains__
+        return handle.get_tensor(key) if key in handle.keys() else None  # noqa: SIM118
