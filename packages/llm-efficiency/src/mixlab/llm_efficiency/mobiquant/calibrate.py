@@ -140,19 +140,8 @@ def calibrate_(model: nn.Module, config: MoBiQuantConfig, calib: torch.Tensor) -
             target = run_block_chunked(block, hidden, call)
             layers = []
             for name, module in by_block.get(index, []):
+                layer = MoBiLinear.shaped_like(module, spec, name=name)
                 weight = as_out_in(module, name).float()
-                layer = MoBiLinear(
-                    weight.shape[1],
-                    weight.shape[0],
-                    module.bias is not None,
-                    spec,
-                    dtype=weight.dtype,
-                    device=weight.device,
-                    name=name,
-                )
-                if module.bias is not None:
-                    layer.bias.data.copy_(module.bias.data)
-                    layer.bias.requires_grad_(False)
                 layer.start_calibration(weight)
                 _replace(block, name, layer)
                 layers.append(layer)

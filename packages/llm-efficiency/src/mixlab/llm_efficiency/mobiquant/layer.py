@@ -175,10 +175,23 @@ class MoBiLinear(nn.Module):
         """Quantize an ``nn.Linear`` or ``Conv1D`` (data-free: min-max range, or ``clip="search"``
         for the per-group ratio that minimises the depth-averaged error)."""
         weight = as_out_in(module, name)
-        out_features, in_features = weight.shape
+        layer = cls.shaped_like(module, spec, name=name)
+        if clip == "search":
+            from mixlab.llm_efficiency.mobiquant.slices import search_clip
+
+            clip = search_clip(weight, spec)
+        layer.set_weight(weight, *group_range(weight, spec, clip))
+        return layer
+
+    @classmethod
+    def shaped_like(
+        cls, module: nn.Module, spec: SliceSpec = DEFAULT_SPEC, *, name: str = "layer"
+    ) -> MoBiLinear:
+        """An empty layer of ``module``'s shape, dtype and device, with its bias (not trained)."""
+        weight = as_out_in(module, name)
         layer = cls(
-            in_features,
-            out_features,
+            weight.shape[1],
+            weight.shape[0],
             module.bias is not None,
             spec,
             dtype=weight.dtype,
@@ -187,11 +200,7 @@ class MoBiLinear(nn.Module):
         )
         if module.bias is not None:
             layer.bias.data.copy_(module.bias.data)
-        if clip == "search":
-            from mixlab.llm_efficiency.mobiquant.slices import search_clip
-
-            clip = search_clip(weight, spec)
-        layer.set_weight(weight, *group_range(weight, spec, clip))
+            layer.bias.requires_grad_(False)
         return layer
 
     def set_weight(self, weight: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> None:

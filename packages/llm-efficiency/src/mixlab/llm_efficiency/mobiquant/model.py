@@ -336,15 +336,7 @@ def load_quantized(path: str | Path, device: torch.device | str = "cpu") -> nn.M
     model = AutoModelForCausalLM.from_config(hf_config)
     spec, blocks = config.spec(), decoder_blocks(model)
     for index, name, module in block_linears(model, config.target_modules):
-        weight = as_out_in(module, name)
-        layer = MoBiLinear(
-            weight.shape[1],
-            weight.shape[0],
-            module.bias is not None,
-            spec,
-            dtype=weight.dtype,
-            name=name,
-        )
+        layer = MoBiLinear.shaped_like(module, spec, name=name)
         _replace(blocks[index], name, layer)
     _attach(model, config)
     stored = _tensor_from(path / WEIGHTS_FILE, CALIBRATION_BUFFER)
