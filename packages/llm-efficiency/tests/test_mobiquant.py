@@ -36,7 +36,7 @@ from mixlab.llm_efficiency.mobiquant.slices import (
     slice_codes,
 )
 
-FAST = {"calib_steps": 12, "calib_batch": 2}
+FAST = {"calib_steps": 12, "router_steps": 12, "calib_batch": 2}
 
 
 def tiny(kind: str, seed: int = 0):

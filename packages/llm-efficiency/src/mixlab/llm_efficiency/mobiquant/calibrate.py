@@ -5,12 +5,17 @@ reproduce the full-precision block's outputs on calibration tokens:
 
 - stage 1 ("first slice stabilization"): the first ``first_slice_fraction`` of the steps read the
   first slice alone and fit the groups' ranges (learnable weight clipping) to it;
-- stage 2: each step draws a target budget ``b* ~ U[bits, bits * slices]``, sends the batch's
-  top-scoring tokens one slice deeper than the base depth so that it averages ``b*`` (hard
-  gates forward, the sigmoid relaxation's gradient backward: straight-through), and
-  minimises ``||F_q(X) - F(X)||^2 / ||F(X)||^2 + lambda ((soft bits - b*) / max_bits)^2``, so the
-  ranges serve every precision and the router learns which tokens gain most from more slices.
-  Without a router, stage 2 draws one uniform depth per step instead.
+- stage 2: the ranges again, each step at a uniform depth drawn from 1..slices, so that they
+  serve every precision; the learned ranges are then kept only if they beat the min-max ranges
+  on held-out calibration sequences (:func:`_keep_ranges_if_better`);
+- stage 3 (with a router): the ranges frozen, each step draws a target budget
+  ``b* ~ U[bits, bits * slices]``, sends the batch's top-scoring tokens one slice deeper than the
+  base depth so that it averages ``b*`` (hard gates forward, the sigmoid relaxation's gradient
+  backward: straight-through) and minimises ``log ||F_q(X) - F(X)||^2 +
+  lambda ((soft bits - b*) / max_bits)^2``: the router learns which tokens gain most from one
+  more slice. (Training ranges and router together, our first version, let the ranges follow the
+  routed mix of depths and cost 0.06 perplexity at 2 bits on the quick model; staged, the
+  router-free ablation has the very same slices.)
 
 Both the quantized and the full-precision block read the full-precision block inputs: an elastic
 model runs at many precisions, so no single precision's errors are propagated. LET (OmniQuant's
@@ -134,8 +139,10 @@ def calibrate_(model: nn.Module, config: MoBiQuantConfig, calib: torch.Tensor) -
     trainable = [p for p in model.parameters() if p.requires_grad]
     model.requires_grad_(False)
     generator = torch.Generator().manual_seed(config.seed)
+    router_generator = torch.Generator().manual_seed(config.seed + 1)
     hidden, call = capture_block_inputs(model, calib)
-    with progress(len(blocks) * config.calib_steps, "MoBiQuant block-wise calibration") as bar:
+    steps = config.calib_steps + (config.router_steps if config.router else 0)
+    with progress(len(blocks) * steps, "MoBiQuant block-wise calibration") as bar:
         for index, block in enumerate(blocks):
             target = run_block_chunked(block, hidden, call)
             layers = []
@@ -150,8 +157,10 @@ def calibrate_(model: nn.Module, config: MoBiQuantConfig, calib: torch.Tensor) -
                 router = MoBiRouter(hidden.shape[-1], spec.slices, config.router_hidden, spec.bits)
                 block.mobi_router = router.to(hidden.device)
             state = (block, hidden, call, target)
-            _train_block(state, layers, router, config, generator, bar)
+            _train_ranges(state, layers, config, generator, bar)
             _keep_ranges_if_better(state, layers)
+            if router is not None:  # its own random stream: the slices match the router-free run's
+                _train_router(state, layers, router, config, router_generator, bar)
             for layer in layers:
                 _set([layer])
                 layer.finish_calibration()
@@ -165,52 +174,76 @@ def calibrate_(model: nn.Module, config: MoBiQuantConfig, calib: torch.Tensor) -
     return model
 
 
-def _train_block(state, layers, router, config: MoBiQuantConfig, generator, bar) -> None:
-    """Stage 1 then stage 2 (see the module doc) on random calibration sequences."""
+def _calibration_step(state, rows, extra_loss, optimizer, bar) -> None:
+    """One AdamW step on the block's log output MSE plus ``extra_loss()``, which runs first, so
+    that it can set the gates the block's forward reads."""
     block, hidden, call, target = state
-    spec = config.spec()
-    groups = [
-        {
-            "params": [p for layer in layers for p in layer.calibration.parameters()],
-            "lr": config.lwc_lr,
-        }
-    ]
-    if router is not None:
-        groups.append({"params": list(router.parameters()), "lr": config.router_lr})
-    optimizer = torch.optim.AdamW(groups, weight_decay=0.0)
+    with torch.enable_grad():  # also under a caller's no_grad
+        extra = extra_loss()
+        # log-MSE: every budget's step counts by its relative improvement, so the large errors of
+        # the 2-bit read do not drown the 8-bit read's
+        loss = F.mse_loss(run_block(block, hidden, call, rows), target[rows]).log() + extra
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+    optimizer.step()
+    bar.advance(loss=loss.item())
+
+
+def _train_ranges(state, layers, config: MoBiQuantConfig, generator, bar) -> None:
+    """Stages 1 and 2 (see the module doc): the groups' ranges, at the first slice, then at a
+    uniform depth drawn per step."""
+    hidden = state[1]
+    parameters = [p for layer in layers for p in layer.calibration.parameters()]
+    optimizer = torch.optim.AdamW(parameters, lr=config.lwc_lr, weight_decay=0.0)
     stage1 = int(config.first_slice_fraction * config.calib_steps)
     for step in range(config.calib_steps):
-        rows = torch.randint(hidden.shape[0], (config.calib_batch,), generator=generator)
-        budget_loss = torch.zeros(())
-        if step < stage1:
-            _set(layers, precision=1)
-        elif router is None:
-            _set(layers, precision=int(torch.randint(1, spec.slices + 1, (), generator=generator)))
-        with torch.enable_grad():  # also under a caller's no_grad: the router must learn
-            if step >= stage1 and router is not None:
-                u = torch.rand((), generator=generator).item()
-                target_bits = spec.bits + (spec.max_bits - spec.bits) * u
-                gates, soft_bits = router.gates(router(hidden[rows]), target_bits)
-                _set(layers, gates=gates)
-                budget_loss = (
-                    config.budget_weight * ((soft_bits - target_bits) / spec.max_bits) ** 2
-                )
-            # log-MSE: every budget's step counts by its relative improvement, so the large
-            # errors of the 2-bit read do not drown the 8-bit read's
-            loss = F.mse_loss(run_block(block, hidden, call, rows), target[rows]).log()
-            loss = loss + budget_loss
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-        optimizer.step()
-        bar.advance(loss=loss.item())
+        rows = torch.randint(_trained(hidden.shape[0]), (config.calib_batch,), generator=generator)
+        depth = (
+            1
+            if step < stage1
+            else int(torch.randint(1, config.slices + 1, (), generator=generator))
+        )
+        _set(layers, precision=depth)
+        _calibration_step(state, rows, lambda: 0.0, optimizer, bar)
     _set(layers)
 
 
+def _train_router(
+    state, layers, router: MoBiRouter, config: MoBiQuantConfig, generator, bar
+) -> None:
+    """Stage 3 (see the module doc): the router, on the frozen ranges."""
+    hidden = state[1]
+    spec = config.spec()
+    for layer in layers:
+        layer.calibration.requires_grad_(False)
+    optimizer = torch.optim.AdamW(router.parameters(), lr=config.router_lr, weight_decay=0.0)
+    for _ in range(config.router_steps):
+        rows = torch.randint(_trained(hidden.shape[0]), (config.calib_batch,), generator=generator)
+        target_bits = (
+            spec.bits + (spec.max_bits - spec.bits) * torch.rand((), generator=generator).item()
+        )
+
+        def budget_term(rows=rows, target_bits=target_bits) -> torch.Tensor:
+            gates, soft_bits = router.gates(router(hidden[rows]), target_bits)
+            _set(layers, gates=gates)  # the block's forward reads these gates
+            return config.budget_weight * ((soft_bits - target_bits) / spec.max_bits) ** 2
+
+        _calibration_step(state, rows, budget_term, optimizer, bar)
+    _set(layers)
+
+
+def _trained(sequences: int) -> int:
+    """The first 3/4 of the calibration sequences train; the rest (at least one, when there are
+    two or more) judge the learned ranges in :func:`_keep_ranges_if_better`."""
+    return max(1, sequences - max(1, sequences // 4)) if sequences > 1 else 1
+
+
 @torch.no_grad()
-def _depth_error(state, layers: list[MoBiLinear], sequences: int = 16) -> float:
-    """Mean over depths of the block's log output MSE on the first calibration sequences."""
+def _depth_error(state, layers: list[MoBiLinear]) -> float:
+    """Mean over depths of the block's log output MSE on the held-out calibration sequences."""
     block, hidden, call, target = state
-    rows = torch.arange(min(sequences, hidden.shape[0]))
+    sequences = hidden.shape[0]
+    rows = torch.arange(_trained(sequences), sequences) if sequences > 1 else torch.arange(1)
     errors = []
     for depth in range(1, layers[0].spec.slices + 1):
         _set(layers, precision=depth)
@@ -221,9 +254,9 @@ def _depth_error(state, layers: list[MoBiLinear], sequences: int = 16) -> float:
 
 @torch.no_grad()
 def _keep_ranges_if_better(state, layers: list[MoBiLinear]) -> None:
-    """Learnable clipping only where it helps: back to the min-max ranges (theta = 0) when the
-    learned ones do not lower the depth-averaged error (clipping for the first slice saturates
-    the deeper reads, see .slices)."""
+    """Learnable clipping only where it helps: back to the min-max ranges (theta = 0) unless the
+    learned ones lower the depth-averaged error on calibration sequences the training did not see
+    (clipping for the first slice saturates the deeper reads, see .slices)."""
     if not layers:
         return
     learned = _depth_error(state, layers)

@@ -86,7 +86,8 @@ class Config(ExperimentConfig):
     calib_sequences: int = 32
     """calibration sequences of seq_len tokens, drawn from the validation files"""
     calib_steps: int = 150
-    """block-wise calibration steps per block (MoBiQuant and the router-free nested slices)"""
+    """block-wise calibration steps of the ranges per block (MoBiQuant and the router-free nested
+    slices, which share their slices); MoBiQuant's router then trains as many steps"""
     eval_tokens: int = 32768
     """test tokens scored per system and budget"""
     budgets: tuple[float, ...] = (2.0, 2.5, 3.0, 3.5, 4.0, 6.0)
@@ -166,6 +167,7 @@ class Config(ExperimentConfig):
             group_size=self.group_size,
             router=router,
             calib_steps=self.calib_steps,
+            router_steps=self.calib_steps,
             seed=seed,
         )
 

@@ -66,7 +66,8 @@ class MoBiQuantConfig:
     router: bool = True
     router_hidden: int = 32
     clip: str = "none"  # "none" (min-max ranges, the measured choice) or "search" (data-free)
-    calib_steps: int = 200  # block-wise calibration steps per block
+    calib_steps: int = 200  # block-wise calibration steps of the ranges, per block
+    router_steps: int = 200  # then of the router (ranges frozen), per block
     calib_batch: int = 4  # sequences per calibration step
     lwc_lr: float = 5e-3
     router_lr: float = 2e-3
@@ -81,7 +82,7 @@ class MoBiQuantConfig:
         self.spec()  # validates bits, slices and group_size
         if self.clip not in ("none", "search"):
             raise ValueError(f"clip must be 'none' or 'search', got {self.clip!r}")
-        for name in ("calib_steps", "calib_batch", "router_hidden"):
+        for name in ("calib_steps", "router_steps", "calib_batch", "router_hidden"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
