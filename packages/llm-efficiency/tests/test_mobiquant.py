@@ -41,14 +41,20 @@ FAST = {"calib_steps": 12, "router_steps": 12, "calib_batch": 2}
 
 def tiny(kind: str, seed: int = 0):
     """A randomly initialised tiny causal LM of the family ``kind`` (hidden 64)."""
-    from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen2Config
+    from transformers import (
+        AutoModelForCausalLM,
+        GPT2Config,
+        LlamaConfig,
+        MistralConfig,
+        Qwen2Config,
+    )
 
     torch.manual_seed(seed)
     common = {"vocab_size": 256}
     if kind == "gpt2":
         config = GPT2Config(n_embd=64, n_layer=2, n_head=2, n_positions=64, **common)
     else:
-        cls = {"llama": LlamaConfig, "qwen2": Qwen2Config}[kind]
+        cls = {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig}[kind]
         config = cls(
             hidden_size=64,
             intermediate_size=128,
@@ -280,7 +286,7 @@ def test_block_capture_replays_the_model_exactly_for_eager_gpt2():
     assert torch.allclose(one[0], expected[1], atol=1e-5)
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen2", "gpt2"])
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "mistral", "gpt2"])
 def test_families_quantize_and_generate(kind):
     fp = tiny(kind)
     linears = sum(
