@@ -44,6 +44,7 @@ __all__ = [
     "llama_config",
     "load_lm",
     "perplexity",
+    "perplexity_of",
     "pretrained_lm",
     "token_nll",
     "train_lm",
@@ -264,4 +265,9 @@ def token_nll(
 
 def perplexity(model: Any, tokens: torch.Tensor, seq_len: int, **kwargs: Any) -> float:
     """exp(mean token NLL) of ``tokens`` (see :func:`token_nll`)."""
-    return math.exp(token_nll(model, tokens, seq_len, **kwargs).mean().item())
+    return perplexity_of(token_nll(model, tokens, seq_len, **kwargs))
+
+
+def perplexity_of(nll: torch.Tensor) -> float:
+    """exp(mean) of per-token negative log-likelihoods."""
+    return math.exp(nll.mean().item())

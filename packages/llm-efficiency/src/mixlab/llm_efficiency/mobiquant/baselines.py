@@ -32,6 +32,7 @@ from mixlab.llm_efficiency.mobiquant.calibrate import (
 )
 from mixlab.llm_efficiency.mobiquant.layer import as_out_in
 from mixlab.llm_efficiency.mobiquant.model import block_linears, decoder_blocks
+from mixlab.llm_efficiency.mobiquant.slices import group_view
 
 __all__ = [
     "BASELINES",
@@ -57,13 +58,13 @@ def _check(bits: int, group_size: int, model: nn.Module) -> None:
             )
 
 
+def _grouped_float(weight: torch.Tensor, group_size: int) -> torch.Tensor:
+    return group_view(weight.float(), group_size)
+
+
 def _set_out_in(module: nn.Module, weight: torch.Tensor) -> None:
     target = module.weight.data
     target.copy_(weight.t() if type(module).__name__ == "Conv1D" else weight)
-
-
-def _grouped(weight: torch.Tensor, group_size: int) -> torch.Tensor:
-    return weight.float().reshape(weight.shape[0], -1, group_size)
 
 
 def minmax_affine(
@@ -71,7 +72,7 @@ def minmax_affine(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Scale and INTEGER zero ``[out, groups]`` of the ``2^bits``-level grid over each group's
     (clipped) range, the GPTQ / AWQ / RTN convention."""
-    grouped = _grouped(weight, group_size)
+    grouped = _grouped_float(weight, group_size)
     low, high = grouped.amin(-1), grouped.amax(-1)
     middle, half = (high + low) / 2, (high - low) / 2 * clip
     low, high = middle - half, middle + half
@@ -99,7 +100,7 @@ def rtn_(model: nn.Module, bits: int, group_size: int) -> nn.Module:
     _check(bits, group_size, model)
 
     def quantize(w: torch.Tensor) -> torch.Tensor:
-        return _fake_quant(_grouped(w, group_size), *minmax_affine(w, bits, group_size), bits)
+        return _fake_quant(_grouped_float(w, group_size), *minmax_affine(w, bits, group_size), bits)
 
     return _each_layer(model, quantize)
 
@@ -117,7 +118,7 @@ def hqq_(
     _check(bits, group_size, model)
 
     def quantize(w: torch.Tensor) -> torch.Tensor:
-        grouped = _grouped(w, group_size)
+        grouped = _grouped_float(w, group_size)
         scale, zero = minmax_affine(w, bits, group_size)
         zero = zero.clone()
         beta, best, best_zero = 10.0, float("inf"), zero.clone()
@@ -145,7 +146,7 @@ def matryoshka_(model: nn.Module, bits: int, group_size: int, parent_bits: int =
     drop = parent_bits - bits
 
     def quantize(w: torch.Tensor) -> torch.Tensor:
-        grouped = _grouped(w, group_size)
+        grouped = _grouped_float(w, group_size)
         scale, zero = minmax_affine(w, parent_bits, group_size)
         parent = (grouped / scale[..., None] + zero[..., None]).round().clamp(0, 2**parent_bits - 1)
         if drop:
@@ -195,8 +196,8 @@ def clip_rtn_(
     with torch.no_grad():
         for _, name, module in block_linears(model):
             weight = as_out_in(module, name)
-            grouped = _grouped(weight, group_size)
-            importance = _grouped(second_moments[id(module)][None, :], group_size)
+            grouped = _grouped_float(weight, group_size)
+            importance = _grouped_float(second_moments[id(module)][None, :], group_size)
             errors = []
             for ratio in ratios:
                 approx = _fake_quant(

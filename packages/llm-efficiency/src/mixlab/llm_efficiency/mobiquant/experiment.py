@@ -23,14 +23,19 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 
-from mixlab.llm_efficiency.lm import LMConfig, corpus_split, pretrained_lm, token_nll
+from mixlab.llm_efficiency.lm import (
+    LMConfig,
+    corpus_split,
+    perplexity_of,
+    pretrained_lm,
+    token_nll,
+)
 from mixlab.llm_efficiency.mobiquant.baselines import (
     BASELINES,
     clip_rtn_,
@@ -190,10 +195,6 @@ def _nll(model: torch.nn.Module, config: Config) -> torch.Tensor:
     return token_nll(model, _test_tokens(config), config.seq_len)
 
 
-def _ppl(nll: torch.Tensor) -> float:
-    return math.exp(nll.mean().item())
-
-
 def run_per_bit(
     config: Config, system: str, bits: int, seed: int, fp: torch.nn.Module
 ) -> dict[str, Any]:
@@ -203,7 +204,7 @@ def run_per_bit(
     else:
         BASELINES[system](model, bits, config.group_size)
     nll = _nll(model, config)
-    out: dict[str, Any] = {"ppl": _ppl(nll)}
+    out: dict[str, Any] = {"ppl": perplexity_of(nll)}
     if system == "gptq" and bits in (2, 3, 4):  # outlier migration reads these tokens' losses
         out["nll"] = nll.tolist()
     return out
@@ -224,10 +225,10 @@ def run_nested(
     for budget in config.budgets:
         set_budget(model, budget, seed=seed)
         nll = _nll(model, config)  # average_bits below: over every test token, all batches
-        out["budgets"][f"{budget:g}"] = {"ppl": _ppl(nll), "bits": average_bits(model)}
+        out["budgets"][f"{budget:g}"] = {"ppl": perplexity_of(nll), "bits": average_bits(model)}
     for depth in range(1, config.slices + 1):
         set_precision(model, depth)
-        out["depths"][str(depth)] = _ppl(_nll(model, config))
+        out["depths"][str(depth)] = perplexity_of(_nll(model, config))
     out["storage"] = storage_bits(model)
     if system == "mobiquant" and seed == config.seed:
         folder = save_quantized(model, out_dir / "mobiquant_checkpoint")
@@ -243,7 +244,7 @@ def run_migration(config: Config, seed: int, fp: torch.nn.Module) -> dict[str, A
         model = clip_rtn_(
             copy.deepcopy(fp), run_bits, config.group_size, calib, calibrate_bits=calibrate_bits
         )
-        out[f"calib{calibrate_bits}_run{run_bits}"] = _ppl(_nll(model, config))
+        out[f"calib{calibrate_bits}_run{run_bits}"] = perplexity_of(_nll(model, config))
     return out
 
 
@@ -271,7 +272,7 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     def run_cell(cell: dict[str, Any]) -> dict[str, Any]:
         if cell["part"] == "fp":
             nll = _nll(fp, config)
-            return {**cell, "ppl": _ppl(nll), "nll": nll.tolist()}
+            return {**cell, "ppl": perplexity_of(nll), "nll": nll.tolist()}
         if cell["part"] == "per_bit":
             return {**cell, **run_per_bit(config, cell["system"], cell["bits"], cell["seed"], fp)}
         if cell["part"] == "nested":

@@ -29,6 +29,7 @@ from mixlab.llm_efficiency.mobiquant.slices import (
     SliceSpec,
     dequantize,
     group_range,
+    group_view,
     pack,
     scale_zero,
     slice_codes,
@@ -79,12 +80,12 @@ class _Calibration(nn.Module):
         self.theta_high = nn.Parameter(torch.zeros(shape, device=weight.device))
 
     def range(self, spec: SliceSpec) -> tuple[torch.Tensor, torch.Tensor]:
-        grouped = self.weight.view(self.weight.shape[0], -1, spec.group_size)
-        low, high = grouped.amin(-1), grouped.amax(-1)
+        groups = group_view(self.weight, spec.group_size)
+        low, high = groups.amin(-1), groups.amax(-1)
         middle = (low + high) / 2
         low = middle - (middle - low) * 2 * torch.sigmoid(self.theta_low)
         high = middle + (high - middle) * 2 * torch.sigmoid(self.theta_high)
-        return scale_zero(low, high, spec.bits, grouped.abs().amax(-1))
+        return scale_zero(low, high, spec.bits, groups.abs().amax(-1))
 
     def levels(self, spec: SliceSpec) -> list[torch.Tensor]:
         """``[W_1, ..., W_E]``, differentiable in the range through straight-through floors."""

@@ -40,6 +40,7 @@ __all__ = [
     "combine",
     "dequantize",
     "group_range",
+    "group_view",
     "pack",
     "scale_zero",
     "search_clip",
@@ -88,7 +89,8 @@ class SliceSpec:
         return asdict(self)
 
 
-def _grouped(weight: torch.Tensor, group_size: int) -> torch.Tensor:
+def group_view(weight: torch.Tensor, group_size: int) -> torch.Tensor:
+    """``[out, in]`` as ``[out, groups, group_size]`` (a view where it can be)."""
     out_features, in_features = weight.shape
     return weight.reshape(out_features, in_features // group_size, group_size)
 
@@ -101,7 +103,7 @@ def group_range(
     ``clip`` (a number or one ratio per group) shrinks the range towards the middle of the group,
     as OmniQuant's learnable weight clipping does (there towards zero: the same for ``clip=1``).
     """
-    grouped = _grouped(weight.float(), spec.group_size)
+    grouped = group_view(weight.float(), spec.group_size)
     low, high = grouped.amin(-1), grouped.amax(-1)
     middle, half = (high + low) / 2, (high - low) / 2 * clip
     return scale_zero(middle - half, middle + half, spec.bits, grouped.abs().amax(-1))
@@ -194,14 +196,14 @@ def search_clip(
     (default all ones) weights the depths.
     """
     weights = depth_weights or (1.0,) * spec.slices
-    grouped = _grouped(weight.float(), spec.group_size)
+    grouped = group_view(weight.float(), spec.group_size)
     errors = []
     for ratio in ratios:
         scale, zero = group_range(weight, spec, ratio)
         codes = slice_codes(weight, scale, zero, spec)
         per_depth = []
         for depth in range(1, spec.slices + 1):
-            approx = _grouped(dequantize(codes, scale, zero, spec, depth), spec.group_size)
+            approx = group_view(dequantize(codes, scale, zero, spec, depth), spec.group_size)
             per_depth.append((approx - grouped).pow(2).sum(-1))
         errors.append(torch.stack(per_depth))  # [depth, out, groups]
     errors_t = torch.stack(errors)  # [ratio, depth, out, groups]
