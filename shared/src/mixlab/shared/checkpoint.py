@@ -34,6 +34,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from mixlab.shared.files import CheckpointError, checkpoint_errors, read_sidecar, write_sidecar
+
 if TYPE_CHECKING:
     from mixlab.shared.config import ExperimentConfig
 
@@ -110,8 +112,15 @@ def unflatten_state(tensors: Mapping[str, torch.Tensor], skeleton: Any) -> Any:
     return {key: unflatten_state(tensors, item) for key, item in skeleton.items()}
 
 
+STATE_FORMAT = "mixlab.state/1"
+
+
 def save_state(state: Any, path: str | os.PathLike[str]) -> None:
-    """Write ``state`` to ``path.safetensors`` and ``path.json`` (JSON last, each written atomically)."""
+    """Write ``state`` to ``path.safetensors`` and ``path.json`` (JSON last, each written atomically).
+
+    The JSON sidecar records the SHA-256 of the tensors file and of its own content
+    (:func:`mixlab.shared.files.write_sidecar`), which :func:`load_state` checks.
+    """
     base = Path(path)
     base.parent.mkdir(parents=True, exist_ok=True)
     tensors, skeleton = flatten_state(state)
@@ -119,17 +128,24 @@ def save_state(state: Any, path: str | os.PathLike[str]) -> None:
     partial = tensor_file.with_name(tensor_file.name + ".partial")
     save_file(tensors, str(partial))
     os.replace(partial, tensor_file)
-    partial = json_file.with_name(json_file.name + ".partial")
-    partial.write_text(json.dumps(skeleton))
-    os.replace(partial, json_file)
+    write_sidecar(json_file, {"format": STATE_FORMAT, "state": skeleton}, covers=[tensor_file])
 
 
 def load_state(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> Any:
-    """Read a state written by :func:`save_state` (``path`` with or without a suffix)."""
+    """Read a state written by :func:`save_state` (``path`` with or without a suffix).
+
+    A damaged, truncated, foreign or edited pair of files raises :class:`CheckpointError` naming
+    the file.
+    """
     base = Path(path)
-    skeleton = json.loads(base.with_suffix(".json").read_text())
-    tensors = load_file(str(base.with_suffix(".safetensors")), device=str(map_location))
-    return unflatten_state(tensors, skeleton)
+    json_file, tensor_file = base.with_suffix(".json"), base.with_suffix(".safetensors")
+    sidecar = read_sidecar(json_file, expect={"format": str})
+    if sidecar["format"] != STATE_FORMAT or "state" not in sidecar:
+        raise CheckpointError(f"{json_file}: not a mixlab state (format {sidecar['format']!r})")
+    with checkpoint_errors(tensor_file):
+        tensors = load_file(str(tensor_file), device=str(map_location))
+    with checkpoint_errors(json_file):
+        return unflatten_state(tensors, sidecar["state"])
 
 
 class Checkpointer:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import numbers
 import types
 import typing
@@ -58,7 +59,13 @@ class ExperimentConfig:
     PROFILES: ClassVar[dict[str, dict[str, Any]]] = {"quick": {}, "full": {}}
     """per profile, the fields that differ from the dataclass defaults"""
 
+    ALLOWED_EDGE_VALUES: ClassVar[dict[str, tuple[Any, ...]]] = {"seed": (0,)}
+    """fields that document 0, -1, NaN or infinity as meaningful values (``{"weight_decay": (0.0,)}``).
+    Every other float field must be finite (checked here) and every count field is range-checked by
+    the subclass; a workspace test feeds each field these values and expects a ValueError."""
+
     def __post_init__(self) -> None:
+        self._check_finite_floats()
         require(
             isinstance(self.seed, int)
             and not isinstance(self.seed, bool)
@@ -74,6 +81,24 @@ class ExperimentConfig:
             f"one of {sorted(self.PROFILES)}",
             self.profile,
         )
+
+    def _check_finite_floats(self) -> None:
+        """NaN and infinity make no sense in a float field unless the field says so."""
+        allowed = self.allowed_edge_values()
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                if any(isinstance(a, float) and _same_float(a, value) for a in allowed.get(field.name, ())):
+                    continue
+                raise ValueError(f"{field.name} must be a finite number, got {value!r}")
+
+    @classmethod
+    def allowed_edge_values(cls) -> dict[str, tuple[Any, ...]]:
+        """``ALLOWED_EDGE_VALUES`` merged over the class and its bases."""
+        merged: dict[str, tuple[Any, ...]] = {}
+        for klass in reversed(cls.__mro__):
+            merged.update(vars(klass).get("ALLOWED_EDGE_VALUES", {}))
+        return merged
 
     @classmethod
     def from_profile(cls, profile: str = "quick", **overrides: Any) -> Self:
@@ -106,6 +131,10 @@ class ExperimentConfig:
             require(name != "profile", "--set field", "not 'profile' (use --profile)", name)
             parsed[name] = _parse_value(name, hints[name], text)
         return parsed
+
+
+def _same_float(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or a == b
 
 
 def _parse_value(name: str, annotation: Any, text: str) -> Any:

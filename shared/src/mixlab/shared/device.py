@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch loads on first use, so that CLIs answer --help without it
+    import torch
 
 DEVICE_HELP = "auto, cpu, cuda, cuda:N or mps"
 _DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps)$")
@@ -21,6 +23,8 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
 
     Asking for a device this machine does not have is an error, not a silent fallback.
     """
+    import torch
+
     if isinstance(device, torch.device):
         device = str(device)
     check_device_name(device)

@@ -1,9 +1,16 @@
 """The method registry: a :class:`Method` per paper, found through the ``mixlab.methods`` entry points.
 
-Each method's ``experiment.py`` defines ``METHOD = Method(...)`` and its package lists it::
+Each method's ``config.py`` defines its ``Config`` and ``METHOD = Method(...)``, with the run
+function named by its import path, and its package lists it::
+
+    METHOD = Method(name="flatnsd", domain="graphs", paper="...", claim="...", config=Config,
+                    run="mixlab.graphs.flatnsd.experiment:run")
 
     [project.entry-points."mixlab.methods"]
-    flatnsd = "mixlab.graphs.flatnsd.experiment:METHOD"
+    flatnsd = "mixlab.graphs.flatnsd.config:METHOD"
+
+``config.py`` imports nothing heavy (no torch), so ``mixlab list``, ``--help`` and an unknown name
+answer at once; the experiment module (torch and the domain's libraries) loads on ``run``.
 
 Nothing is registered before it works: the registry is what ``mixlab list``, ``mixlab run`` and
 ``mixlab reproduce`` see.
@@ -11,6 +18,7 @@ Nothing is registered before it works: the registry is what ``mixlab list``, ``m
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
 import warnings
@@ -22,9 +30,10 @@ from typing import Literal, Protocol
 from mixlab.shared.config import PROFILE_NAMES, ExperimentConfig
 from mixlab.shared.device import resolve_device
 from mixlab.shared.result import Result, environment
-from mixlab.shared.seeding import seed_everything
 
 ENTRY_POINT_GROUP = "mixlab.methods"
+STALE_OUTPUTS = ("result.json", "error.txt")
+"""what a run removes from its folder before it starts"""
 DOMAINS = ("llm-efficiency", "attention-arch", "graphs", "rl", "vision-mm", "online")
 
 
@@ -53,9 +62,12 @@ class Method:
     """the paper's central claim in one line, in our words"""
     config: type[ExperimentConfig]
     """the experiment's Config dataclass (defaults = quick profile; PROFILES has quick and full)"""
-    run: RunFunction
+    run: RunFunction | str
+    """the experiment, or its import path ``"package.module:function"``, loaded on first use"""
     backend: Literal["torch", "numpy"] = "torch"
     """"numpy" for methods that compute with NumPy on the CPU: --device must then be auto or cpu"""
+    headline_plot: str = ""
+    """the PNG in the run folder that shows the claim best (``mixlab reproduce`` embeds it)"""
 
     def __post_init__(self) -> None:
         if (
@@ -74,22 +86,48 @@ class Method:
             )
         if self.backend not in ("torch", "numpy"):
             raise ValueError(f"Method.backend must be 'torch' or 'numpy', got {self.backend!r}")
+        if isinstance(self.run, str):
+            module, sep, attribute = self.run.partition(":")
+            if not (module and sep and attribute):
+                raise ValueError(
+                    f"Method.run must be a function or 'package.module:function', got {self.run!r}"
+                )
+        elif not callable(self.run):
+            raise ValueError(f"Method.run must be callable, got {self.run!r}")
         missing = [name for name in PROFILE_NAMES if name not in self.config.PROFILES]
         if missing:
             raise ValueError(
                 f"{self.name}: Config.PROFILES must define {list(PROFILE_NAMES)}, missing {missing}"
             )
 
+    def load_run(self) -> RunFunction:
+        """The run function, importing the experiment module when ``run`` is an import path."""
+        if not isinstance(self.run, str):
+            return self.run
+        module, _, attribute = self.run.partition(":")
+        function = getattr(importlib.import_module(module), attribute)
+        if not callable(function):
+            raise TypeError(f"{self.name}: {self.run} is not a function")
+        return function
+
     def execute(
         self, config: ExperimentConfig, out_dir: str | os.PathLike[str], *, resume: bool = False
     ) -> Result:
-        """Seed, run, time and record one experiment; writes ``out_dir/result.json``."""
+        """Seed, run, time and record one experiment; writes ``out_dir/result.json``.
+
+        A ``result.json`` or ``error.txt`` that an earlier run left in ``out_dir`` is removed first,
+        so what is there at the end is this run's or nothing.
+        """
+        from mixlab.shared.seeding import seed_everything
+
         if not isinstance(config, self.config):
             raise ValueError(
                 f"config must be a {self.config.__qualname__} for method {self.name!r}, got {config!r}"
             )
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
+        for stale in STALE_OUTPUTS:
+            (out_dir / stale).unlink(missing_ok=True)
         if self.backend == "numpy":
             if config.device not in ("auto", "cpu"):
                 raise ValueError(
@@ -98,9 +136,10 @@ class Method:
             device = "cpu"
         else:
             device = resolve_device(config.device)
+        run = self.load_run()
         seed_everything(config.seed)
         start = time.perf_counter()
-        result = self.run(config, out_dir, resume=resume)
+        result = run(config, out_dir, resume=resume)
         wall_s = time.perf_counter() - start
         if not isinstance(result, Result):
             raise TypeError(

@@ -4,30 +4,41 @@ The schema (``DESIGN.md``)::
 
     {"method": "curb", "profile": "quick", "seed": 0, "config": {...},
      "metrics": {"curb": {"collusion_index": 0.08}, "q_learning": {"collusion_index": 0.81}},
-     "claims": [{"text": "...", "holds": true, "evidence": "0.08 < 0.81"}],
+     "regime": [{"text": "Q-learning colludes", "holds": true, "tested": true, "evidence": "..."}],
+     "claims": [{"text": "...", "holds": true, "tested": true, "evidence": "0.08 < 0.81"}],
      "env": {"python": "3.11.7", "torch": "2.x", "device": "cpu", "git": "<sha>"},
      "wall_s": 41.2}
 
-An experiment's ``run`` returns ``Result(metrics=..., claims=...)``; :meth:`Method.execute` fills
-in the rest (method, profile, seed, config, env, wall time) and writes the file.
+An experiment's ``run`` returns ``Result(metrics=..., claims=..., regime=...)``;
+:meth:`Method.execute` fills in the rest (method, profile, seed, config, env, wall time) and writes
+the file.
+
+``regime`` holds the checks that the setup can test the claims at all (the reference system clearly
+beats a trivial one by a margin fixed in advance). When one fails, every claim is still computed but
+marked ``tested: false``: each claim is in one of three states, holds, fails or untested
+(:attr:`Claim.state`). A claim that needs a precondition of its own (``DQN learned`` before ``DQN
+colludes``) passes it as ``requires=[check]`` to :meth:`Claim.compare` / :meth:`Claim.all_of`.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import numbers
 import operator
 import os
 import platform
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
-import numpy as np
-import torch
+from mixlab.shared.files import write_json_atomic
+
+if TYPE_CHECKING:
+    import torch
 
 Comparison = Literal["<", "<=", ">", ">="]
 _OPERATORS: dict[str, Callable[[float, float], bool]] = {
@@ -36,7 +47,19 @@ _OPERATORS: dict[str, Callable[[float, float], bool]] = {
     ">": operator.gt,
     ">=": operator.ge,
 }
-RESULT_KEYS = ("method", "profile", "seed", "config", "metrics", "claims", "env", "wall_s")
+RESULT_KEYS = (
+    "method",
+    "profile",
+    "seed",
+    "config",
+    "metrics",
+    "regime",
+    "claims",
+    "env",
+    "wall_s",
+)
+"""the keys of result.json, in order; files written before ``regime`` existed load with none"""
+CLAIM_STATES = ("holds", "fails", "untested")
 
 
 def format_number(value: float | None) -> str:
@@ -56,14 +79,35 @@ class Claim:
     text: str
     holds: bool
     evidence: str
+    tested: bool = True
+    """False when the setup could not test the claim (a regime check failed): the verdict is moot"""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.holds, bool):
-            raise ValueError(
-                f"Claim.holds must be a bool computed from metrics, got {self.holds!r}"
-            )
+        for name in ("holds", "tested"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(
+                    f"Claim.{name} must be a bool computed from metrics, got {getattr(self, name)!r}"
+                )
         if not self.text.strip():
             raise ValueError("Claim.text must be a non-empty sentence")
+
+    @property
+    def state(self) -> str:
+        """``"holds"``, ``"fails"`` or ``"untested"``."""
+        if not self.tested:
+            return "untested"
+        return "holds" if self.holds else "fails"
+
+    def untested(self, reason: str) -> Self:
+        """This claim marked untested, with ``reason`` appended to its evidence."""
+        return replace(self, tested=False, evidence=f"{self.evidence} (untested: {reason})")
+
+    def _gated(self, requires: list[Claim] | tuple[Claim, ...]) -> Self:
+        failed = [check for check in requires if not check.holds]
+        if not failed:
+            return self
+        reason = "; ".join(f"{check.text} does not hold ({check.evidence})" for check in failed)
+        return self.untested(reason)
 
     @classmethod
     def compare(
@@ -75,10 +119,12 @@ class Claim:
         *,
         value_label: str = "",
         reference_label: str = "",
+        requires: list[Claim] | tuple[Claim, ...] = (),
     ) -> Self:
         """``value op reference``, e.g. ``Claim.compare(text, ours_error, "<", baseline_error)``.
 
-        A non-finite number (a diverged run) makes the claim not hold.
+        A non-finite number (a diverged run) makes the claim not hold. ``requires``: checks this
+        claim alone depends on; when one does not hold the claim is untested.
         """
         if op not in _OPERATORS:
             raise ValueError(f"op must be one of {list(_OPERATORS)}, got {op!r}")
@@ -88,31 +134,40 @@ class Claim:
         )
         left = f"{value_label} {format_number(value)}".strip()
         right = f"{reference_label} {format_number(reference)}".strip()
-        return cls(text=text, holds=bool(holds), evidence=f"{left} {op} {right}")
+        claim = cls(text=text, holds=bool(holds), evidence=f"{left} {op} {right}")
+        return claim._gated(requires)
 
     @classmethod
-    def all_of(cls, text: str, parts: list[Claim]) -> Self:
-        """A claim that holds when every part holds; the evidence lists the parts'."""
+    def all_of(
+        cls, text: str, parts: list[Claim], *, requires: list[Claim] | tuple[Claim, ...] = ()
+    ) -> Self:
+        """A claim that holds when every part holds; the evidence lists the parts'. It is tested
+        only when every part is and every check in ``requires`` holds."""
         if not parts:
             raise ValueError("Claim.all_of needs at least one part")
-        return cls(
+        claim = cls(
             text=text,
             holds=all(p.holds for p in parts),
             evidence="; ".join(p.evidence for p in parts),
+            tested=all(p.tested for p in parts),
         )
+        return claim._gated(requires)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "holds": self.holds, "evidence": self.evidence}
+        return {
+            "text": self.text,
+            "holds": self.holds,
+            "tested": self.tested,
+            "evidence": self.evidence,
+        }
 
 
 def _metric_value(system: str, name: str, value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(
-        value, int | float | np.integer | np.floating | None
-    ):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real | None):
         raise ValueError(f"metrics[{system!r}][{name!r}] must be a number, got {value!r}")
     if value is None or not math.isfinite(value):
         return None  # JSON has no NaN/inf: a diverged or undefined value is recorded as null
-    return int(value) if isinstance(value, int | np.integer) else float(value)
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
 
 
 @dataclass
@@ -120,10 +175,13 @@ class Result:
     """What one run of an experiment measured.
 
     ``metrics`` has one row per system (the method and each baseline), every row with the same keys.
+    ``regime``: the checks that the setup can test the claims; when one fails, every claim is
+    marked untested.
     """
 
     metrics: dict[str, dict[str, float | None]]
     claims: list[Claim]
+    regime: list[Claim] = field(default_factory=list)
     method: str = ""
     profile: str = ""
     seed: int | None = None
@@ -147,15 +205,31 @@ class Result:
                 name: _metric_value(system, name, value) for name, value in row.items()
             }
         self.metrics = cleaned
-        for claim in self.claims:
+        for claim in [*self.claims, *self.regime]:
             if not isinstance(claim, Claim):
                 raise ValueError(
-                    f"claims must be Claim objects computed from metrics, got {claim!r}"
+                    f"claims and regime checks must be Claim objects computed from metrics, got {claim!r}"
                 )
+        failed = [check for check in self.regime if not check.holds]
+        if failed:
+            reason = "regime check failed: " + "; ".join(check.text for check in failed)
+            self.claims = [
+                claim if not claim.tested else claim.untested(reason) for claim in self.claims
+            ]
+
+    @property
+    def regime_holds(self) -> bool:
+        """True when every regime check holds (the setup can tell the systems apart)."""
+        return all(check.holds for check in self.regime)
 
     @property
     def all_claims_hold(self) -> bool:
         return all(claim.holds for claim in self.claims)
+
+    def tally(self) -> dict[str, int]:
+        """How many claims hold, fail and are untested."""
+        states = [claim.state for claim in self.claims]
+        return {state: states.count(state) for state in CLAIM_STATES}
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -164,17 +238,15 @@ class Result:
             "seed": self.seed,
             "config": self.config,
             "metrics": self.metrics,
+            "regime": [check.to_dict() for check in self.regime],
             "claims": [claim.to_dict() for claim in self.claims],
             "env": self.env,
             "wall_s": self.wall_s,
         }
 
     def write(self, out_dir: str | os.PathLike[str]) -> Path:
-        """Write ``out_dir/result.json`` and return its path."""
-        path = Path(out_dir) / "result.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n")
-        return path
+        """Write ``out_dir/result.json`` (atomically) and return its path."""
+        return write_json_atomic(Path(out_dir) / "result.json", self.to_dict())
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Self:
@@ -183,11 +255,19 @@ class Result:
         if path.is_dir():
             path = path / "result.json"
         data = json.loads(path.read_text())
-        missing = [key for key in RESULT_KEYS if key not in data]
+        missing = [key for key in RESULT_KEYS if key not in data and key != "regime"]
         if missing:
             raise ValueError(f"{path} is not a mixlab result.json: missing {missing}")
-        claims = [Claim(**claim) for claim in data.pop("claims")]
-        return cls(claims=claims, **data)
+        try:
+            claims = [Claim(**claim) for claim in data.pop("claims")]
+            regime = [Claim(**check) for check in data.pop("regime", [])]
+            known = {key: data[key] for key in RESULT_KEYS if key in data}
+            # claims were stored already marked; Result must not mark them a second time
+            result = cls(claims=[], regime=regime, **known)
+        except TypeError as error:
+            raise ValueError(f"{path} is not a mixlab result.json: {error}") from None
+        result.claims = claims
+        return result
 
 
 def write_benchmark(
@@ -198,6 +278,7 @@ def write_benchmark(
     claims: list[Claim],
     config: dict[str, Any],
     started: float,
+    regime: list[Claim] | tuple[Claim, ...] = (),
     device: str | torch.device = "cpu",
 ) -> Result:
     """Write a benchmark's ``out_dir/result.json`` (profile "default", seed 0, the ``env`` of
@@ -206,6 +287,7 @@ def write_benchmark(
     result = Result(
         metrics=metrics,
         claims=claims,
+        regime=list(regime),
         method=method,
         profile="default",
         seed=0,
@@ -214,15 +296,17 @@ def write_benchmark(
         wall_s=round(time.perf_counter() - started, 1),
     )
     path = result.write(out_dir)
-    for claim in claims:
-        verdict = "holds" if claim.holds else "does not hold"
-        print(f"{verdict}: {claim.text} ({claim.evidence})")
+    for claim in result.claims:
+        print(f"{claim.state}: {claim.text} ({claim.evidence})")
     print(f"wrote {path}")
     return result
 
 
 def environment(device: str | torch.device) -> dict[str, Any]:
     """The ``env`` block: python, torch, numpy, platform, device and mixlab's git commit if known."""
+    import numpy as np
+    import torch
+
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,
