@@ -154,3 +154,36 @@ def test_load_run_refuses_a_checkpoint_of_another_config(tmp_path: Path) -> None
     with pytest.raises(ValueError, match="another experiment"):
         Checkpointer(tmp_path, resume=True).load_run(Config())
     assert Checkpointer(tmp_path, resume=False).load_run(Config()) is None
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["truncate_tensors", "edit_number", "remove_key", "wrong_type", "foreign_json", "swap_tensors"],
+)
+def test_a_damaged_checkpoint_is_refused_naming_the_file(tmp_path: Path, damage: str) -> None:
+    import json
+
+    from mixlab.shared.files import CheckpointError
+
+    save_state({"w": torch.arange(64.0), "step": 40, "loss": 0.25}, tmp_path / "state")
+    tensors, sidecar = tmp_path / "state.safetensors", tmp_path / "state.json"
+    if damage == "truncate_tensors":
+        tensors.write_bytes(tensors.read_bytes()[: tensors.stat().st_size // 2])
+    elif damage == "swap_tensors":
+        save_state({"w": torch.zeros(64)}, tmp_path / "other")
+        tensors.write_bytes((tmp_path / "other.safetensors").read_bytes())
+    else:
+        data = json.loads(sidecar.read_text())
+        if damage == "edit_number":
+            data["state"]["loss"] = 0.01
+        elif damage == "remove_key":
+            del data["format"]
+        elif damage == "wrong_type":
+            data["format"] = 3
+        else:
+            data = {"w": {"__tensor__": "w"}, "step": 40}  # a sidecar of the old, unchecked kind
+        sidecar.write_text(json.dumps(data))
+    with pytest.raises(CheckpointError) as caught:
+        load_state(tmp_path / "state")
+    assert "state." in str(caught.value)
+    assert "\n" not in str(caught.value)

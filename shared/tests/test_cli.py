@@ -95,9 +95,13 @@ def test_reproduce_writes_reports(
     (row,) = [row for row in report["methods"] if row["method"] == "toy"]
     assert row["status"] == "ok"
     assert row["claims"][0]["holds"] is True
-    assert "| toy | SGD gets within 0.01" in (tmp_path / "reproduce.md").read_text()
+    report_md = (tmp_path / "report.md").read_text()
+    assert "| toy | SGD gets within 0.01 of the least-squares error | holds |" in report_md
+    assert "![toy](toy/loss.png)" in report_md  # the headline plot, embedded
     assert (tmp_path / "toy" / "result.json").exists()
-    assert "holds" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "holds" in out
+    assert "[1/1] toy" in out
 
 
 def test_reproduce_reports_a_crash_and_exits_1(
@@ -141,3 +145,123 @@ def test_console_script_exits_2_with_one_line(toy_path: Path) -> None:
 def test_no_arguments_shows_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 0
     assert "Usage: mixlab" in capsys.readouterr().out
+
+
+def _toy_result(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "toy" / "result.json").read_text())
+
+
+def test_reproduce_resume_keeps_finished_methods(
+    toy_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["reproduce", "--only", "toy", "--device", "cpu", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    first = _toy_result(tmp_path)
+    assert main([*argv, "--resume"]) == 0
+    assert "kept the finished run" in capsys.readouterr().out
+    assert _toy_result(tmp_path) == first  # the same file, wall time included: not rerun
+
+
+def test_reproduce_compare_reports_verdict_changes_and_drift(
+    toy_path: Path, tmp_path: Path
+) -> None:
+    fresh = tmp_path / "fresh"
+    assert main(["reproduce", "--only", "toy", "--device", "cpu", "--out", str(fresh)]) == 0
+    committed = json.loads((fresh / "toy" / "result.json").read_text())
+    reference = tmp_path / "committed"
+    folder = reference / "toy" / "experiment-quick"
+    folder.mkdir(parents=True)
+    (folder / "result.json").write_text(json.dumps(committed))
+    argv = ["reproduce", "--only", "toy", "--device", "cpu", "--compare", str(reference)]
+    assert main([*argv, "--out", str(tmp_path / "same")]) == 0
+    same = json.loads((tmp_path / "same" / "reproduce.json").read_text())["methods"][0]["compare"]
+    assert (same["verdict_changes"], same["drifted_metrics"]) == ([], [])
+
+    committed["claims"][0]["holds"] = False
+    committed["metrics"]["sgd"]["train_mse"] *= 2
+    (folder / "result.json").write_text(json.dumps(committed))
+    assert main([*argv, "--out", str(tmp_path / "changed")]) == 1
+    report = json.loads((tmp_path / "changed" / "reproduce.json").read_text())
+    comparison = report["methods"][0]["compare"]
+    assert comparison["verdict_changes"] == [
+        {"claim": committed["claims"][0]["text"], "committed": "fails", "fresh": "holds"}
+    ]
+    assert [(d["system"], d["metric"]) for d in comparison["drifted_metrics"]] == [
+        ("sgd", "train_mse")
+    ]
+    assert "1 verdict change(s)" in (tmp_path / "changed" / "report.md").read_text()
+
+
+def test_reproduce_shows_untested_claims(site_with_methods, tmp_path: Path) -> None:
+    site_with_methods(
+        {"flat": "mixlab_flat_method:METHOD"},
+        {
+            "mixlab_flat_method": (
+                "from mixlab.shared import Claim, ExperimentConfig, Method, Result\n"
+                "def run(config, out_dir, *, resume=False):\n"
+                "    regime = [Claim.compare('the reference beats chance', 0.33, '>', 0.5)]\n"
+                "    claims = [Claim.compare('ours beats the reference', 0.34, '>', 0.33)]\n"
+                "    return Result(metrics={'ours': {'acc': 0.34}}, claims=claims, regime=regime)\n"
+                "METHOD = Method(name='flat', domain='rl', paper='p', claim='c', config=ExperimentConfig, run=run)\n"
+            )
+        },
+    )
+    assert main(["reproduce", "--only", "flat", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    assert "| flat | ours beats the reference | untested |" in (tmp_path / "report.md").read_text()
+    row = json.loads((tmp_path / "reproduce.json").read_text())["methods"][0]
+    assert row["tally"] == {"holds": 0, "fails": 0, "untested": 1}
+
+
+def test_reproduce_on_a_missing_device_is_one_line_and_exit_2(
+    toy_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["reproduce", "--device", "cuda:99", "--out", str(tmp_path / "r")]) == 2
+    assert "device 'cuda:99'" in _stderr_line(capsys)
+    assert not (tmp_path / "r").exists()  # refused before any method ran
+
+
+def test_ctrl_c_is_one_line_and_exit_130(
+    site_with_methods, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    site_with_methods(
+        {"slow": "mixlab_slow_method:METHOD"},
+        {
+            "mixlab_slow_method": (
+                "from mixlab.shared import ExperimentConfig, Method\n"
+                "def run(config, out_dir, *, resume=False):\n"
+                "    raise KeyboardInterrupt\n"
+                "METHOD = Method(name='slow', domain='rl', paper='p', claim='c', config=ExperimentConfig, run=run)\n"
+            )
+        },
+    )
+    for verb in ("run", "reproduce"):
+        argv = [verb, *(["slow"] if verb == "run" else ["--only", "slow"])]
+        assert main([*argv, "--device", "cpu", "--out", str(tmp_path / verb)]) == 130
+        assert _stderr_line(capsys) == "mixlab: interrupted; rerun with --resume to continue\n"
+
+
+@pytest.mark.parametrize("damage", ["truncate", "edit_number"])
+def test_console_script_refuses_a_damaged_checkpoint(
+    toy_path: Path, tmp_path: Path, damage: str
+) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        main(["run", "toy", "--device", "cpu", "--out", str(out), "--set", "crash_at_step=55"])
+    checkpoint = out / "checkpoints" / "step_00000050"
+    if damage == "truncate":
+        tensors = checkpoint.with_suffix(".safetensors")
+        tensors.write_bytes(tensors.read_bytes()[: tensors.stat().st_size // 2])
+    else:
+        sidecar = checkpoint.with_suffix(".json")
+        sidecar.write_text(sidecar.read_text().replace('"steps": 100', '"steps": 101'))
+    script = Path(sys.executable).with_name("mixlab")
+    completed = subprocess.run(
+        [str(script), "run", "toy", "--device", "cpu", "--out", str(out), "--resume"],
+        capture_output=True,
+        text=True,
+        env=os.environ,
+        timeout=120,
+    )
+    assert completed.returncode == 2, completed.stderr
+    assert completed.stderr.count("\n") == 1
+    assert "step_00000050" in completed.stderr

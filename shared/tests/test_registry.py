@@ -106,3 +106,41 @@ def test_every_public_name_resolves() -> None:
         assert getattr(mixlab.shared, name) is not None
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = mixlab.shared.nope
+
+
+def test_a_run_named_by_import_path_loads_only_when_run(site_with_methods, tmp_path: Path) -> None:
+    import sys
+
+    site_with_methods(
+        {"lazy": "mixlab_lazy_meta:METHOD"},
+        {
+            "mixlab_lazy_meta": (
+                "from mixlab.shared.config import ExperimentConfig\n"
+                "from mixlab.shared.registry import Method\n"
+                "METHOD = Method(name='lazy', domain='rl', paper='p', claim='c',"
+                " config=ExperimentConfig, run='mixlab_lazy_run:run')\n"
+            ),
+            "mixlab_lazy_run": (
+                "from mixlab.shared import Claim, Result\n"
+                "def run(config, out_dir, *, resume=False):\n"
+                "    return Result(metrics={'a': {'x': 1.0}}, claims=[Claim.compare('c', 1, '>', 0)])\n"
+            ),
+        },
+    )
+    method = get_method("lazy")
+    assert "mixlab_lazy_run" not in sys.modules
+    assert method.execute(ExperimentConfig(device="cpu"), tmp_path).claims[0].state == "holds"
+    assert "mixlab_lazy_run" in sys.modules
+    with pytest.raises(
+        ValueError, match="Method.run must be a function or 'package.module:function'"
+    ):
+        Method(name="x", domain="rl", paper="p", claim="c", config=ExperimentConfig, run="nocolon")
+
+
+def test_a_failed_run_leaves_no_earlier_result_behind(toy_method: Method, tmp_path: Path) -> None:
+    toy_method.execute(toy_method.config.from_profile(device="cpu"), tmp_path)
+    (tmp_path / "error.txt").write_text("an older failure")
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        toy_method.execute(toy_method.config.from_profile(device="cpu", crash_at_step=5), tmp_path)
+    assert not (tmp_path / "result.json").exists()
+    assert not (tmp_path / "error.txt").exists()

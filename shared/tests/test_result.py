@@ -94,5 +94,51 @@ def test_write_benchmark_writes_the_schema_and_prints_verdicts(tmp_path, capsys)
     assert result.wall_s is not None
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == "holds: fast (2 > 1)"
-    assert printed[1].startswith("does not hold: small")
+    assert printed[1].startswith("fails: small")
     assert printed[2] == f"wrote {tmp_path / 'result.json'}"
+
+
+def test_a_failed_regime_check_marks_every_claim_untested(tmp_path: Path) -> None:
+    claims = [Claim.compare("ours wins", 0.9, ">", 0.8), Claim.compare("ours is cheap", 3, "<", 1)]
+    learned = Claim.compare("the reference beats chance by 0.2", 0.35, ">=", 0.33 + 0.2)
+    result = Result(metrics={"ours": {"acc": 0.9}}, claims=claims, regime=[learned])
+    assert [claim.state for claim in result.claims] == ["untested", "untested"]
+    assert [claim.holds for claim in result.claims] == [True, False]  # still computed
+    assert "regime check failed: the reference beats chance" in result.claims[0].evidence
+    assert result.tally() == {"holds": 0, "fails": 0, "untested": 2}
+    data = json.loads(result.write(tmp_path).read_text())
+    assert data["regime"] == [learned.to_dict()]
+    assert [claim["tested"] for claim in data["claims"]] == [False, False]
+    assert Result.load(tmp_path).claims == result.claims  # loading does not mark them twice
+
+
+def test_a_passing_regime_keeps_claims_tested() -> None:
+    learned = Claim.compare("learned", 0.9, ">=", 0.8)
+    result = Result(
+        metrics={"ours": {"acc": 0.9}},
+        claims=[Claim.compare("wins", 2, ">", 1), Claim.compare("loses", 0, ">", 1)],
+        regime=[learned],
+    )
+    assert [claim.state for claim in result.claims] == ["holds", "fails"]
+    assert result.regime_holds
+
+
+def test_requires_gates_one_claim_only() -> None:
+    dqn_learned = Claim.compare("DQN learned", 0.1, ">=", 0.5)
+    gated = Claim.compare("DQN colludes", 0.9, ">", 0.5, requires=[dqn_learned])
+    free = Claim.compare("Q-learning colludes", 0.9, ">", 0.5)
+    assert (gated.state, free.state) == ("untested", "holds")
+    assert "DQN learned does not hold (0.1 >= 0.5)" in gated.evidence
+    combined = Claim.all_of("both", [gated, free])
+    assert combined.state == "untested"
+
+
+def test_results_written_before_regime_existed_still_load(tmp_path: Path) -> None:
+    old = {
+        "method": "m", "profile": "quick", "seed": 0, "config": {}, "env": {}, "wall_s": 1.0,
+        "metrics": {"a": {"x": 1.0}},
+        "claims": [{"text": "c", "holds": True, "evidence": "1 > 0"}],
+    }  # fmt: skip
+    (tmp_path / "result.json").write_text(json.dumps(old))
+    loaded = Result.load(tmp_path)
+    assert (loaded.regime, loaded.claims[0].state) == ([], "holds")

@@ -107,4 +107,5 @@ METHOD = Method(
     claim="SGD matches closed-form least squares",
     config=Config,
     run=run,
+    headline_plot="loss.png",
 )

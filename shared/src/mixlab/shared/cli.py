@@ -4,11 +4,14 @@ mixlab list
 mixlab run flatnsd --profile quick --seed 0 --device auto --out runs/flatnsd --resume
 mixlab run flatnsd --set epochs=5 --set hidden_dim=32
 mixlab reproduce --profile quick --only flatnsd,curb --out runs/reproduce
+mixlab reproduce --resume                      # after Ctrl-C: keep finished methods, resume the rest
+mixlab reproduce --compare benchmarks/results  # verdict changes and metric drift vs committed results
 """
 
 from __future__ import annotations
 
 import json
+import time
 import traceback
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,6 +21,14 @@ from rich.console import Console
 from rich.table import Table
 
 from mixlab.shared.cli_base import run_app
+from mixlab.shared.compare import (
+    DRIFT_TOLERANCE,
+    claim_state,
+    committed_result,
+    committed_wall_s,
+    compare_results,
+)
+from mixlab.shared.files import write_json_atomic, write_text_atomic
 from mixlab.shared.paths import default_run_dir
 from mixlab.shared.registry import Method, discover_methods, get_method
 from mixlab.shared.result import Result, format_number
@@ -73,6 +84,8 @@ def run_method(
     changes = chosen.config.parse_overrides(overrides or [])
     config = chosen.config.from_profile(profile, **{"seed": seed, "device": device, **changes})
     out_dir = out or default_run_dir(chosen.name, profile, config.seed)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--out must be a folder, got the file {str(out_dir)!r}")
     result = chosen.execute(config, out_dir, resume=resume)
     _print_result(result)
     console.print(f"wrote {out_dir / 'result.json'}")
@@ -89,24 +102,87 @@ def reproduce(
     out: Annotated[Path, typer.Option(help="folder for each method's run and the reports")] = Path(
         "runs/reproduce"
     ),
+    resume: Annotated[
+        bool,
+        typer.Option(
+            help="keep methods already finished in --out and continue the others from their checkpoints"
+        ),
+    ] = False,
+    compare: Annotated[
+        Path | None,
+        typer.Option(
+            help="committed results (benchmarks/results): report verdict changes and metric drift against them"
+        ),
+    ] = None,
 ) -> int:
-    """Run every installed method's experiment and print one table of claims; writes reproduce.json/.md."""
+    """Run every installed method's experiment and print one table of claims (holds, fails or
+    untested); writes reproduce.json and report.md. Exit 1 when a method failed or, with
+    --compare, a verdict changed."""
+    from mixlab.shared.device import resolve_device
+
     methods = _select(discover_methods(), only)
+    resolve_device(device)  # once, before any method runs: a missing GPU is exit 2, not N failures
+    if compare is not None and not compare.is_dir():
+        raise ValueError(f"--compare must be a folder of committed results, got {str(compare)!r}")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out must be a folder, got the file {str(out)!r}")
+    reference = compare if compare is not None else _default_reference()
     configs = {
         name: method.config.from_profile(profile, seed=seed, device=device)
         for name, method in methods.items()
     }
-    rows = [_reproduce_one(method, configs[name], out / name) for name, method in methods.items()]
-    report = {"profile": profile, "seed": seed, "device": device, "methods": rows}
+    report: dict[str, Any] = {
+        "profile": profile,
+        "seed": seed,
+        "device": device,
+        "compared_with": str(compare) if compare is not None else None,
+        "methods": [],
+    }
     out.mkdir(parents=True, exist_ok=True)
-    (out / "reproduce.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "reproduce.md").write_text(_markdown(report))
+    for stale in ("reproduce.json", "report.md"):
+        (out / stale).unlink(missing_ok=True)
+    started = time.perf_counter()
+    for index, (name, method) in enumerate(methods.items(), start=1):
+        expected = committed_wall_s(reference, name, profile)
+        console.rule(
+            f"[{index}/{len(methods)}] {name} ({profile}, seed {seed}); "
+            f"{_clock(time.perf_counter() - started)} elapsed so far; "
+            + (
+                f"expected about {_clock(expected)} (its last committed {profile} run)"
+                if expected is not None
+                else "no committed time to expect"
+            )
+        )
+        row = _reproduce_one(method, configs[name], out / name, resume=resume)
+        if compare is not None:
+            row["compare"] = _compare_one(compare, name, profile, out / name)
+        report["methods"].append(row)
+        write_json_atomic(out / "reproduce.json", report)  # a killed run keeps what finished
+    report["wall_s"] = round(time.perf_counter() - started, 1)
+    write_json_atomic(out / "reproduce.json", report)
+    write_text_atomic(out / "report.md", _markdown(report, out))
+    rows = report["methods"]
     if not rows:
         console.print("No methods are installed yet: nothing to reproduce.")
     else:
         console.print(_claims_table(rows))
-    console.print(f"wrote {out / 'reproduce.json'} and {out / 'reproduce.md'}")
-    return 1 if any(row["status"] == "failed" for row in rows) else 0
+        if compare is not None:
+            console.print(_compare_table(rows))
+    console.print(f"wrote {out / 'reproduce.json'} and {out / 'report.md'}")
+    failed = any(row["status"] == "failed" for row in rows)
+    changed = any(row.get("compare", {}).get("verdict_changes") for row in rows)
+    return 1 if failed or changed else 0
+
+
+def _default_reference() -> Path | None:
+    """``benchmarks/results`` of a mixlab checkout in the current folder, if there is one."""
+    path = Path("benchmarks/results")
+    return path if path.is_dir() else None
+
+
+def _clock(seconds: float) -> str:
+    minutes, seconds = divmod(round(seconds), 60)
+    return f"{minutes}:{seconds:02d}"
 
 
 def _select(methods: dict[str, Method], only: str | None) -> dict[str, Method]:
@@ -120,38 +196,63 @@ def _select(methods: dict[str, Method], only: str | None) -> dict[str, Method]:
     return {name: methods[name] for name in names}
 
 
-def _reproduce_one(method: Method, config: Any, out_dir: Path) -> dict[str, Any]:
-    """Run one method; a crash is recorded (traceback in out_dir/error.txt) and the others go on."""
-    console.rule(f"{method.name} ({config.profile}, seed {config.seed})")
-    row: dict[str, Any] = {"method": method.name, "domain": method.domain, "paper": method.paper}
+def _finished(out_dir: Path, config: Any) -> Result | None:
+    """The result an earlier run left in ``out_dir`` for exactly this config, else None."""
     try:
-        result = method.execute(config, out_dir)
-    except Exception as error:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "error.txt").write_text(traceback.format_exc())
-        console.print(
-            f"[red]{method.name} failed:[/red] {error} (traceback in {out_dir / 'error.txt'})"
-        )
-        return {
-            **row,
-            "status": "failed",
-            "error": f"{type(error).__name__}: {error}",
-            "claims": [],
-            "wall_s": None,
-        }
+        result = Result.load(out_dir / "result.json")
+    except (OSError, ValueError):
+        return None
+    recorded = json.loads(json.dumps(config.to_dict()))
+    return result if result.config == recorded else None
+
+
+def _reproduce_one(method: Method, config: Any, out_dir: Path, *, resume: bool) -> dict[str, Any]:
+    """Run one method; a crash is recorded (traceback in out_dir/error.txt) and the others go on."""
+    row: dict[str, Any] = {
+        "method": method.name,
+        "domain": method.domain,
+        "paper": method.paper,
+        "headline_plot": method.headline_plot,
+    }
+    result = _finished(out_dir, config) if resume else None
+    if result is not None:
+        console.print(f"{method.name}: kept the finished run in {out_dir}")
+    else:
+        try:
+            result = method.execute(config, out_dir, resume=resume)
+        except Exception as error:
+            write_text_atomic(out_dir / "error.txt", traceback.format_exc())
+            console.print(
+                f"[red]{method.name} failed:[/red] {error} (traceback in {out_dir / 'error.txt'})"
+            )
+            return {
+                **row,
+                "status": "failed",
+                "error": f"{type(error).__name__}: {error}",
+                "regime": [],
+                "claims": [],
+                "wall_s": None,
+            }
     _print_result(result)
-    claims = [claim.to_dict() for claim in result.claims]
     return {
         **row,
         "status": "ok",
-        "claims": claims,
+        "regime": [check.to_dict() for check in result.regime],
+        "claims": [claim.to_dict() for claim in result.claims],
+        "tally": result.tally(),
         "wall_s": result.wall_s,
         "result": str(out_dir / "result.json"),
     }
 
 
-def _holds(claim: dict[str, Any]) -> str:
-    return "holds" if claim["holds"] else "does not hold"
+def _compare_one(reference: Path, name: str, profile: str, out_dir: Path) -> dict[str, Any]:
+    committed = committed_result(reference, name, profile)
+    if not committed.is_file() or not (out_dir / "result.json").is_file():
+        return {"committed": str(committed), "missing": True, "verdict_changes": []}
+    comparison = compare_results(
+        json.loads(committed.read_text()), json.loads((out_dir / "result.json").read_text())
+    )
+    return {"committed": str(committed), "missing": False, **comparison}
 
 
 def _claims_table(rows: list[dict[str, Any]]) -> Table:
@@ -161,13 +262,45 @@ def _claims_table(rows: list[dict[str, Any]]) -> Table:
         if row["status"] == "failed":
             table.add_row(row["method"], "-", "[red]failed[/red]", row["error"], wall)
         for claim in row["claims"]:
-            table.add_row(row["method"], claim["text"], _holds(claim), claim["evidence"], wall)
+            table.add_row(row["method"], claim["text"], claim_state(claim), claim["evidence"], wall)
     return table
 
 
-def _markdown(report: dict[str, Any]) -> str:
+def _compare_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table("method", "verdict changes", "drifted metrics", title="against committed results")
+    for row in rows:
+        comparison = row.get("compare", {})
+        if comparison.get("missing", True):
+            table.add_row(row["method"], "no committed result", "-")
+            continue
+        changes = "; ".join(
+            f"{c['claim']}: {c['committed']} -> {c['fresh']}" for c in comparison["verdict_changes"]
+        )
+        drift = ", ".join(
+            f"{d['system']}.{d['metric']} {_percent(d['relative'])}"
+            for d in comparison["drifted_metrics"][:5]
+        )
+        more = len(comparison["drifted_metrics"]) - 5
+        drift += f" (+{more} more)" if more > 0 else ""
+        table.add_row(
+            row["method"],
+            changes or "none",
+            f"{drift or 'none'} of {comparison['compared_metrics']} (>{DRIFT_TOLERANCE:.0%})",
+        )
+    return table
+
+
+def _percent(relative: float | None) -> str:
+    return "missing" if relative is None else f"{relative:+.1%}"
+
+
+def _markdown(report: dict[str, Any], out: Path) -> str:
+    """report.md: the claims table (holds, fails, untested), the regime checks, the comparison with
+    committed results, and each method's headline plot."""
     lines = [
         f"# mixlab reproduce ({report['profile']} profile, seed {report['seed']}, device {report['device']})",
+        "",
+        "A claim is *untested* when a regime check failed: the setup could not tell the systems apart.",
         "",
         "| method | claim | result | evidence | wall s |",
         "|---|---|---|---|---|",
@@ -178,10 +311,35 @@ def _markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {row['method']} | - | failed | {row['error']} | {wall} |")
         for claim in row["claims"]:
             lines.append(
-                f"| {row['method']} | {claim['text']} | {_holds(claim)} | {claim['evidence']} | {wall} |"
+                f"| {row['method']} | {claim['text']} | {claim_state(claim)} | {claim['evidence']} | {wall} |"
             )
     if not report["methods"]:
         lines.append("| (no methods installed) | | | | |")
+    for row in report["methods"]:
+        lines += ["", f"## {row['method']}", ""]
+        if row["status"] == "failed":
+            lines.append(f"Failed: {row['error']}")
+            continue
+        tally = row["tally"]
+        lines.append(
+            f"{tally['holds']} hold, {tally['fails']} fail, {tally['untested']} untested; "
+            f"{format_number(row['wall_s'])} s."
+        )
+        for check in row["regime"]:
+            verdict = "holds" if check["holds"] else "fails"
+            lines.append(f"- regime check ({verdict}): {check['text']} ({check['evidence']})")
+        comparison = row.get("compare")
+        if comparison and not comparison.get("missing", True):
+            changes = comparison["verdict_changes"]
+            lines.append(
+                f"- against {comparison['committed']} (commit {comparison['committed_git']}): "
+                f"{len(changes)} verdict change(s), {len(comparison['drifted_metrics'])} of "
+                f"{comparison['compared_metrics']} metrics drifted by more than {DRIFT_TOLERANCE:.0%}"
+            )
+            lines += [f"  - {c['claim']}: {c['committed']} → {c['fresh']}" for c in changes]
+        plot = out / row["method"] / row["headline_plot"] if row["headline_plot"] else None
+        if plot is not None and plot.is_file():
+            lines += ["", f"![{row['method']}]({row['method']}/{row['headline_plot']})"]
     return "\n".join(lines) + "\n"
 
 
@@ -200,8 +358,12 @@ def _print_result(result: Result) -> None:
             metrics.add_row(system, *(format_number(row[name]) for name in metric_names))
     console.print(metrics)
     claims = Table("claim", "result", "evidence", title=f"{result.method}: claims", show_lines=True)
+    for check in result.regime:
+        claims.add_row(
+            f"(regime) {check.text}", "holds" if check.holds else "fails", check.evidence
+        )
     for claim in result.claims:
-        claims.add_row(claim.text, _holds(claim.to_dict()), claim.evidence)
+        claims.add_row(claim.text, claim.state, claim.evidence)
     console.print(claims)
 
 

@@ -20,6 +20,9 @@ import typer
 from typer.exceptions import TyperException
 
 USAGE_ERROR = 2
+INTERRUPTED = 130
+"""the shell's exit code for Ctrl-C (128 + SIGINT)"""
+INTERRUPTED_LINE = "interrupted; rerun with --resume to continue"
 
 
 def domain_app(prog_name: str, help: str) -> typer.Typer:
@@ -46,8 +49,9 @@ def _one_line(message: str) -> str:
 
 def run_app(app: typer.Typer, argv: Sequence[str] | None = None, *, prog_name: str) -> int:
     """Run ``app`` on ``argv`` (default: the command line) and return its exit code (console scripts
-    exit with it). No arguments shows the help; usage errors, ValueErrors and file errors
-    (OSError) become one stderr line and exit code 2."""
+    exit with it). No arguments shows the help; usage errors, ValueErrors (a damaged checkpoint's
+    CheckpointError too) and file errors (OSError) become one stderr line and exit code 2; Ctrl-C
+    one line and exit code 130 (checkpoints are written as runs go, so ``--resume`` continues)."""
     args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
     command = typer.main.get_command(app)
     try:
@@ -57,12 +61,14 @@ def run_app(app: typer.Typer, argv: Sequence[str] | None = None, *, prog_name: s
         where = context.command_path if context is not None else prog_name
         typer.echo(f"{where}: error: {_one_line(error.format_message())}", err=True)
         return error.exit_code
-    except typer.Abort:
-        typer.echo(f"{prog_name}: aborted", err=True)
-        return 130
+    except (typer.Abort, KeyboardInterrupt):
+        typer.echo(f"{prog_name}: {INTERRUPTED_LINE}", err=True)
+        return INTERRUPTED
     except (ValueError, OSError) as error:  # bad values, and paths that cannot be read or written
         if os.environ.get("MIXLAB_DEBUG"):
             raise
         typer.echo(f"{prog_name}: error: {_one_line(str(error))}", err=True)
         return USAGE_ERROR
+    if outcome == INTERRUPTED:  # typer turns KeyboardInterrupt into a silent exit code 130
+        typer.echo(f"{prog_name}: {INTERRUPTED_LINE}", err=True)
     return outcome if isinstance(outcome, int) else 0

@@ -88,7 +88,10 @@ class ExperimentConfig:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if isinstance(value, float) and not math.isfinite(value):
-                if any(isinstance(a, float) and _same_float(a, value) for a in allowed.get(field.name, ())):
+                if any(
+                    isinstance(a, float) and _same_float(a, value)
+                    for a in allowed.get(field.name, ())
+                ):
                     continue
                 raise ValueError(f"{field.name} must be a finite number, got {value!r}")
 

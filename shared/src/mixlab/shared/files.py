@@ -34,7 +34,9 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     file or the new one, never a part."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    descriptor, temporary = tempfile.mkstemp(
+        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
+    )
     try:
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -65,7 +67,10 @@ def _sha256_of_data(data: Any) -> str:
 
 
 def write_sidecar(
-    path: str | os.PathLike[str], data: Mapping[str, Any], *, covers: Iterable[str | os.PathLike[str]] = ()
+    path: str | os.PathLike[str],
+    data: Mapping[str, Any],
+    *,
+    covers: Iterable[str | os.PathLike[str]] = (),
 ) -> Path:
     """Write ``data`` (a JSON object) to ``path`` with an ``integrity`` entry: the SHA-256 of each
     file in ``covers`` (stored by name, so they must sit beside ``path``) and of ``data`` itself.

@@ -1,0 +1,86 @@
+"""Compare a fresh ``result.json`` with a committed one: verdicts that changed and metrics that drifted.
+
+``mixlab reproduce --compare benchmarks/results`` uses it to show whether the committed results still
+come out of the code at HEAD.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+DRIFT_TOLERANCE = 0.05
+"""a metric whose relative change exceeds this is listed as drifted"""
+
+
+def committed_result(reference: Path, method: str, profile: str) -> Path:
+    """Where a method's committed result of ``profile`` lives: ``<reference>/<method>/experiment-<profile>/result.json``."""
+    return reference / method / f"experiment-{profile}" / "result.json"
+
+
+def committed_wall_s(reference: Path | None, method: str, profile: str) -> float | None:
+    """The wall time of the committed run, or None when there is none to read."""
+    if reference is None:
+        return None
+    try:
+        wall = json.loads(committed_result(reference, method, profile).read_text()).get("wall_s")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(wall) if isinstance(wall, int | float) and not isinstance(wall, bool) else None
+
+
+def claim_state(claim: dict[str, Any]) -> str:
+    """holds, fails or untested (files written before ``tested`` existed count as tested)."""
+    if not claim.get("tested", True):
+        return "untested"
+    return "holds" if claim.get("holds") else "fails"
+
+
+def compare_results(committed: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
+    """Verdict changes (claims matched by text) and metric drift between two result.json dicts."""
+    before = {claim["text"]: claim_state(claim) for claim in committed.get("claims", [])}
+    after = {claim["text"]: claim_state(claim) for claim in fresh.get("claims", [])}
+    verdicts = [
+        {"claim": text, "committed": before.get(text, "absent"), "fresh": after.get(text, "absent")}
+        for text in [*before, *(t for t in after if t not in before)]
+        if before.get(text, "absent") != after.get(text, "absent")
+    ]
+    drift = []
+    for system, row in fresh.get("metrics", {}).items():
+        old_row = committed.get("metrics", {}).get(system, {})
+        for name, value in row.items():
+            if name not in old_row:
+                continue
+            change = _relative_change(old_row[name], value)
+            if change is None or abs(change) > DRIFT_TOLERANCE:
+                drift.append(
+                    {
+                        "system": system,
+                        "metric": name,
+                        "committed": old_row[name],
+                        "fresh": value,
+                        "relative": change,
+                    }
+                )
+    drift.sort(key=lambda d: -math.inf if d["relative"] is None else -abs(d["relative"]))
+    return {
+        "committed_git": committed.get("env", {}).get("git"),
+        "verdict_changes": verdicts,
+        "drifted_metrics": drift,
+        "compared_metrics": sum(
+            name in committed.get("metrics", {}).get(system, {})
+            for system, row in fresh.get("metrics", {}).items()
+            for name in row
+        ),
+    }
+
+
+def _relative_change(old: float | None, new: float | None) -> float | None:
+    """(new - old) / |old|; 0 when both are equal or both missing, None when only one is missing."""
+    if old is None or new is None:
+        return 0.0 if old is None and new is None else None
+    if old == new:
+        return 0.0
+    return (new - old) / max(abs(old), 1e-12)

@@ -1,0 +1,127 @@
+"""What every registered method must do, checked across the workspace: list without importing
+torch, and refuse nonsense in every config field."""
+
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+import pytest
+
+from mixlab.shared.registry import discover_methods
+
+METHODS = discover_methods()
+HEAVY = (
+    "torch",
+    "numpy",
+    "scipy",
+    "sklearn",
+    "transformers",
+    "accelerate",
+    "torch_geometric",
+    "timm",
+    "diffusers",
+    "gymnasium",
+    "pettingzoo",
+    "numba",
+    "matplotlib",
+    "safetensors",
+    "pandas",
+)
+PROBE = """
+import json, resource, sys
+from mixlab.shared.cli import main
+code = main(sys.argv[1:])
+usage = resource.getrusage(resource.RUSAGE_SELF)
+heavy = sorted({name.split(".")[0] for name in sys.modules} & set(json.loads({heavy!r})))
+print(json.dumps({{"code": code, "cpu_s": usage.ru_utime + usage.ru_stime, "heavy": heavy}}))
+"""
+
+
+def _probe(*args: str) -> dict:
+    script = PROBE.format(heavy=json.dumps(HEAVY))
+    completed = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=300
+    )
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("argv", [["list"], ["--help"], ["run", "no-such-method"]])
+def test_listing_imports_no_heavy_dependency(argv: list[str]) -> None:
+    assert len(METHODS) >= 6
+    probe = _probe(*argv)
+    assert probe["code"] == (2 if argv[0] == "run" else 0)
+    assert probe["heavy"] == [], f"`mixlab {' '.join(argv)}` imported {probe['heavy']}"
+    # the issue's bar is 1 s of CPU; allow 2 s here for a loaded CI machine
+    assert probe["cpu_s"] < 2.0, f"`mixlab {' '.join(argv)}` took {probe['cpu_s']:.2f} s of CPU"
+
+
+def _edge_values(annotation: object) -> list[object]:
+    """The values that make no sense for most fields of this type: nan/inf for floats, 0/-1 for counts."""
+    options = (
+        typing.get_args(annotation)
+        if typing.get_origin(annotation)
+        in (
+            typing.Union,
+            __import__("types").UnionType,
+        )
+        else (annotation,)
+    )
+    values: list[object] = []
+    if float in options:
+        values += [math.nan, math.inf, -math.inf]
+    if int in options and bool not in options:
+        values += [0, -1]
+    return values
+
+
+CASES = [
+    pytest.param(name, field.name, value, id=f"{name}.{field.name}={value}")
+    for name, method in METHODS.items()
+    for field in dataclasses.fields(method.config)
+    if field.name not in ("profile", "device")
+    for value in _edge_values(typing.get_type_hints(method.config)[field.name])
+]
+
+
+@pytest.mark.parametrize(("name", "field", "value"), CASES)
+def test_every_config_field_refuses_edge_values(name: str, field: str, value: object) -> None:
+    config_class = METHODS[name].config
+    allowed = config_class.allowed_edge_values().get(field, ())
+    documented = any(
+        a == value
+        or (
+            isinstance(a, float)
+            and isinstance(value, float)
+            and math.isnan(a)
+            and math.isnan(value)
+        )
+        for a in allowed
+    )
+    if documented:
+        config_class(**{field: value})  # documented as meaningful: must be accepted
+        return
+    with pytest.raises(ValueError, match=field):
+        config_class(**{field: value})
+
+
+def test_every_method_names_a_headline_plot() -> None:
+    for method in METHODS.values():
+        assert method.headline_plot.endswith(".png"), method.name
+
+
+def test_readme_is_rendered_from_the_committed_results() -> None:
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "benchmarks"))
+    try:
+        from render_readme import render
+    finally:
+        sys.path.pop(0)
+    readme = (root / "README.md").read_text()
+    assert render(readme, root / "benchmarks" / "results") == readme, (
+        "README.md is out of date with benchmarks/results: run `uv run python benchmarks/render_readme.py`"
+    )
