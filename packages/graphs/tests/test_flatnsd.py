@@ -24,6 +24,7 @@ from mixlab.graphs.flatnsd import (
     diffusion_sensitivity,
     jacobian_sensitivity,
     learned_sheaf_statistics,
+    load_trained,
     ring_transfer,
     sheaf_effective_resistance,
     sheaf_laplacian,
@@ -468,6 +469,15 @@ def test_experiment_writes_every_system_and_resumes(tmp_path):
     result = run_experiment(config, tmp_path)
     assert set(result.metrics) == {"gcn", "flatnsd"}
     assert len(result.claims) == 7
+    regime_texts = [check.text for check in result.regime]
+    assert len(regime_texts) == 2
+    assert "smallest ring" in regime_texts[0]
+    assert "smallest tree" in regime_texts[1]
+    gcn = result.metrics["gcn"]
+    assert f"{gcn['ring4_test_accuracy']:.4g}" in result.regime[0].evidence
+    assert f"{gcn['tree2_train_accuracy']:.4g}" in result.regime[1].evidence
+    if not result.regime_holds:  # one epoch: GCN has not fitted, every claim is untested
+        assert all(claim.state == "untested" for claim in result.claims)
     assert result.metrics["gcn"]["resistance_start"] is None
     assert result.metrics["flatnsd"]["resistance_start"] is not None
     assert json.loads((tmp_path / "theory.json").read_text())["ring"]["spearman_linear"] < -0.9
@@ -547,12 +557,19 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert all(line.startswith("mixlab-graphs: error:") for line in errors)
 
 
-def test_cli_train_saves_a_loadable_model(tmp_path):
+def test_cli_train_saves_a_loadable_model(tmp_path, capsys):
     out = tmp_path / "run"
     args = ["flatnsd", "train", "--task", "ring", "--size", "4", "--out", str(out)]
     assert graphs_main([*args, "--epochs", "1", "--graphs", "30", "--width", "4"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
+    assert "integrity" in metrics  # the sidecar records the weights' SHA-256
     from safetensors.torch import load_file
 
     model = SheafDiffusionNet(5, 5, sheaf="flat", channels=4, num_layers=metrics["layers"])
     model.load_state_dict(load_file(str(out / "model.safetensors")))
+    loaded, info = load_trained(out)
+    assert info["train_accuracy"] == metrics["train_accuracy"]
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name], tensor)
+    assert graphs_main(["flatnsd", "evaluate", str(out), "--graphs", "10"]) == 0
+    assert "flatnsd on ring 4: accuracy" in capsys.readouterr().out

@@ -35,6 +35,8 @@ _MODULE_OF = {
     "ring_transfer": "tasks",
     "tree_neighbors_match": "tasks",
     "theory_checks": "theory",
+    "load_trained": "training",
+    "save_trained": "training",
     "train_readout": "training",
     "AddSheafResistance": "transforms",
     "learned_sheaf_statistics": "transforms",
@@ -55,7 +57,9 @@ __all__ = [
     "diffusion_sensitivity",
     "jacobian_sensitivity",
     "learned_sheaf_statistics",
+    "load_trained",
     "ring_transfer",
+    "save_trained",
     "sheaf_effective_resistance",
     "sheaf_laplacian",
     "theory_checks",
@@ -83,5 +87,5 @@ if TYPE_CHECKING:
     )
     from mixlab.graphs.flatnsd.tasks import ring_transfer, tree_neighbors_match
     from mixlab.graphs.flatnsd.theory import theory_checks
-    from mixlab.graphs.flatnsd.training import train_readout
+    from mixlab.graphs.flatnsd.training import load_trained, save_trained, train_readout
     from mixlab.graphs.flatnsd.transforms import AddSheafResistance, learned_sheaf_statistics

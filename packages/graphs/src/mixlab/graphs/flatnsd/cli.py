@@ -5,20 +5,87 @@ on an over-squashing benchmark.
     mixlab-graphs flatnsd resistance edges.npy --node-maps maps.npy     # a flat bundle [N, d, d]
     mixlab-graphs flatnsd theory --out theory.json
     mixlab-graphs flatnsd train --task ring --size 12 --model flatnsd_heat --out runs/ring12
+    mixlab-graphs flatnsd evaluate runs/ring12 --graphs 500
+
+Every verb checks all its inputs (paths, ranges) before it loads or computes anything; a bad
+value is one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
 
-import json
+import math
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from mixlab.graphs.flatnsd.config import MAX_TREE_DEPTH, SYSTEMS
+
+EDGE_SUFFIXES = (".csv", ".txt", ".tsv", ".npy")
+MAX_THEORY_STALK_DIM = 16
+"""the theory checks form dense (N·d)² matrices on graphs of up to 31 nodes"""
+
 app = typer.Typer(
     help="FlatNSD: sheaf effective resistance and flat-bundle Neural Sheaf Diffusion.",
     no_args_is_help=True,
 )
+
+
+def _count(value: int, option: str, minimum: int = 1, maximum: int | None = None) -> None:
+    """``option`` must be an integer in [minimum, maximum]."""
+    if maximum is None:
+        ok, allowed = value >= minimum, f"an integer >= {minimum}"
+    else:
+        ok, allowed = minimum <= value <= maximum, f"an integer in [{minimum}, {maximum}]"
+    if not ok:
+        raise ValueError(f"{option} must be {allowed}, got {value}")
+
+
+def _seed(value: int) -> None:
+    if not 0 <= value < 2**32:
+        raise ValueError(f"--seed must be an integer in [0, 2**32), got {value}")
+
+
+def _readable_file(path: Path, option: str, suffixes: tuple[str, ...] = ()) -> None:
+    """``path`` is an existing, readable file (with one of ``suffixes``)."""
+    if not path.exists():
+        raise ValueError(f"{option}: {path} does not exist")
+    if not path.is_file():
+        raise ValueError(f"{option}: {path} is not a file")
+    if not os.access(path, os.R_OK):
+        raise ValueError(f"{option}: {path} is not readable")
+    if suffixes and path.suffix not in suffixes:
+        raise ValueError(f"{option} must be a {', '.join(suffixes)} file, got {str(path)!r}")
+
+
+def _creatable(path: Path, option: str) -> None:
+    """The nearest existing folder above ``path`` is a writable folder."""
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"{option}: cannot create {path}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{option}: cannot create {path}: {parent} is not writable")
+
+
+def _writable_file(path: Path, option: str) -> None:
+    """``path`` can be written as a file: not a folder, its folder can be created and written."""
+    if path.is_dir():
+        raise ValueError(f"{option}: {path} is a folder; give a file name")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"{option}: {path} is not writable")
+    _creatable(path, option)
+
+
+def _writable_folder(path: Path, option: str) -> None:
+    """``path`` can be used as an output folder: not a file, creatable and writable."""
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{option}: {path} is a file; give a folder")
+    if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"{option}: {path} is not writable")
+    _creatable(path, option)
 
 
 def read_edges(path: Path):
@@ -28,17 +95,20 @@ def read_edges(path: Path):
     import torch
     from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
 
-    if not path.is_file():
-        raise FileNotFoundError(f"edge list {str(path)!r} does not exist")
-    if path.suffix == ".npy":
-        edges = np.load(path, allow_pickle=False)
-    elif path.suffix in (".csv", ".txt", ".tsv"):
-        text = [line for line in path.read_text().splitlines() if line.strip()]
-        if text and not text[0].replace(",", " ").split()[0].lstrip("-").isdigit():
-            text = text[1:]  # a header
-        edges = np.array([line.replace(",", " ").split()[:2] for line in text], dtype=np.int64)
-    else:
-        raise ValueError(f"edge list must be .csv, .txt, .tsv or .npy, got {str(path)!r}")
+    _readable_file(path, "EDGES", EDGE_SUFFIXES)
+    try:
+        if path.suffix == ".npy":
+            edges = np.load(path, allow_pickle=False)
+        else:
+            text = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            if text and not text[0].replace(",", " ").split()[0].lstrip("-").isdigit():
+                text = text[1:]  # a header
+            rows = [line.replace(",", " ").split()[:2] for line in text]
+            edges = np.array(rows, dtype=np.int64)
+    except (ValueError, EOFError) as error:  # not integers, not UTF-8, a damaged .npy
+        raise ValueError(
+            f"{path}: not an edge list ({' '.join(str(error).split())[:200]})"
+        ) from None
     edges = np.asarray(edges)
     if edges.ndim != 2 or 2 not in edges.shape or not np.issubdtype(edges.dtype, np.integer):
         raise ValueError(f"{path} must hold integer node pairs, shape [E, 2] or [2, E]")
@@ -61,22 +131,38 @@ def resistance(
 ) -> None:
     """Effective resistance of every edge (of the graph, or of a flat bundle over it) and the total:
     the most resistive edges are the graph's bottlenecks."""
+    _readable_file(edges, "EDGES", EDGE_SUFFIXES)
+    if node_maps is not None:
+        _readable_file(node_maps, "--node-maps", (".npy",))
+    if out is not None:
+        _writable_file(out, "--out")
+        if out.exists() and out.resolve() == edges.resolve():
+            raise ValueError(f"--out: {out} is the input edge list; give another file")
+    _count(top, "--top", minimum=0)
+
     import numpy as np
     import torch
     from torch_geometric.data import Data
 
     from mixlab.graphs.flatnsd.transforms import AddSheafResistance
+    from mixlab.shared.files import write_text_atomic
 
-    if top < 0:
-        raise ValueError(f"--top must be >= 0, got {top}")
     edge_index, num_nodes = read_edges(edges)
     data = Data(edge_index=edge_index, num_nodes=num_nodes)
     if node_maps is not None:
-        maps = np.load(node_maps, allow_pickle=False)
+        try:
+            maps = np.load(node_maps, allow_pickle=False)
+        except (ValueError, EOFError) as error:
+            detail = " ".join(str(error).split())[:200]
+            raise ValueError(f"--node-maps: {node_maps} is not a NumPy array ({detail})") from None
         if maps.ndim != 3 or maps.shape[1] != maps.shape[2] or maps.shape[0] != num_nodes:
             raise ValueError(
                 f"--node-maps must be [num_nodes={num_nodes}, d, d], got {list(maps.shape)}"
             )
+        if not (np.issubdtype(maps.dtype, np.number) and np.isfinite(maps).all()):
+            raise ValueError(f"--node-maps must hold finite numbers ({node_maps})")
+        if maps.shape[1] < 1:
+            raise ValueError(f"--node-maps must have d >= 1, got {list(maps.shape)}")
         data.node_maps = torch.as_tensor(maps, dtype=torch.float64)
         singular = torch.linalg.cond(data.node_maps) > 1e12
         if bool(singular.any()):
@@ -93,25 +179,31 @@ def resistance(
     for k in order[:top].tolist():
         typer.echo(f"  edge ({int(pairs[0, k])}, {int(pairs[1, k])}): {float(values[k]):.6g}")
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
         lines = ["u,v,resistance"] + [
             f"{int(pairs[0, k])},{int(pairs[1, k])},{float(values[k]):.10g}" for k in order.tolist()
         ]
-        out.write_text("\n".join(lines) + "\n")
+        write_text_atomic(out, "\n".join(lines) + "\n")
         typer.echo(f"wrote {out}")
 
 
 @app.command()
 def theory(
-    stalk_dim: Annotated[int, typer.Option(help="stalk dimension of the random bundles")] = 3,
+    stalk_dim: Annotated[
+        int,
+        typer.Option(help=f"stalk dimension of the random bundles (1 to {MAX_THEORY_STALK_DIM})"),
+    ] = 3,
     seed: int = 0,
     out: Annotated[Path | None, typer.Option(help="write the measurements as JSON")] = None,
 ) -> None:
     """Resistance against sensitivity, and which sheaves move resistance, on five graph families."""
-    from mixlab.graphs.flatnsd.theory import theory_checks
+    _count(stalk_dim, "--stalk-dim", 1, MAX_THEORY_STALK_DIM)
+    _seed(seed)
+    if out is not None:
+        _writable_file(out, "--out")
 
-    if stalk_dim < 1:
-        raise ValueError(f"--stalk-dim must be >= 1, got {stalk_dim}")
+    from mixlab.graphs.flatnsd.theory import json_ready, theory_checks
+    from mixlab.shared.files import write_json_atomic
+
     checks = theory_checks(stalk_dim=stalk_dim, seed=seed)
     typer.echo("family   |R^F-R·I| orth  general   non-flat  Spearman lin  Spearman FlatNSD")
     for name, c in checks.items():
@@ -120,16 +212,39 @@ def theory(
             f"{c['non_flat_deviation']:9.3g} {c['spearman_linear']:13.3f} {c['spearman_nonlinear']:17.3f}"
         )
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(checks, indent=2) + "\n")
+        write_json_atomic(out, json_ready(checks))
         typer.echo(f"wrote {out}")
+
+
+def _check_task_size(task: str, size: int) -> None:
+    if task == "ring":
+        _count(size, "--size", minimum=3)
+    elif task == "tree":
+        _count(size, "--size", 2, MAX_TREE_DEPTH)
+    else:
+        raise ValueError(f"--task must be ring or tree, got {task!r}")
+
+
+def _task_graphs(task: str, size: int, graphs: int, seed: int) -> tuple[list, list, int, int]:
+    """(train, test, classes, layers) of a task: ``graphs`` training graphs (and a fifth as many
+    test rings) from ``seed``."""
+    from mixlab.graphs.flatnsd.tasks import RING_CLASSES, ring_transfer, tree_neighbors_match
+
+    if task == "ring":
+        train = ring_transfer(graphs, size, seed=seed)
+        test = ring_transfer(max(graphs // 5, 1), size, seed=seed + 10_000)
+        return train, test, RING_CLASSES, size // 2
+    return tree_neighbors_match(size, max_graphs=graphs, seed=seed), [], 2**size, size + 1
 
 
 @app.command()
 def train(
     task: Annotated[str, typer.Option(help="ring (RingTransfer) or tree (Tree-NeighborsMatch)")],
     size: Annotated[
-        int, typer.Option(help="ring size n (layers n//2) or tree depth r (layers r+1)")
+        int,
+        typer.Option(
+            help=f"ring size n >= 3 (layers n//2) or tree depth r in [2, {MAX_TREE_DEPTH}] (layers r+1)"
+        ),
     ],
     out: Annotated[Path, typer.Option(help="folder for model.safetensors and metrics.json")],
     model: Annotated[str, typer.Option(help="flatnsd, flatnsd_heat, nsd_*, gcn, gin or gat")] = (
@@ -142,33 +257,38 @@ def train(
     graphs: Annotated[int, typer.Option(help="training graphs")] = 1000,
     seed: int = 0,
 ) -> None:
-    """Train one model on a benchmark task and save its weights."""
-    from safetensors.torch import save_file
+    """Train one model on a benchmark task and save its weights (``evaluate`` loads them)."""
+    _check_task_size(task, size)
+    if model not in SYSTEMS:
+        raise ValueError(f"--model must be one of {', '.join(SYSTEMS)}, got {model!r}")
+    _count(width, "--width")
+    _count(stalk_dim, "--stalk-dim")
+    _count(epochs, "--epochs")
+    if not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"--lr must be a finite number > 0, got {lr}")
+    _count(graphs, "--graphs")
+    _seed(seed)
+    if seed + 10_000 >= 2**32:
+        raise ValueError(
+            f"--seed must be below 2**32 - 10000 (test graphs use seed + 10000), got {seed}"
+        )
+    _writable_folder(out, "--out")
 
     from mixlab.graphs.flatnsd.layers import parameter_count
-    from mixlab.graphs.flatnsd.tasks import RING_CLASSES, ring_transfer, tree_neighbors_match
-    from mixlab.graphs.flatnsd.training import build_model, train_readout
+    from mixlab.graphs.flatnsd.training import build_model, save_trained, train_readout
     from mixlab.shared import seed_everything
 
-    if task == "ring":
-        train_set = ring_transfer(graphs, size, seed=seed)
-        test_set = ring_transfer(max(graphs // 5, 1), size, seed=seed + 10_000)
-        classes, layers = RING_CLASSES, size // 2
-    elif task == "tree":
-        train_set, test_set = tree_neighbors_match(size, max_graphs=graphs, seed=seed), []
-        classes, layers = 2**size, size + 1
-    else:
-        raise ValueError(f"--task must be ring or tree, got {task!r}")
+    train_set, test_set, classes, layers = _task_graphs(task, size, graphs, seed)
+    in_channels = train_set[0].num_features
     seed_everything(seed)
-    network = build_model(model, train_set[0].num_features, classes, layers, width, stalk_dim)
+    network = build_model(model, in_channels, classes, layers, width, stalk_dim)
     result = train_readout(network, train_set, test_set, epochs=epochs, lr=lr, seed=seed)
-    out.mkdir(parents=True, exist_ok=True)
-    # A plain state dict: rebuild with training.build_model(**metrics.json) and load_state_dict.
-    save_file(network.state_dict(), str(out / "model.safetensors"))
-    metrics = {
+    info = {
         "task": task,
         "size": size,
         "model": model,
+        "in_channels": in_channels,
+        "classes": classes,
         "width": width,
         "stalk_dim": stalk_dim,
         "layers": layers,
@@ -176,9 +296,11 @@ def train(
         "train_accuracy": result.train_accuracy,
         "test_accuracy": result.test_accuracy,
         "epochs": result.epochs,
+        "lr": lr,
         "seed": seed,
     }
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    # Rebuild with training.load_trained(out): metrics.json records the SHA-256 of the weights.
+    save_trained(network, out, info)
     test_text = (
         "" if result.test_accuracy is None else f", test accuracy {result.test_accuracy:.3f}"
     )
@@ -186,3 +308,35 @@ def train(
         f"{model} on {task} {size}: train accuracy {result.train_accuracy:.3f}{test_text} "
         f"after {result.epochs} epochs; wrote {out}"
     )
+
+
+@app.command()
+def evaluate(
+    model_dir: Annotated[Path, typer.Argument(help="a folder written by `train --out`")],
+    graphs: Annotated[int, typer.Option(help="fresh graphs of the model's task to score")] = 200,
+    seed: Annotated[int, typer.Option(help="seed of the fresh graphs")] = 123_456,
+) -> None:
+    """Load a model saved by ``train`` (checking its SHA-256) and score it on fresh graphs of its
+    task and size."""
+    if not model_dir.exists():
+        raise ValueError(f"MODEL_DIR: {model_dir} does not exist")
+    if not model_dir.is_dir():
+        raise ValueError(f"MODEL_DIR: {model_dir} is not a folder (give a `train --out` folder)")
+    _count(graphs, "--graphs")
+    _seed(seed)
+
+    from mixlab.graphs.flatnsd.saved import read_model_info
+
+    read_model_info(model_dir)  # the sidecar and the weights' SHA-256, before torch loads
+
+    from mixlab.graphs.flatnsd.tasks import ring_transfer, tree_neighbors_match
+    from mixlab.graphs.flatnsd.training import accuracy, load_trained
+
+    network, info = load_trained(model_dir)
+    task, size = info["task"], info["size"]
+    if task == "ring":
+        scored = ring_transfer(graphs, size, seed=seed)
+    else:
+        scored = tree_neighbors_match(size, max_graphs=graphs, seed=seed)
+    score = accuracy(network, scored)
+    typer.echo(f"{info['model']} on {task} {size}: accuracy {score:.3f} on {len(scored)} graphs")

@@ -11,7 +11,9 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-RING_CLASSES = 5
+from mixlab.graphs.flatnsd.config import RING_CLASSES
+
+__all__ = ["RING_CLASSES", "ring_transfer", "tree_neighbors_match"]
 
 
 def _undirected(edges: list[tuple[int, int]]) -> torch.Tensor:

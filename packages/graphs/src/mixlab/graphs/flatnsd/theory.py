@@ -13,6 +13,7 @@ For each graph family this measures
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -139,3 +140,14 @@ def summary(checks: dict[str, dict[str, Any]]) -> dict[str, float]:
         "worst_spearman_linear_general": float(values["spearman_linear_general"].max()),
         "worst_spearman_nonlinear": float(values["spearman_nonlinear"].max()),
     }
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` with NaN and infinity as None (JSON has neither)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_ready(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(item) for item in value]
+    return value

@@ -7,8 +7,11 @@ stopping early only once it fits the training set (Alon & Yahav's criterion, tra
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -16,23 +19,29 @@ from torch import nn
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
+from mixlab.graphs.flatnsd.config import FLAT_SYSTEMS, MP_SYSTEMS, SYSTEMS
 from mixlab.graphs.flatnsd.layers import MessagePassingNet, SheafDiffusionNet
+from mixlab.graphs.flatnsd.saved import (
+    BUILD_KEYS,
+    MODEL_FILE,
+    MODEL_FORMAT,
+    SIDECAR_FILE,
+    read_model_info,
+)
+from mixlab.shared.files import CheckpointError, checkpoint_errors, write_sidecar
 
 DeviceLike = torch.device | str
-
-SYSTEMS = {
-    # name: (family, options)
-    "gcn": ("mp", {"conv": "gcn"}),
-    "gin": ("mp", {"conv": "gin"}),
-    "gat": ("mp", {"conv": "gat"}),
-    "nsd_diag": ("sheaf", {"sheaf": "diag"}),
-    "nsd_bundle": ("sheaf", {"sheaf": "bundle"}),
-    "nsd_general": ("sheaf", {"sheaf": "general"}),
-    "flatnsd": ("sheaf", {"sheaf": "flat"}),
-    "flatnsd_heat": ("sheaf", {"sheaf": "flat", "update": "heat"}),
-}
-FLAT_SYSTEMS = ("flatnsd", "flatnsd_heat")
-MP_SYSTEMS = tuple(name for name, (family, _) in SYSTEMS.items() if family == "mp")
+__all__ = [
+    "FLAT_SYSTEMS",
+    "MP_SYSTEMS",
+    "SYSTEMS",
+    "TrainResult",
+    "accuracy",
+    "build_model",
+    "load_trained",
+    "save_trained",
+    "train_readout",
+]
 
 
 def build_model(
@@ -122,3 +131,51 @@ def train_readout(
             break
     train_accuracy = accuracy(model, train, device=device)
     return TrainResult(train_accuracy, accuracy(model, test, device=device), epoch, history)
+
+
+def save_trained(network: nn.Module, folder: str | os.PathLike[str], info: dict[str, Any]) -> Path:
+    """Save ``network`` as ``folder/model.safetensors`` and ``info`` (``model`` and the integers
+    ``in_channels``, ``classes``, ``layers``, ``width``, ``stalk_dim`` that rebuild it, plus any
+    measurements) as the sidecar ``folder/metrics.json``, which records the weights' SHA-256 and
+    is written last. Returns the sidecar's path."""
+    from safetensors.torch import save_file
+
+    missing = [key for key in ("model", *BUILD_KEYS) if key not in info]
+    if missing:
+        raise ValueError(f"info must have the keys {missing} that rebuild the model")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    sidecar, weights = folder / SIDECAR_FILE, folder / MODEL_FILE
+    sidecar.unlink(missing_ok=True)  # never leave an older sidecar beside newer weights
+    partial = folder / f".{MODEL_FILE}.partial"
+    state = {
+        name: tensor.detach().cpu().contiguous() for name, tensor in network.state_dict().items()
+    }
+    save_file(state, str(partial))
+    os.replace(partial, weights)
+    write_sidecar(sidecar, {**info, "format": MODEL_FORMAT}, covers=[weights])
+    return sidecar
+
+
+def load_trained(folder: str | os.PathLike[str]) -> tuple[nn.Module, dict[str, Any]]:
+    """``(network, info)`` saved by :func:`save_trained` (``mixlab-graphs flatnsd train``).
+
+    A missing, foreign, truncated or edited model folder raises :class:`CheckpointError` naming
+    the file (the sidecar's SHA-256 covers the weights and its own content)."""
+    folder = Path(folder)
+    sidecar, weights = folder / SIDECAR_FILE, folder / MODEL_FILE
+    info = read_model_info(folder)
+    with checkpoint_errors(sidecar, "saved flatnsd model"):
+        network = build_model(info["model"], *(info[key] for key in BUILD_KEYS))
+    from safetensors.torch import load_file
+
+    with checkpoint_errors(weights, "flatnsd model weights"):
+        state = load_file(str(weights))
+        try:
+            network.load_state_dict(state)
+        except RuntimeError as error:  # missing, unexpected or mis-shaped tensors
+            raise CheckpointError(
+                f"{weights}: does not fit the {info['model']} model that {SIDECAR_FILE} describes "
+                f"({' '.join(str(error).split())[:200]})"
+            ) from error
+    return network, info
