@@ -403,21 +403,26 @@ def test_cli_simulate_and_errors(tmp_path, capsys):
     assert "0.11111" in capsys.readouterr().out
     assert main(["curb", "simulate", "--market", "hotelling"]) == 2
     assert main(["curb", "equilibria", "--n-firms", "1"]) == 2
-    assert "n_firms" in capsys.readouterr().err
+    assert "--n-firms" in capsys.readouterr().err
 
 
 def test_experiment_runs_and_resumes(tmp_path):
-    from mixlab.rl.curb.experiment import METHOD, Config
+    from mixlab.rl.curb.experiment import Config, run
 
     config = Config(n_sessions=2, dqn_steps=300, dqn_seeds=1, beta=2e-5)
-    result = METHOD.run(config, tmp_path)
+    result = run(config, tmp_path)
     assert {"bertrand/q-learning", "cournot/curb", "bertrand/dqn", "bertrand/curb-dqn"} <= set(
         result.metrics
     )
-    assert len(result.claims) == 4
+    # Q-learning's collusion is the regime check; CURB, DQN colludes, CURB-DQN unwinds are claims
+    assert len(result.claims) == 3
+    assert len(result.regime) == 1
+    assert "Q-learning colludes" in result.regime[0].text
+    assert "Δ" in result.regime[0].evidence
+    assert "punishing" in result.regime[0].evidence
     assert (tmp_path / "collusion.png").exists()
     assert (tmp_path / "impulse_response.png").exists()
-    again = METHOD.run(config, tmp_path, resume=True)
+    again = run(config, tmp_path, resume=True)
     assert again.metrics == result.metrics
     with pytest.raises(ValueError, match="grid_alphas"):
         Config(grid_alphas=(0.1,))

@@ -7,25 +7,85 @@ mixlab-rl curb dqn --steps 100000 --seeds 3 --curb --out runs/curb-dqn
 
 from __future__ import annotations
 
-import json
+import math
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from mixlab.rl.curb.config import (
+    MARKET_NAMES,
+    MAX_TABLE_BYTES,
+    TABULAR_SYSTEMS,
+    q_table_bytes,
+)
+from mixlab.shared.config import is_count, require
+from mixlab.shared.device import DEVICE_HELP, check_device_name
 
 app = typer.Typer(
     help="CURB: unwinding algorithmic collusion in repeated Bertrand and Cournot games.",
     no_args_is_help=True,
 )
 
-LEARNERS = ("q-learning", "penalty", "belief", "curb", "no-memory", "myopic")
+LEARNERS = TABULAR_SYSTEMS
+BELIEF_LEARNERS = ("belief", "curb")
+"""learners with belief injection: duopolies only"""
+
+
+# --- validation: every option is checked before anything is solved, simulated or trained -------
+
+
+def _check_choice(value: str, option: str, choices: tuple[str, ...]) -> None:
+    require(value in choices, option, f"one of {list(choices)}", value)
+
+
+def _check_count(value: int, option: str, minimum: int = 1) -> None:
+    require(is_count(value, minimum), option, f"an integer >= {minimum}", value)
+
+
+def _check_seed(value: int) -> None:
+    require(is_count(value, 0) and value < 2**32, "--seed", "an integer in [0, 2**32)", value)
+
+
+def _check_number(value: float, option: str, ok: bool, allowed: str) -> None:
+    require(math.isfinite(value) and ok, option, allowed, value)
+
+
+def _check_device(device: str) -> None:
+    try:
+        check_device_name(device)
+    except ValueError:
+        raise ValueError(f"--device must be one of {DEVICE_HELP}, got {device!r}") from None
+
+
+def _check_out(out: Path | None) -> None:
+    """``--out`` is a folder, or can be created as one (its nearest existing parent is a writable
+    folder)."""
+    if out is None:
+        return
+    if out.exists():
+        require(out.is_dir(), "--out", "a folder (it is an existing file)", str(out))
+        require(os.access(out, os.W_OK | os.X_OK), "--out", "a writable folder", str(out))
+        return
+    parent = out.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    require(
+        parent.is_dir(), "--out", f"a folder that can be created ({parent} is a file)", str(out)
+    )
+    require(
+        os.access(parent, os.W_OK | os.X_OK),
+        "--out",
+        f"a folder that can be created ({parent} is not writable)",
+        str(out),
+    )
 
 
 def _market(name: str, n_firms: int):
     from mixlab.rl.curb.markets import MARKETS
 
-    if name not in MARKETS:
-        raise ValueError(f"--market must be one of {sorted(MARKETS)}, got {name!r}")
+    _check_choice(name, "--market", MARKET_NAMES)
     return MARKETS[name](n_firms=n_firms)
 
 
@@ -37,15 +97,24 @@ def _records(outcomes: list, periods, converged) -> tuple[list[dict], dict]:
 
 
 def _write(out: Path | None, summary: dict, records: list[dict], policies) -> None:
+    """``greedy_policies.npy``, then ``sessions.json``; each written to a temporary name and
+    renamed, so a killed run leaves complete files or none."""
     import numpy as np
+
+    from mixlab.shared.files import write_json_atomic
 
     if out is None:
         return
     out.mkdir(parents=True, exist_ok=True)
-    sessions = json.dumps({"summary": summary, "sessions": records}, indent=1)
-    (out / "sessions.json").write_text(sessions)
-    np.save(out / "greedy_policies.npy", policies)
-    typer.echo(f"wrote {out / 'sessions.json'} and {out / 'greedy_policies.npy'}")
+    policies_file = out / "greedy_policies.npy"
+    partial = out / ".greedy_policies.npy.partial"
+    with open(partial, "wb") as handle:
+        np.save(handle, policies)
+    os.replace(partial, policies_file)
+    sessions_file = write_json_atomic(
+        out / "sessions.json", {"summary": summary, "sessions": records}, indent=1
+    )
+    typer.echo(f"wrote {sessions_file} and {policies_file}")
 
 
 def _report(label: str, summary: dict) -> None:
@@ -67,6 +136,10 @@ def equilibria(
     xi: float = 0.1,
 ) -> None:
     """Print the static Nash and joint-monopoly benchmarks and the action grid."""
+    _check_choice(market, "--market", MARKET_NAMES)
+    _check_count(n_firms, "--n-firms", 2)
+    _check_count(n_actions, "--n-actions", 2)
+    _check_number(xi, "--xi", xi >= 0, "a finite number >= 0")
     import numpy as np
 
     from mixlab.rl.curb.markets import action_grid
@@ -101,12 +174,34 @@ def simulate(
     ] = None,
 ) -> None:
     """Play seeded Q-learning sessions to convergence and measure collusion and punishment."""
+    _check_choice(market, "--market", MARKET_NAMES)
+    _check_choice(learner, "--learner", LEARNERS)
+    _check_count(sessions, "--sessions")
+    _check_seed(seed)
+    _check_count(n_firms, "--n-firms", 2)
+    if learner in BELIEF_LEARNERS:
+        require(
+            n_firms == 2, "--n-firms", f"2 with --learner {learner} (belief injection)", n_firms
+        )
+    _check_count(n_actions, "--n-actions", 2)
+    _check_number(alpha, "--alpha", 0 < alpha <= 1, "in (0, 1]")
+    _check_number(beta, "--beta", beta > 0, "a finite number > 0 (ε = exp(−βt) must decay)")
+    _check_number(penalty, "--penalty", penalty > 0, "a finite number > 0")
+    memory = 0 if learner == "no-memory" else 1
+    table = q_table_bytes(sessions, n_firms, n_actions, memory)
+    require(
+        table <= MAX_TABLE_BYTES,
+        "--sessions",
+        f"small enough that the Q tables fit in {MAX_TABLE_BYTES / 2**30:.0f} GiB ({table / 2**30:.1f}"
+        " GiB asked; lower --sessions, --n-firms or --n-actions)",
+        sessions,
+    )
+    _check_out(out)
+
     from mixlab.rl.curb.analysis import analyse_sessions
     from mixlab.rl.curb.experiment import learner as build_learner
     from mixlab.rl.curb.qlearning import train_sessions
 
-    if learner not in LEARNERS:
-        raise ValueError(f"--learner must be one of {list(LEARNERS)}, got {learner!r}")
     game = _market(market, n_firms)
     q_learner = build_learner(learner, alpha, beta, penalty)
     played = train_sessions(game, q_learner, sessions, seed=seed, n_actions=n_actions)
@@ -131,19 +226,26 @@ def dqn(
     ] = None,
 ) -> None:
     """Train independent DQN (or CURB-DQN) pricing agents on Calvano's Bertrand market."""
+    _check_count(steps, "--steps")
+    _check_count(seeds, "--seeds")
+    _check_number(penalty, "--penalty", penalty > 0, "a finite number > 0")
+    _check_number(beta, "--beta", beta >= 0, "a finite number >= 0 (0: the default decay)")
+    _check_seed(seed)
+    _check_device(device)
+    _check_out(out)
+
+    from mixlab.shared.device import resolve_device
+
+    torch_device = resolve_device(device)  # a missing CUDA is refused before training
+
     from mixlab.rl.curb.analysis import analyse_sessions
     from mixlab.rl.curb.dqn import DQNConfig, train_dqn
     from mixlab.rl.curb.markets import LogitBertrand
-    from mixlab.shared import resolve_device
 
-    if seeds < 1:
-        raise ValueError(f"--seeds must be an integer >= 1, got {seeds}")
-    if steps < 1:
-        raise ValueError(f"--steps must be an integer >= 1, got {steps}")
     beta = beta or 4.6 / (0.6 * steps)  # ε = exp(−βt) reaches 0.01 at 60% of training
     config = DQNConfig(steps=steps, beta=beta, penalty=penalty if curb else 0.0, belief=curb)
     game = LogitBertrand()
-    trained = train_dqn(game, [config] * seeds, seed=seed, device=resolve_device(device))
+    trained = train_dqn(game, [config] * seeds, seed=seed, device=torch_device)
     records, summary = _records(analyse_sessions(trained), [steps] * seeds, [None] * seeds)
     _report(f"bertrand {'curb-dqn' if curb else 'dqn'} ({seeds} sessions, {steps} steps)", summary)
     _write(out, summary, records, trained.greedy)

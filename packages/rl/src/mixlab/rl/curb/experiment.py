@@ -8,114 +8,58 @@
 2. Full profile: Q-learning and CURB on a coarse (α, β) grid, and CURB's λ_max swept.
 3. Bertrand, DQN and CURB-DQN (``dqn_seeds`` sessions each, trained in one batched loop).
 
+Regime (``result.json``'s ``regime``, gating every claim): Q-learning colludes on Bertrand as in
+Calvano et al. (mean Δ in [0.75, 0.95] and at least 50 % of sessions punish a deviation); without
+it the setup cannot show CURB unwinding anything. The DQN claims (DQN colludes, CURB-DQN unwinds it)
+are tested only when the DQN baseline learned a reactive policy (:func:`dqn_learned`): punishment in
+at least 50 % of its sessions or a mean coop-vs-defect TV dependence TV^cd of at least 0.5. An
+untrained DQN (random weights) has Δ ≈ 0.46 over 30 seeds, punishment in 7 % and TV^cd ≈ 0.22, so
+Δ alone would count it as colluding.
+
 Every cell is checkpointed, so a killed run resumes where it stopped.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
 from mixlab.rl.curb.analysis import analyse_sessions, session_record, summarise_records
+from mixlab.rl.curb.config import (
+    CALVANO_RANGE,
+    DQN_SYSTEMS,
+    GAMES,
+    LEARNED_TV,
+    MAJORITY,
+    METHOD,
+    RARE,
+    TABULAR_SYSTEMS,
+    UNWOUND,
+    Config,
+)
 from mixlab.rl.curb.dqn import DQNConfig, train_dqn
 from mixlab.rl.curb.markets import MARKETS
 from mixlab.rl.curb.qlearning import QLearner, train_sessions
-from mixlab.shared import (
-    Claim,
-    ExperimentConfig,
-    Method,
-    Result,
-    is_count,
-    require,
-    resolve_device,
-    run_cells,
-    save_figure,
-)
+from mixlab.shared import Claim, Result, resolve_device, run_cells, save_figure
+from mixlab.shared.files import write_json_atomic
 
-TABULAR_SYSTEMS = ("q-learning", "penalty", "belief", "curb", "no-memory", "myopic")
-DQN_SYSTEMS = ("dqn", "curb-dqn")
-GAMES = ("bertrand", "cournot")
-CALVANO_RANGE = (0.75, 0.95)  # Calvano et al.'s Δ across their baseline replications
-UNWOUND = 0.2  # "collusion unwound": Δ below this
-MAJORITY = 0.5  # "shows punishment": at least this share of sessions punish a deviation
-RARE = 0.25  # "punishment removed": at most this share of sessions punish
-
-
-@dataclass
-class Config(ExperimentConfig):
-    """Defaults are the quick profile (a few minutes on 2 CPU cores)."""
-
-    n_sessions: int = 20
-    """seeded sessions per tabular system, game and grid cell"""
-    alpha: float = 0.15
-    """Q-learning rate α (Calvano's baseline)"""
-    beta: float = 4e-6
-    """exploration decay β (Calvano's baseline)"""
-    penalty: float = 0.2
-    """CURB's λ_max (penalty-only and CURB systems)"""
-    n_actions: int = 15
-    """grid size m"""
-    grid_alphas: tuple[float, ...] = ()
-    """α values of the Q-learning vs CURB grid (empty: no grid)"""
-    grid_betas: tuple[float, ...] = ()
-    """β values of the grid"""
-    grid_sessions: int = 30
-    """seeded sessions per grid cell off Calvano's (α, β)"""
-    penalty_sweep: tuple[float, ...] = ()
-    """extra λ_max values for CURB (empty: none)"""
-    dqn_steps: int = 30_000
-    """DQN training steps per session"""
-    dqn_seeds: int = 2
-    """DQN and CURB-DQN sessions each"""
-    dqn_beta: float = 2.5e-4
-    """DQN exploration decay (ε reaches its floor of 0.01 at about 0.6 of the steps)"""
-
-    PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
-        "quick": {},
-        "full": {
-            "n_sessions": 100,
-            "grid_alphas": (0.05, 0.1, 0.15, 0.2, 0.25),
-            "grid_betas": (1e-6, 2e-6, 4e-6, 8e-6, 1.6e-5),
-            "penalty_sweep": (0.05, 0.1, 0.5),
-            "dqn_steps": 200_000,
-            "dqn_seeds": 4,
-            "dqn_beta": 4e-5,
-        },
-    }
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in ("n_sessions", "grid_sessions", "dqn_steps", "dqn_seeds"):
-            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
-        require(is_count(self.n_actions, 2), "n_actions", "an integer >= 2", self.n_actions)
-        require(0 < self.alpha <= 1, "alpha", "in (0, 1]", self.alpha)
-        require(self.beta >= 0, "beta", ">= 0", self.beta)
-        require(self.dqn_beta >= 0, "dqn_beta", ">= 0", self.dqn_beta)
-        require(self.penalty > 0, "penalty", "> 0", self.penalty)
-        require(
-            all(0 < a <= 1 for a in self.grid_alphas),
-            "grid_alphas",
-            "values in (0, 1]",
-            self.grid_alphas,
-        )
-        require(all(b >= 0 for b in self.grid_betas), "grid_betas", "values >= 0", self.grid_betas)
-        require(
-            bool(self.grid_alphas) == bool(self.grid_betas),
-            "grid_alphas",
-            "empty exactly when grid_betas is",
-            (self.grid_alphas, self.grid_betas),
-        )
-        require(
-            all(p > 0 for p in self.penalty_sweep),
-            "penalty_sweep",
-            "values > 0",
-            self.penalty_sweep,
-        )
+__all__ = [
+    "DQN_SYSTEMS",
+    "GAMES",
+    "METHOD",
+    "TABULAR_SYSTEMS",
+    "Config",
+    "claims",
+    "dqn_learned",
+    "learner",
+    "regime",
+    "run",
+    "summarise",
+]
 
 
 def learner(system: str, alpha: float, beta: float, penalty: float) -> QLearner:
@@ -223,10 +167,10 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
         out_dir, config, _cells(config), run_cell, resume=resume, label="curb cells"
     )
     records = [record for outcome in outcomes for record in outcome]
-    (out_dir / "cells.json").write_text(json.dumps(_compact(records)) + "\n")
+    write_json_atomic(out_dir / "cells.json", _compact(records), indent=None)
     metrics = summarise(records, config)
     _plots(records, config, out_dir)
-    return Result(metrics=metrics, claims=claims(metrics, config))
+    return Result(metrics=metrics, claims=claims(metrics, config), regime=regime(metrics, config))
 
 
 def _compact(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -314,14 +258,16 @@ def _grid_cells(
     return cells
 
 
-def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
-    q, curb = metrics["bertrand/q-learning"], {game: metrics[f"{game}/curb"] for game in GAMES}
+def regime(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
+    """The setup can test CURB: Q-learning colludes on Bertrand as in Calvano et al. (Δ in
+    [0.75, 0.95], punishment in at least half of the sessions)."""
+    q = metrics["bertrand/q-learning"]
     low, high = CALVANO_RANGE
-    result = [
+    return [
         Claim.all_of(
-            f"Q-learning reproduces Calvano et al.'s collusion on Bertrand: Δ in [{low}, {high}] "
-            f"and at least {MAJORITY:.0%} of sessions punish a deviation ({config.n_sessions} "
-            f"sessions, α = {config.alpha}, β = {config.beta})",
+            f"Q-learning colludes in Bertrand as in Calvano et al.: Δ in [{low}, {high}] and at "
+            f"least {MAJORITY:.0%} of sessions punish a deviation ({config.n_sessions} sessions, "
+            f"α = {config.alpha}, β = {config.beta})",
             [
                 Claim.compare("Δ at least the low end", q["collusion"], ">=", low, value_label="Δ"),
                 Claim.compare(
@@ -335,7 +281,42 @@ def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
                     value_label="share of sessions punishing",
                 ),
             ],
+        )
+    ]
+
+
+def dqn_learned(metrics: dict[str, dict[str, Any]]) -> Claim:
+    """The DQN baseline learned a reactive (reward-punishment) policy: at least half of its
+    sessions punish a deviation, or its greedy policies' mean coop-vs-defect TV dependence TV^cd
+    (how much the action after the cooperative price changes when the rival defects) is at least
+    0.5. Holds when either part does; the evidence shows both numbers."""
+    dqn = metrics["bertrand/dqn"]
+    parts = [
+        Claim.compare(
+            "DQN punishes",
+            dqn["punished_share"],
+            ">=",
+            MAJORITY,
+            value_label="DQN share of sessions punishing",
         ),
+        Claim.compare(
+            "DQN reacts to the rival",
+            dqn["tv_cooperate_defect"] if dqn["tv_cooperate_defect"] is not None else float("nan"),
+            ">=",
+            LEARNED_TV,
+            value_label="DQN TV^cd",
+        ),
+    ]
+    return Claim(
+        text=(f"DQN learned: punishment in >= {MAJORITY:.0%} of sessions or TV^cd >= {LEARNED_TV}"),
+        holds=any(part.holds for part in parts),
+        evidence=" or ".join(part.evidence for part in parts),
+    )
+
+
+def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
+    curb = {game: metrics[f"{game}/curb"] for game in GAMES}
+    result = [
         Claim.all_of(
             f"CURB (penalty λ_max = {config.penalty} + belief injection) brings Δ below {UNWOUND} "
             f"in both games and removes punishment (at most {RARE:.0%} of sessions punish)",
@@ -391,17 +372,21 @@ def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
             )
         )
     dqn, curb_dqn = metrics["bertrand/dqn"], metrics["bertrand/curb-dqn"]
+    learned = [dqn_learned(metrics)]
     result += [
         Claim.compare(
             f"The DQN baseline itself colludes on Bertrand (Δ >= {UNWOUND}; {config.dqn_seeds} "
-            f"sessions of {config.dqn_steps} steps; reported before any claim about CURB-DQN)",
+            f"sessions of {config.dqn_steps} steps; reported before any claim about CURB-DQN; "
+            "tested only when DQN learned a reactive policy)",
             dqn["collusion"],
             ">=",
             UNWOUND,
             value_label="DQN Δ",
+            requires=learned,
         ),
         Claim.all_of(
-            f"CURB-DQN unwinds DQN collusion: Δ below {UNWOUND} and below DQN's",
+            f"CURB-DQN unwinds DQN collusion: Δ below {UNWOUND} and below DQN's (tested only "
+            "when DQN learned a reactive policy)",
             [
                 Claim.compare(
                     "CURB-DQN unwound",
@@ -419,6 +404,7 @@ def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
                     reference_label="DQN Δ",
                 ),
             ],
+            requires=learned,
         ),
     ]
     return result
@@ -493,13 +479,3 @@ def _grid_plot(records: list[dict[str, Any]], config: Config, out_dir: Path) -> 
             axis.set_title(f"{game} {system}: mean Δ")
     figure.colorbar(image, ax=axes, shrink=0.6, label="collusion index Δ")
     save_figure(figure, out_dir / "grid_collusion.png")
-
-
-METHOD = Method(
-    name="curb",
-    domain="rl",
-    paper="CURB: unwinding algorithmic collusion among Q-learning and DQN pricing agents by penalising dependence on the rival's history and injecting beliefs (reconstruction)",
-    claim="Q-learners collude (Δ ≈ 0.85, sustained by punishment); CURB brings Δ below 0.2 in Bertrand and Cournot and removes punishment",
-    config=Config,
-    run=run,
-)

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from mixlab.rl.curb.config import MAX_TABLE_BYTES, q_table_bytes
 from mixlab.rl.curb.markets import Market, action_grid, profit_table
 from mixlab.shared import is_count, require
 
@@ -45,7 +46,6 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _TO_UNIT = 1.0 / 9007199254740992.0  # 2^-53
-MAX_TABLE_BYTES = 8 * 2**30
 
 
 @numba.njit(cache=True)
@@ -335,7 +335,7 @@ def train_sessions(
     if learner.belief:
         require(n == 2, "market.n_firms", "2 when CURB's belief injection is on", n)
     n_states = m ** (n * learner.memory)
-    table_bytes = n_sessions * n * n_states * m * 8
+    table_bytes = q_table_bytes(n_sessions, n, m, learner.memory)
     require(
         table_bytes <= MAX_TABLE_BYTES,
         "memory",
