@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from functools import partial
 from typing import Any
 
@@ -11,6 +10,7 @@ from torch import nn
 
 from mixlab.attention_arch.mita.attention import FullAttention, MiTAAttention, TokenAttention
 from mixlab.attention_arch.mita.baselines import AgentAttention, MoBAAttention, TopKAttention
+from mixlab.attention_arch.mita.config import ATTENTION_KIND_NAMES, budget_grid, matched_config
 
 ATTENTION_KINDS: dict[str, Any] = {
     "full": FullAttention,
@@ -23,35 +23,17 @@ ATTENTION_KINDS: dict[str, Any] = {
     "agent": AgentAttention,
 }
 """Name → attention class (or a partial of one) accepted by :func:`replace_attention`."""
+if tuple(ATTENTION_KINDS) != ATTENTION_KIND_NAMES:  # config.py names them without importing torch
+    raise ImportError("mita.config.ATTENTION_KIND_NAMES differs from swap.ATTENTION_KINDS")
 
-
-def budget_grid(budget: int) -> tuple[int, int]:
-    """The most square (h, w) with h·w = budget."""
-    h = max(d for d in range(1, math.isqrt(budget) + 1) if budget % d == 0)
-    return h, budget // h
-
-
-def matched_config(kind: str, key_budget: int, pool_size: int) -> dict[str, Any]:
-    """Settings that make ``kind`` attend to ``key_budget`` keys (or slots) per query: MiTA has
-    ``pool_size``² landmarks plus budget − pool_size² routed keys; MoBA 2 blocks of budget / 2;
-    top-k and routed-only budget keys; Agent and shared-only budget agents (pooled on the most
-    square grid); full attention has no budget."""
-    attention_class(kind)
-    landmarks = pool_size * pool_size
-    if kind in ("mita", "mita_dwc") and key_budget <= landmarks:
-        raise ValueError(f"key_budget={key_budget} must exceed pool_size² = {landmarks} for {kind}")
-    if kind == "moba" and key_budget % 2:
-        raise ValueError(f"key_budget={key_budget} must be even for moba (2 blocks)")
-    return {
-        "full": {},
-        "mita": {"pool_size": pool_size, "top_k": key_budget - landmarks},
-        "mita_dwc": {"pool_size": pool_size, "top_k": key_budget - landmarks},
-        "mita_routed_only": {"pool_size": pool_size, "top_k": key_budget},
-        "mita_shared_only": {"pool_size": budget_grid(key_budget)},
-        "moba": {"block_size": key_budget // 2, "top_blocks": 2},
-        "topk": {"top_k": key_budget},
-        "agent": {"pool_size": budget_grid(key_budget)},
-    }[kind]
+__all__ = [
+    "ATTENTION_KINDS",
+    "attention_class",
+    "attention_modules",
+    "budget_grid",
+    "matched_config",
+    "replace_attention",
+]
 
 
 def attention_class(kind: str | type[TokenAttention] | partial) -> Any:

@@ -3,9 +3,10 @@ full-attention model that the swap experiment starts from."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from torch import nn
 from mixlab.attention_arch.mita.data import ClutteredDigits, cluttered_digits
 from mixlab.attention_arch.mita.swap import replace_attention
 from mixlab.shared import cache_dir, load_state, save_state, warmup_cosine
+from mixlab.shared.files import CheckpointError, checkpoint_errors
 
 
 @dataclass(frozen=True)
@@ -100,16 +102,11 @@ def train(
     schedule = warmup_cosine(optimizer, spec.steps)
     losses: list[float] = []
     if checkpoint is not None and checkpoint.with_suffix(".json").exists():
-        state = load_state(checkpoint, map_location=device)
-        if state.get("spec") != asdict(spec):
-            raise ValueError(
-                f"checkpoint {checkpoint} was saved by a run with {state.get('spec')}, not "
-                f"{asdict(spec)}: delete it or use a fresh folder"
-            )
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        schedule.load_state_dict(state["schedule"])
-        losses = list(state["losses"])
+        state = load_training_checkpoint(checkpoint, model, spec, map_location=device)
+        with _as_checkpoint_error(checkpoint.with_suffix(".json"), "training checkpoint"):
+            optimizer.load_state_dict(state["optimizer"])
+            schedule.load_state_dict(state["schedule"])
+            losses = [float(loss) for loss in state["losses"]]
     for step in range(len(losses), spec.steps):
         generator = torch.Generator().manual_seed(spec.seed * 1_000_003 + step)
         batch = torch.randint(len(data), (spec.batch_size,), generator=generator)
@@ -138,6 +135,42 @@ def train(
         for suffix in (".json", ".safetensors"):
             checkpoint.with_suffix(suffix).unlink(missing_ok=True)
     return losses
+
+
+@contextlib.contextmanager
+def _as_checkpoint_error(path: Path, what: str) -> Iterator[None]:
+    """:func:`checkpoint_errors`, plus the RuntimeError ``load_state_dict`` raises when the saved
+    tensors do not fit the model (another architecture's file)."""
+    with checkpoint_errors(path, what):
+        try:
+            yield
+        except RuntimeError as error:
+            detail = " ".join(str(error).split())[:300]
+            raise CheckpointError(
+                f"{path}: not a {what} of this model ({type(error).__name__}: {detail})"
+            ) from error
+
+
+def load_training_checkpoint(
+    checkpoint: Path, model: nn.Module, spec: TrainSpec, *, map_location: torch.device | str = "cpu"
+) -> dict[str, Any]:
+    """Load the resumable checkpoint :func:`train` saves at ``checkpoint`` (.json + .safetensors)
+    into ``model`` and return its state; a damaged, edited or foreign file raises
+    :class:`CheckpointError` naming it, one saved by a run with another ``spec`` a ValueError."""
+    state = load_state(checkpoint, map_location=map_location)
+    json_file = checkpoint.with_suffix(".json")
+    if not isinstance(state, dict) or not {"model", "optimizer", "schedule", "losses"} <= set(
+        state
+    ):
+        raise CheckpointError(f"{json_file}: not a mita training checkpoint")
+    if state.get("spec") != asdict(spec):
+        raise ValueError(
+            f"checkpoint {json_file} was saved by a run with {state.get('spec')}, not "
+            f"{asdict(spec)}: delete it or use a fresh folder"
+        )
+    with _as_checkpoint_error(json_file, "mita training checkpoint"):
+        model.load_state_dict(state["model"])
+    return state
 
 
 @torch.no_grad()
@@ -189,7 +222,15 @@ def pretrained_full_vit(
     torch.manual_seed(spec.seed)
     model = build_vit(shape, "full")
     if path.with_suffix(".json").exists():
-        model.load_state_dict(load_state(path)["model"])
+        stale = "a cached model: delete its .json and .safetensors to train it again"
+        try:
+            state = load_state(path)
+            if not isinstance(state, dict) or state.get("key") != key:
+                raise CheckpointError(f"{path.with_suffix('.json')}: saved for other settings")
+            with _as_checkpoint_error(path.with_suffix(".json"), "cached full-attention ViT"):
+                model.load_state_dict(state["model"])
+        except CheckpointError as error:
+            raise CheckpointError(f"{error} ({stale})") from error
         return model.to(device)
     data = cluttered_digits(**digits, split="train", seed=spec.seed)
     train(model, data, spec, device=device, checkpoint=folder / f"vit-full-{digest}-partial")

@@ -1,0 +1,234 @@
+"""The MiTA experiment's Config and its registry entry, importable without torch or timm.
+
+Also the budget arithmetic every entry point shares (:func:`matched_config`, :func:`check_budget`):
+pure Python, so the CLI checks its options and ``mixlab list`` answers before anything heavy loads.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from mixlab.shared.config import ExperimentConfig, is_count, require
+from mixlab.shared.registry import Method
+
+if TYPE_CHECKING:
+    from mixlab.attention_arch.mita.training import ViTShape
+
+ATTENTION_KIND_NAMES = (
+    "full",
+    "mita",
+    "mita_dwc",
+    "mita_routed_only",
+    "mita_shared_only",
+    "moba",
+    "topk",
+    "agent",
+)
+"""the names :data:`~mixlab.attention_arch.mita.swap.ATTENTION_KINDS` maps to attention classes"""
+SWAPPED = ("mita", "moba", "topk")
+WITHIN_POINTS = 0.01  # "within 1 point of full attention"
+FLOP_FRACTION = 0.5  # "a fraction of its attention FLOPs": at most half
+MIN_PRUNED = 0.1  # pruning is only a claim if at least this share of tokens goes
+FULL_ACCURACY_REGIME = 0.8
+"""regime check (issue 32): full attention must reach this test accuracy (mean over seeds) before
+MiTA's accuracy is compared with it; chance is 0.1"""
+
+
+def budget_grid(budget: int) -> tuple[int, int]:
+    """The most square (h, w) with h·w = budget."""
+    h = max(d for d in range(1, math.isqrt(budget) + 1) if budget % d == 0)
+    return h, budget // h
+
+
+def check_kind(kind: str, parameter: str = "attention") -> None:
+    require(kind in ATTENTION_KIND_NAMES, parameter, f"one of {sorted(ATTENTION_KIND_NAMES)}", kind)
+
+
+def matched_config(kind: str, key_budget: int, pool_size: int) -> dict[str, Any]:
+    """Settings that make ``kind`` attend to ``key_budget`` keys (or slots) per query: MiTA has
+    ``pool_size``² landmarks plus budget − pool_size² routed keys; MoBA 2 blocks of budget / 2;
+    top-k and routed-only budget keys; Agent and shared-only budget agents (pooled on the most
+    square grid); full attention has no budget."""
+    check_kind(kind)
+    landmarks = pool_size * pool_size
+    if kind in ("mita", "mita_dwc") and key_budget <= landmarks:
+        raise ValueError(f"key_budget={key_budget} must exceed pool_size² = {landmarks} for {kind}")
+    if kind == "moba" and key_budget % 2:
+        raise ValueError(f"key_budget={key_budget} must be even for moba (2 blocks)")
+    return {
+        "full": {},
+        "mita": {"pool_size": pool_size, "top_k": key_budget - landmarks},
+        "mita_dwc": {"pool_size": pool_size, "top_k": key_budget - landmarks},
+        "mita_routed_only": {"pool_size": pool_size, "top_k": key_budget},
+        "mita_shared_only": {"pool_size": budget_grid(key_budget)},
+        "moba": {"block_size": key_budget // 2, "top_blocks": 2},
+        "topk": {"top_k": key_budget},
+        "agent": {"pool_size": budget_grid(key_budget)},
+    }[kind]
+
+
+def check_budget(kind: str, key_budget: int, pool_size: int, grid: tuple[int, int]) -> str:
+    """Why ``kind`` at ``key_budget`` keys (MiTA: ``pool_size``² landmarks) cannot run on an
+    ``(h, w)`` patch grid, or "" when it can. Raises the ValueError of :func:`matched_config`
+    for budgets a kind cannot split."""
+    config = matched_config(kind, key_budget, pool_size)
+    h, w = grid
+    pool = config.get("pool_size", 1)
+    ph, pw = (pool, pool) if isinstance(pool, int) else pool
+    if ph > h or pw > w:
+        return f"{kind} pools onto a {ph}×{pw} grid, larger than the {h}×{w} patch grid"
+    keys = config.get("top_k", config.get("block_size", 0) * config.get("top_blocks", 0))
+    if kind != "full" and keys > h * w:
+        return f"{kind} attends to {keys} keys per query, more than the {h * w} patches"
+    return ""
+
+
+@dataclass
+class Config(ExperimentConfig):
+    """Defaults are the quick profile (a few minutes on 2 CPU cores once the full-attention
+    model is cached); full trains longer, on 48-pixel canvases (144 tokens), with 3 seeds."""
+
+    canvas: int = 32
+    """canvas side in pixels (tokens: (canvas / patch_size)², max-pooled, no CLS)"""
+    digit_scale: int = 2
+    """digits are 8·digit_scale pixels"""
+    clutter: int = 4
+    """digit fragments per canvas (0: a lone digit)"""
+    patch_size: int = 4
+    embed_dim: int = 64
+    depth: int = 4
+    num_heads: int = 4
+    train_size: int = 5000
+    test_size: int = 1000
+    steps: int = 500
+    """training steps of every system trained from scratch"""
+    batch_size: int = 32
+    lr: float = 1e-3
+    n_seeds: int = 1
+    """seeds per system: seed, seed + 1, ..."""
+    key_budget: int = 16
+    """keys (or slots) each query attends to, for every sparse kind"""
+    pool_size: int = 2
+    """MiTA's landmark grid p (M = p²); its routed top_k is key_budget − M"""
+    pretrain_steps: int = 2000
+    """steps of the cached full-attention model the swaps start from"""
+    finetune_steps: int = 200
+    finetune_lr: float = 3e-4
+    coverage_every: int = 50
+    """steps between coverage measurements while MiTA trains"""
+    systems: tuple[str, ...] = ATTENTION_KIND_NAMES
+
+    PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
+        "quick": {},
+        "full": {
+            "canvas": 48,
+            "digit_scale": 3,
+            "clutter": 8,
+            "train_size": 10000,
+            "test_size": 2000,
+            "steps": 1500,
+            "batch_size": 64,
+            "n_seeds": 3,
+            "key_budget": 32,
+            "pool_size": 4,
+            "pretrain_steps": 4000,
+            "finetune_steps": 400,
+            "coverage_every": 100,
+        },
+    }
+    ALLOWED_EDGE_VALUES: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "clutter": (0,),  # no clutter: a lone digit on the canvas
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in (
+            "canvas", "digit_scale", "patch_size", "embed_dim", "depth", "num_heads",
+            "train_size", "test_size", "steps", "batch_size", "n_seeds", "key_budget",
+            "pool_size", "pretrain_steps", "finetune_steps", "coverage_every",
+        ):  # fmt: skip
+            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
+        require(is_count(self.clutter, 0), "clutter", "an integer >= 0", self.clutter)
+        for name in ("lr", "finetune_lr"):
+            value = getattr(self, name)
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            require(ok and math.isfinite(value) and value > 0, name, "a number > 0", value)
+        require(
+            self.seed + self.n_seeds + 7919 < 2**32,
+            "n_seeds",
+            "small enough that every seed (seed + n_seeds + 7919 for fine-tuning) is < 2**32",
+            self.n_seeds,
+        )
+        require(
+            self.canvas % self.patch_size == 0, "canvas", "a multiple of patch_size", self.canvas
+        )
+        require(
+            8 * self.digit_scale <= self.canvas,
+            "digit_scale",
+            "8·digit_scale <= canvas",
+            self.digit_scale,
+        )
+        require(
+            self.embed_dim % self.num_heads == 0,
+            "embed_dim",
+            "a multiple of num_heads",
+            self.embed_dim,
+        )
+        grid = self.canvas // self.patch_size
+        require(
+            self.pool_size <= grid, "pool_size", f"<= the token grid side {grid}", self.pool_size
+        )
+        require(
+            self.key_budget <= grid * grid,
+            "key_budget",
+            f"at most {grid * grid} patches",
+            self.key_budget,
+        )
+        require(
+            isinstance(self.systems, tuple | list)
+            and all(isinstance(s, str) for s in self.systems)
+            and len(set(self.systems)) == len(self.systems),
+            "systems",
+            "a tuple of distinct attention kind names",
+            self.systems,
+        )
+        self.systems = tuple(self.systems)
+        unknown = [s for s in self.systems if s not in ATTENTION_KIND_NAMES]
+        require(not unknown, "systems", f"names from {sorted(ATTENTION_KIND_NAMES)}", self.systems)
+        require(
+            {"full", *SWAPPED} <= set(self.systems),
+            "systems",
+            "full, mita, moba and topk among them (the claims compare them)",
+            self.systems,
+        )
+        for system in self.systems:  # matched_config refuses budgets a kind cannot split
+            problem = check_budget(system, self.key_budget, self.pool_size, (grid, grid))
+            require(
+                not problem,
+                "key_budget",
+                f"a budget every system can use on the {grid}×{grid} patches ({problem})",
+                self.key_budget,
+            )
+
+    @property
+    def shape(self) -> ViTShape:
+        from mixlab.attention_arch.mita.training import ViTShape
+
+        return ViTShape(self.canvas, self.patch_size, self.embed_dim, self.depth, self.num_heads)
+
+
+METHOD = Method(
+    name="mita",
+    domain="attention-arch",
+    paper="Mixture-of-Top-k Attention: Efficient Attention via Scalable Fast Weights (MiTA)",
+    claim=(
+        "Routing each query to one of M landmark experts, each a query-aware top-k key set, plus "
+        "a shared expert of M agent values, matches full attention at linear cost, swaps into "
+        "trained ViTs, and selects few enough tokens that the rest can be pruned."
+    ),
+    config=Config,
+    run="mixlab.attention_arch.mita.experiment:run",
+    headline_plot="accuracy.png",
+)
