@@ -27,6 +27,15 @@ def test_atomic_write_leaves_the_old_file_when_it_fails(tmp_path: Path, monkeypa
     assert [p.name for p in tmp_path.iterdir()] == ["result.json"]  # no temporary left behind
 
 
+def test_atomic_files_get_the_usual_mode(tmp_path: Path) -> None:
+    mask = os.umask(0o022)
+    try:
+        path = write_text_atomic(tmp_path / "result.json", "{}")
+    finally:
+        os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
 def test_write_json_atomic_refuses_nan(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not JSON compliant"):
         write_json_atomic(tmp_path / "x.json", {"x": float("nan")})

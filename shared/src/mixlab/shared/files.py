@@ -47,6 +47,12 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     return path
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_json_atomic(path: str | os.PathLike[str], data: Any, *, indent: int | None = 2) -> Path:
     """:func:`write_text_atomic` of ``data`` as JSON (NaN and infinity refused: JSON has neither)."""
     return write_text_atomic(path, json.dumps(data, indent=indent, allow_nan=False) + "\n")
@@ -103,7 +109,10 @@ def read_sidecar(
     with checkpoint_errors(path):
         data = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict) or not isinstance(data.get(SIDECAR_KEY), dict):
-        raise CheckpointError(f"{path}: not a mixlab checkpoint file (no {SIDECAR_KEY!r} entry)")
+        raise CheckpointError(
+            f"{path}: not a mixlab checkpoint file (no {SIDECAR_KEY!r} entry: written by another "
+            "program or an older mixlab; if it is a cache entry, delete it to recompute)"
+        )
     integrity = data.pop(SIDECAR_KEY)
     if integrity.get("content_sha256") != _sha256_of_data(data):
         raise CheckpointError(f"{path}: its content was changed after it was saved")
