@@ -24,7 +24,7 @@ from mixlab.online.mosaic import (
     routing_accuracy,
     subspace_distance,
 )
-from mixlab.online.mosaic.experiment import METHOD, SYSTEMS, Config
+from mixlab.online.mosaic.experiment import METHOD, REFERENCES, SYSTEMS, Config
 from mixlab.online.mosaic.subspace import fit_basis, random_basis
 
 
@@ -238,8 +238,18 @@ def test_quick_experiment_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     config = _tiny_config()
     result = METHOD.execute(config, tmp_path)
     data = json.loads((tmp_path / "result.json").read_text())
-    assert set(data["metrics"]) == set(SYSTEMS)
+    assert set(data["metrics"]) == {*SYSTEMS, *REFERENCES}
     assert len(data["claims"]) == 4
+    # the regime checks are computed from the measured references
+    assert [check["text"].split()[:2] for check in data["regime"]] == [
+        ["The", "oracle"],
+        ["GROUSE", "at"],
+    ]
+    assert all(isinstance(check["holds"], bool) for check in data["regime"])
+    oracle_worst = max(
+        v for k, v in data["metrics"]["true_subspaces"].items() if k.startswith("nrmse_p")
+    )
+    assert data["regime"][0]["holds"] == (oracle_worst <= 0.05)
     assert all(isinstance(claim["holds"], bool) for claim in data["claims"])
     assert data["env"]["device"] == "cpu"
     assert (tmp_path / "error_over_time.png").exists()
@@ -290,7 +300,7 @@ def test_cli_generate_and_complete(tmp_path: Path, capsys: pytest.CaptureFixture
     assert error < 0.05
     assert np.isfinite(np.load(completed)).all()
     assert main(["mosaic", "complete", str(stream), "--pretrain", "-1"]) == 2
-    assert "--pretrain must be in" in capsys.readouterr().err
+    assert "--pretrain must be an integer >= 0" in capsys.readouterr().err
 
 
 def test_scikit_learn_conventions() -> None:

@@ -4,33 +4,209 @@ observed streams with MoSAIC.
     mixlab-online mosaic generate --observed-fraction 0.3 --seed 0 --out stream.npz
     mixlab-online mosaic complete stream.npz --pretrain 2000 --n-experts 4 --rank 5 --out completed.npy
     mixlab-online mosaic complete ratings.csv --pretrain 500 --save-model model --truth full.npy
+
+Every option and path is checked before any work (bad input: one line on stderr, exit code 2).
+``generate`` writes ``stream.npz`` and its sidecar ``stream.npz.json`` (format, shape and the
+SHA-256 of the ``.npz``); ``complete`` checks the sidecar when there is one, so a damaged or edited
+stream file is refused. A ``.npz`` you write yourself (an array ``X``, NaN where missing) needs no
+sidecar; if it cannot be read it is refused in one line all the same.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import zipfile
+import zlib
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    import numpy as np
 
 app = typer.Typer(
     help="MoSAIC: online matrix completion on a drifting union of subspaces.", no_args_is_help=True
 )
 
+STREAM_FORMAT = "mixlab.mosaic.stream/1"
+"""the ``format`` of the sidecar that ``generate`` writes beside its ``.npz``"""
+DATA_SUFFIXES = (".npy", ".npz", ".csv")
 
-def _parse_epochs(text: str) -> tuple:
+
+# --- checks of options and paths (no NumPy: they run before any work) -------------------------
+
+
+def _count(option: str, value: int, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{option} must be an integer >= {minimum}, got {value!r}")
+
+
+def _seed(value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
+        raise ValueError(f"--seed must be an integer in [0, 2**32), got {value!r}")
+
+
+def _real(option: str, value: float, allowed: str, ok: bool) -> None:
+    if not (math.isfinite(value) and ok):
+        raise ValueError(f"{option} must be {allowed}, got {value!r}")
+
+
+def _creatable_parent(path: Path, option: str) -> None:
+    """The nearest existing folder above ``path`` is a writable folder (so ``path`` can be made)."""
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"{option}: cannot create {path}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{option}: cannot create {path}: {parent} is not writable")
+
+
+def _out_file(path: Path, option: str, suffix: str | None = None) -> None:
+    """``path`` can be written as a file: the right suffix, not a folder, its folder creatable."""
+    if suffix is not None and path.suffix != suffix:
+        raise ValueError(f"{option} must end in {suffix}, got {str(path)!r}")
+    if path.is_dir():
+        raise ValueError(f"{option}: {path} is a folder, not a file name")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"{option}: {path} is not writable")
+    _creatable_parent(path, option)
+
+
+def _in_file(path: Path, option: str) -> None:
+    """``path`` is a readable data file of a known kind."""
+    if not path.exists():
+        raise ValueError(f"{option}: {str(path)!r} does not exist")
+    if not path.is_file():
+        raise ValueError(f"{option}: {str(path)!r} is not a file")
+    if path.suffix not in DATA_SUFFIXES:
+        raise ValueError(
+            f"{option} must be .npy, .npz (array 'X', or 'X_full' for --truth) or .csv "
+            f"(empty cells = missing), got {str(path)!r}"
+        )
+    if not os.access(path, os.R_OK):
+        raise ValueError(f"{option}: {str(path)!r} is not readable")
+
+
+def sidecar_of(path: Path) -> Path:
+    """The sidecar of a stream file: ``stream.npz`` -> ``stream.npz.json``."""
+    return path.with_name(path.name + ".json")
+
+
+# --- stream files --------------------------------------------------------------------------------
+
+
+def save_stream(path: Path, arrays: dict[str, Any], n_source: int) -> Path:
+    """Write ``arrays`` to ``path`` (.npz, atomically), then its sidecar ``path.json`` covering it."""
+    import numpy as np
+
+    from mixlab.shared.files import write_sidecar
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sidecar_of(path).unlink(missing_ok=True)  # a stale sidecar must never vouch for the new file
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        with open(partial, "wb") as handle:
+            np.savez_compressed(handle, **arrays)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+    n_samples, n_features = arrays["X"].shape
+    write_sidecar(
+        sidecar_of(path),
+        {
+            "format": STREAM_FORMAT,
+            "file": path.name,
+            "n_samples": int(n_samples),
+            "n_features": int(n_features),
+            "n_source": int(n_source),
+            "arrays": sorted(arrays),
+        },
+        covers=[path],
+    )
+    return path
+
+
+def read_matrix(path: Path, key: str = "X") -> np.ndarray:
+    """A 2-D float matrix from ``.npy``, ``.npz`` (array ``key``) or ``.csv`` (empty cells: NaN).
+
+    A ``.npz`` with a sidecar (as ``generate`` writes) is checked against it first. Anything
+    damaged, truncated, foreign or edited raises a one-line :class:`CheckpointError` naming the file.
+    """
+    import numpy as np
+
+    from mixlab.shared.files import CheckpointError, checkpoint_errors, read_sidecar
+
+    expected_shape = None
+    if path.suffix == ".npz" and sidecar_of(path).exists():
+        sidecar = read_sidecar(
+            sidecar_of(path),
+            expect={
+                "format": str,
+                "file": str,
+                "n_samples": int,
+                "n_features": int,
+                "n_source": int,
+            },
+        )
+        if sidecar["format"] != STREAM_FORMAT:
+            raise CheckpointError(
+                f"{sidecar_of(path)}: not a mixlab stream (format {sidecar['format']!r})"
+            )
+        if sidecar["file"] != path.name:  # a sidecar copied beside another file vouches for nothing
+            raise CheckpointError(
+                f"{sidecar_of(path)}: the sidecar of {sidecar['file']!r}, not of {path.name!r}"
+            )
+        expected_shape = (sidecar["n_samples"], sidecar["n_features"])
+    try:
+        with checkpoint_errors(path, "numeric matrix"):
+            if path.suffix == ".npy":
+                matrix = np.load(path, allow_pickle=False)
+            elif path.suffix == ".npz":
+                with np.load(path, allow_pickle=False) as archive:
+                    if key not in archive.files:
+                        raise CheckpointError(
+                            f"{path}: not a mixlab stream (no array {key!r}; it has {sorted(archive.files)})"
+                        )
+                    matrix = archive[key]
+            else:
+                matrix = np.genfromtxt(path, delimiter=",", filling_values=np.nan)
+            matrix = np.asarray(matrix, dtype=np.float64)
+    except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as error:
+        detail = " ".join(str(error).split()) or type(error).__name__
+        raise CheckpointError(
+            f"{path}: damaged or not a numeric matrix ({type(error).__name__}: {detail[:200]})"
+        ) from None
+    if matrix.ndim != 2:
+        raise ValueError(
+            f"{path}: {key} must be a 2-D matrix (samples as rows), got shape {matrix.shape}"
+        )
+    if expected_shape is not None and key == "X" and matrix.shape != expected_shape:
+        raise CheckpointError(
+            f"{path}: X has shape {matrix.shape} but its sidecar records {expected_shape}"
+        )
+    return matrix
+
+
+# --- commands ------------------------------------------------------------------------------------
+
+
+def _parse_epochs(text: str, drift_rate: float) -> tuple:
     from mixlab.online.mosaic.stream import Epoch
 
     epochs = []
     for part in text.split(","):
         kind, _, length = part.partition(":")
-        if not length.isdigit():
+        if not length.strip().isdigit() or kind.strip() not in ("stationary", "drift", "switch"):
             raise ValueError(
                 f"--epochs must look like stationary:2000,drift:3000,switch:2000, got {text!r}"
             )
-        epochs.append((kind.strip(), int(length)))
-    return tuple(Epoch(kind, length) for kind, length in epochs)
+        if int(length) < 1:
+            raise ValueError(f"--epochs: every epoch needs at least 1 sample, got {text!r}")
+        epochs.append(Epoch(kind.strip(), int(length), drift_rate=drift_rate))
+    return tuple(epochs)
 
 
 @app.command()
@@ -38,13 +214,16 @@ def generate(
     out: Annotated[
         Path,
         typer.Option(
-            help="output .npz: X (NaN = missing), X_full, labels, n_source (source rows first)"
+            help="output .npz: X (NaN = missing), X_full, labels, n_source (source rows first); "
+            "a sidecar OUT.json records its SHA-256"
         ),
     ],
     n_features: int = 100,
     n_subspaces: int = 4,
     rank: int = 5,
-    observed_fraction: float = 0.3,
+    observed_fraction: Annotated[
+        float, typer.Option(help="probability that an entry is observed, in (0, 1]")
+    ] = 0.3,
     noise: float = 1e-3,
     n_source: int = 2000,
     epochs: Annotated[
@@ -54,13 +233,24 @@ def generate(
     seed: int = 0,
 ) -> None:
     """Write a synthetic stream on a union of drifting subspaces."""
-    import dataclasses
+    _out_file(out, "--out", ".npz")
+    _out_file(sidecar_of(out), "--out (its sidecar)")
+    _count("--n-features", n_features, 2)
+    _count("--n-subspaces", n_subspaces)
+    _count("--rank", rank)
+    if rank >= n_features:
+        raise ValueError(f"--rank must be smaller than --n-features={n_features}, got {rank}")
+    _real("--observed-fraction", observed_fraction, "in (0, 1]", 0 < observed_fraction <= 1)
+    _real("--noise", noise, "a finite number >= 0", noise >= 0)
+    _count("--n-source", n_source, 0)
+    _real("--drift-rate", drift_rate, "a finite number >= 0", drift_rate >= 0)
+    _seed(seed)
+    parsed = _parse_epochs(epochs, drift_rate)
 
     import numpy as np
 
     from mixlab.online.mosaic.stream import DriftingSubspaceStream
 
-    parsed = tuple(dataclasses.replace(e, drift_rate=drift_rate) for e in _parse_epochs(epochs))
     stream = DriftingSubspaceStream(
         n_features=n_features,
         n_subspaces=n_subspaces,
@@ -70,40 +260,19 @@ def generate(
         n_source=n_source,
         epochs=parsed,
     ).generate(seed)
-    if out.suffix != ".npz":
-        raise ValueError(f"--out must end in .npz, got {str(out)!r}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(
+    save_stream(
         out,
-        X=np.vstack([stream.source_X_observed, stream.X]),
-        X_full=np.vstack([stream.source_X, stream.X_full]),
-        labels=np.concatenate([stream.source_labels, stream.labels]),
-        n_source=n_source,
+        {
+            "X": np.vstack([stream.source_X_observed, stream.X]),
+            "X_full": np.vstack([stream.source_X, stream.X_full]),
+            "labels": np.concatenate([stream.source_labels, stream.labels]),
+            "n_source": np.asarray(n_source),
+        },
+        n_source,
     )
     typer.echo(
-        f"wrote {out}: {n_source} source + {len(stream.labels)} stream samples of {n_features} features"
-    )
-
-
-def _read_matrix(path: Path, key: str = "X"):
-    import numpy as np
-
-    if not path.exists():
-        raise ValueError(f"data file {str(path)!r} does not exist")
-    try:
-        if path.suffix == ".npy":
-            return np.asarray(np.load(path, allow_pickle=False), dtype=float)
-        if path.suffix == ".npz":
-            with np.load(path, allow_pickle=False) as archive:
-                if key not in archive:
-                    raise ValueError(f"{path} has no array {key!r}; it has {sorted(archive.files)}")
-                return np.asarray(archive[key], dtype=float)
-        if path.suffix == ".csv":
-            return np.genfromtxt(path, delimiter=",", filling_values=np.nan)
-    except (OSError, zipfile.BadZipFile, TypeError) as error:
-        raise ValueError(f"cannot read {str(path)!r} as a numeric matrix: {error}") from None
-    raise ValueError(
-        f"data file must be .npy, .npz (array 'X') or .csv (empty cells = missing), got {str(path)!r}"
+        f"wrote {out} (+ {sidecar_of(out).name}): {n_source} source + {len(stream.labels)} "
+        f"stream samples of {n_features} features"
     )
 
 
@@ -118,7 +287,9 @@ def complete(
     ] = 0,
     n_experts: int = 4,
     rank: int = 5,
-    step_size: float = 0.5,
+    step_size: Annotated[
+        float, typer.Option(help="GROUSE step as a fraction of the greedy step, in (0, 1]")
+    ] = 0.5,
     batch_size: Annotated[
         int, typer.Option(help="rows completed, then learned from, at a time")
     ] = 20,
@@ -138,33 +309,70 @@ def complete(
     ] = None,
 ) -> None:
     """Complete a stream prequentially: each batch is completed with the current experts, then learned."""
-    import numpy as np
-
-    from mixlab.online.mosaic.estimators import MoSAIC, check_stream
-
-    X = _read_matrix(data)
-    if X.ndim != 2:
-        raise ValueError(f"data must be a 2-D matrix (samples as rows), got shape {X.shape}")
-    if not 0 <= pretrain < len(X):
-        raise ValueError(f"--pretrain must be in [0, {len(X)}) rows, got {pretrain}")
-    if batch_size < 1:
-        raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
+    # 1. options and paths, before reading anything
+    _in_file(data, "data")
+    _out_file(out, "--out", ".npy")
+    _count("--pretrain", pretrain, 0)
+    _count("--n-experts", n_experts)
+    _count("--rank", rank)
+    _real("--step-size", step_size, "in (0, 1]", 0 < step_size <= 1)
+    _count("--batch-size", batch_size)
+    _seed(seed)
+    if truth is not None:
+        _in_file(truth, "--truth")
     if load_model is not None:
         if pretrain:
             raise ValueError(
                 "--pretrain cannot be combined with --load-model: the loaded model is already trained"
             )
-        if not load_model.with_suffix(".json").exists():
-            raise ValueError(
-                f"--load-model {str(load_model)!r}: no saved model there (expected {load_model.with_suffix('.json')})"
-            )
+        for suffix in (".json", ".safetensors"):
+            if not load_model.with_suffix(suffix).is_file():
+                raise ValueError(
+                    f"--load-model {str(load_model)!r}: no saved model there "
+                    f"(expected {load_model.with_suffix(suffix)})"
+                )
+    if save_model is not None:
+        for suffix in (".json", ".safetensors"):
+            _out_file(save_model.with_suffix(suffix), "--save-model")
+
+    # 2. inputs, each checked, before any computing (files first: NumPy only, no scikit-learn/torch)
+    import numpy as np
+
+    from mixlab.shared.files import read_sidecar
+
+    if load_model is not None:  # integrity of the saved model before anything loads it
+        read_sidecar(load_model.with_suffix(".json"), expect={"format": str})
+    X = read_matrix(data)
+    if not 0 <= pretrain < len(X):
+        raise ValueError(f"--pretrain must be in [0, {len(X)}) rows, got {pretrain}")
+    full = None
+    if truth is not None:
+        full = read_matrix(truth, key="X_full")
+        if full.shape != X.shape:
+            raise ValueError(f"--truth must have the shape of the data {X.shape}, got {full.shape}")
+    if load_model is None and rank >= X.shape[1]:
+        raise ValueError(
+            f"--rank must be smaller than the data's {X.shape[1]} features, got {rank}"
+        )
+
+    from mixlab.online.mosaic.estimators import MoSAIC, check_stream
+
+    check_stream(X)  # every row observes something, no inf in observed entries
+    if load_model is not None:
         model = MoSAIC.load(load_model)
+        if model.n_features_in_ != X.shape[1]:
+            raise ValueError(
+                f"--load-model: the model was fitted on {model.n_features_in_} features, "
+                f"the data has {X.shape[1]}"
+            )
     else:
         model = MoSAIC(n_experts, rank, step_size=step_size, random_state=seed)
+
+    # 3. the work
     completed = np.array(X, dtype=float)
     if pretrain:  # the source rows are completed by the model fitted on them
         completed[:pretrain] = model.fit(X[:pretrain]).transform(X[:pretrain])
-    _, observed = check_stream(X[pretrain:])
+    observed = ~np.isnan(X[pretrain:])
     for start in range(pretrain, len(X), batch_size):
         batch = X[start : start + batch_size]
         if hasattr(model, "n_features_in_"):
@@ -172,17 +380,27 @@ def complete(
         else:
             completed[start : start + batch_size] = np.nan_to_num(batch)
         model.partial_fit(batch)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    np.save(out, completed)
+    _save_npy(out, completed)
     typer.echo(f"wrote {out}: {len(X)} rows, {int((~observed).sum())} stream entries completed")
     if save_model is not None:
         typer.echo(f"saved model to {model.save(save_model)}")
-    if truth is not None:
-        full = _read_matrix(truth, key="X_full")
-        if full.shape != X.shape:
-            raise ValueError(f"--truth must have the shape of the data {X.shape}, got {full.shape}")
+    if full is not None:
         missing = np.isnan(X[pretrain:])
         error = np.linalg.norm((completed[pretrain:] - full[pretrain:])[missing]) / np.linalg.norm(
             full[pretrain:][missing]
         )
         typer.echo(f"NRMSE on the unobserved stream entries: {error:.4g}")
+
+
+def _save_npy(path: Path, array: np.ndarray) -> None:
+    """``np.save`` through a temporary file and ``os.replace``: the file is complete or absent."""
+    import numpy as np
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        with open(partial, "wb") as handle:
+            np.save(handle, array)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)

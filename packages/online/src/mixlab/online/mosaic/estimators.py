@@ -32,7 +32,8 @@ from mixlab.online.mosaic.subspace import (
     refine_subspaces,
     route,
 )
-from mixlab.shared import is_count, load_state, require, save_state
+from mixlab.shared.config import is_count, require
+from mixlab.shared.files import CheckpointError, checkpoint_errors
 
 __all__ = ["GROUSE", "PETRELS", "MoSAIC", "WindowedKSubspaces", "check_stream"]
 
@@ -109,18 +110,7 @@ class _StreamingCompleter(BaseEstimator):
         require_count(self, "rank")
 
     def _check(self, X: Any, mask: Any) -> tuple[np.ndarray, np.ndarray]:
-        learned = getattr(self, "bases_", getattr(self, "basis_", None))
-        if learned is not None:
-            expected = (
-                (self.n_experts, self.n_features_in_, self.rank)
-                if learned.ndim == 3
-                else (self.n_features_in_, self.rank)
-            )
-            if learned.shape != expected:
-                raise ValueError(
-                    f"the learned state has shape {learned.shape} but the parameters ask for {expected}: "
-                    "call fit again after changing n_experts or rank"
-                )
+        self._check_learned_shape()
         X, mask = check_stream(X, mask, n_features=getattr(self, "n_features_in_", None))
         require(
             self.rank < X.shape[1],
@@ -183,6 +173,8 @@ class _StreamingCompleter(BaseEstimator):
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Save parameters and learned state to ``path.safetensors`` + ``path.json`` (no pickle)."""
+        from mixlab.shared.checkpoint import save_state  # torch: only when saving
+
         self._require_fitted()
         save_state(
             {
@@ -199,18 +191,58 @@ class _StreamingCompleter(BaseEstimator):
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Self:
-        """Load an estimator saved by :meth:`save`."""
+        """Load an estimator saved by :meth:`save`.
+
+        A damaged, truncated, foreign or edited file raises :class:`CheckpointError` (a ValueError)
+        naming it: the sidecar's SHA-256 of both files is checked, then every stored value."""
+        from mixlab.shared.checkpoint import load_state  # torch: only when loading
+
+        json_file = Path(path).with_suffix(".json")
         state = load_state(path)
-        if state["class"] != cls.__name__:
-            raise ValueError(f"{path} holds a {state['class']}, not a {cls.__name__}")
-        estimator = cls(**state["params"])
-        estimator.n_features_in_ = state["n_features_in_"]
-        estimator.n_samples_seen_ = state["n_samples_seen_"]
-        for name, value in state["learned"].items():
-            setattr(estimator, name, np.array(value) if isinstance(value, np.ndarray) else value)
-        estimator._rng = np.random.default_rng()
-        estimator._rng.bit_generator.state = state["rng"]
+        with checkpoint_errors(json_file, f"saved {cls.__name__}"):
+            if not isinstance(state, dict) or "class" not in state:
+                raise CheckpointError(f"{json_file}: not a saved mixlab estimator")
+            if state["class"] != cls.__name__:
+                raise CheckpointError(
+                    f"{json_file}: holds a {state['class']}, not a {cls.__name__}"
+                )
+            estimator = cls(**state["params"])
+            estimator._validate_params()
+            estimator.n_features_in_ = state["n_features_in_"]
+            estimator.n_samples_seen_ = state["n_samples_seen_"]
+            require(
+                is_count(estimator.n_features_in_, 2) and is_count(estimator.n_samples_seen_, 0),
+                "the stored sample counts",
+                "integers (n_features_in_ >= 2, n_samples_seen_ >= 0)",
+                (estimator.n_features_in_, estimator.n_samples_seen_),
+            )
+            missing = set(cls._state_attributes) - set(state["learned"])
+            require(not missing, "the learned state", f"all of {cls._state_attributes}", missing)
+            for name, value in state["learned"].items():
+                value = np.array(value) if isinstance(value, np.ndarray) else value
+                if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+                    require(bool(np.isfinite(value).all()), name, "finite", "NaN or inf")
+                setattr(estimator, name, value)
+            estimator._check_learned_shape()
+            estimator._rng = np.random.default_rng()
+            estimator._rng.bit_generator.state = state["rng"]
         return estimator
+
+    def _check_learned_shape(self) -> None:
+        """ValueError when the learned bases do not have the shape the parameters ask for."""
+        learned = getattr(self, "bases_", getattr(self, "basis_", None))
+        if learned is None:
+            return
+        expected = (
+            (self.n_experts, self.n_features_in_, self.rank)
+            if learned.ndim == 3
+            else (self.n_features_in_, self.rank)
+        )
+        if learned.shape != expected:
+            raise ValueError(
+                f"the learned state has shape {learned.shape} but the parameters ask for {expected}: "
+                "call fit again after changing n_experts or rank"
+            )
 
 
 class _GrouseSteps:

@@ -42,7 +42,12 @@ class Epoch:
             self.kind,
         )
         require(is_count(self.length), "length", "an integer >= 1", self.length)
-        require(self.drift_rate >= 0, "drift_rate", ">= 0 radians per sample", self.drift_rate)
+        require(
+            bool(np.isfinite(self.drift_rate)) and self.drift_rate >= 0,
+            "drift_rate",
+            "a finite number >= 0 radians per sample",
+            self.drift_rate,
+        )
         require(is_count(self.n_switched), "n_switched", "an integer >= 1", self.n_switched)
 
 
@@ -114,7 +119,12 @@ class DriftingSubspaceStream:
         require(valid_rank, "rank", f"an integer in [1, n_features={n_features})", self.rank)
         rate = self.observed_fraction
         require(0 < rate <= 1, "observed_fraction", "in (0, 1]", rate)
-        require(self.noise >= 0, "noise", ">= 0", self.noise)
+        require(
+            bool(np.isfinite(self.noise)) and self.noise >= 0,
+            "noise",
+            "a finite number >= 0",
+            self.noise,
+        )
         require(is_count(self.n_source, 0), "n_source", "an integer >= 0", self.n_source)
         require(len(self.epochs) >= 1, "epochs", "at least one Epoch", self.epochs)
         require(

@@ -1,0 +1,204 @@
+"""The MoSAIC experiment's Config and its registry entry, importable without NumPy.
+
+``mixlab list`` and ``mixlab run mosaic --help`` read :data:`METHOD` from here; the experiment
+(:mod:`mixlab.online.mosaic.experiment`, NumPy, scikit-learn, matplotlib) loads only when the method
+runs.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from mixlab.shared.config import ExperimentConfig, is_count, require
+from mixlab.shared.registry import Method
+
+if TYPE_CHECKING:
+    from mixlab.online.mosaic.stream import DriftingSubspaceStream
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def rate_key(rate: float) -> str:
+    """The metric-name tag of an observation rate: 0.2 -> ``p20``."""
+    return f"p{round(100 * rate):02d}"
+
+
+@dataclass
+class Config(ExperimentConfig):
+    """Defaults are the quick profile (about a minute on 2 CPU cores); full follows the spec's design."""
+
+    n_features: int = 100
+    """ambient dimension n"""
+    n_subspaces: int = 4
+    """subspaces K in the union (and experts)"""
+    rank: int = 5
+    """rank r of each subspace (K·r = 20 is the global rank)"""
+    observed_fractions: tuple[float, ...] = (0.2, 0.3, 0.5)
+    """observation rates p of the streams"""
+    n_seeds: int = 2
+    """streams per rate, seeded seed, seed+1, ..."""
+    noise: float = 1e-3
+    """noise standard deviation per entry (0: noiseless)"""
+    n_source: int = 1500
+    """source batch for pre-training (at least n_subspaces·rank samples)"""
+    epoch_lengths: tuple[int, int, int] = (1500, 2000, 1500)
+    """samples in the stationary, drift and switch epochs"""
+    drift_rate: float = 1e-3
+    """radians per sample along each subspace's geodesic in the drift epoch (> 0)"""
+    batch_size: int = 20
+    """samples completed, then learned from, at a time (the same for every system)"""
+    step_size: float = 0.5
+    """GROUSE step as a fraction of the greedy step, in (0, 1] (MoSAIC, k-GROUSE, GROUSE)"""
+    step_decay: float = 50.0
+    """τ of mosaic_decreasing's schedule, in updates of an expert (> 0)"""
+    min_step: float = 0.05
+    """floor of mosaic_decreasing's schedule, in [0, 1] (0: no floor, a pure 1/t schedule)"""
+    n_init: int = 3
+    """k-subspaces seedings in pre-training (>= 1)"""
+    petrels_forgetting: float = 0.98
+    """PETRELS forgetting factor λ, in (0, 1]"""
+    window: int = 1000
+    """samples in the windowed k-subspaces reference (at least 2·n_subspaces·rank)"""
+    refit_every: int = 500
+    """samples between its refits (>= 1)"""
+
+    PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
+        "quick": {},
+        "full": {
+            "observed_fractions": (0.2, 0.3, 0.4, 0.5),
+            "n_seeds": 5,
+            "n_source": 2000,
+            "epoch_lengths": (5000, 10000, 5000),
+            "n_init": 5,
+        },
+    }
+
+    ALLOWED_EDGE_VALUES: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "noise": (0.0,),  # noiseless streams
+        "min_step": (0.0,),  # no floor under the decreasing schedule
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("n_features", "n_subspaces", "rank", "n_seeds", "batch_size", "n_init"):
+            value = getattr(self, name)
+            require(is_count(value), name, "an integer >= 1", value)
+        require(
+            self.seed + self.n_seeds <= 2**32,
+            "n_seeds",
+            f"at most 2**32 - seed = {2**32 - self.seed} (stream seeds are seed, seed+1, ...)",
+            self.n_seeds,
+        )
+        total_rank = self.n_subspaces * self.rank
+        require(
+            total_rank < self.n_features,
+            "n_subspaces·rank",
+            f"< n_features={self.n_features}",
+            total_rank,
+        )
+        rates = self.observed_fractions
+        require(
+            isinstance(rates, tuple | list) and len(rates) >= 1,
+            "observed_fractions",
+            "at least one rate",
+            rates,
+        )
+        valid = all(_is_real(rate) and 0 < rate < 1 for rate in rates) and len(
+            {rate_key(rate) for rate in rates}
+        ) == len(rates)
+        require(
+            valid,
+            "observed_fractions",
+            "distinct rates in (0, 1) (rate 1 leaves nothing to complete)",
+            rates,
+        )
+        require(_is_real(self.noise) and self.noise >= 0, "noise", ">= 0", self.noise)
+        require(
+            is_count(self.n_source, total_rank),
+            "n_source",
+            f"an integer >= n_subspaces·rank = {total_rank} (pre-training fits every expert)",
+            self.n_source,
+        )
+        lengths = self.epoch_lengths
+        require(
+            isinstance(lengths, tuple | list)
+            and len(lengths) == 3
+            and all(is_count(length, 4 * self.batch_size) for length in lengths)
+            and all(length % self.batch_size == 0 for length in lengths),
+            "epoch_lengths",
+            f"three multiples of batch_size={self.batch_size}, each at least {4 * self.batch_size}",
+            lengths,
+        )
+        require(
+            _is_real(self.drift_rate) and self.drift_rate > 0,
+            "drift_rate",
+            "> 0 radians per sample",
+            self.drift_rate,
+        )
+        require(
+            _is_real(self.step_size) and 0 < self.step_size <= 1,
+            "step_size",
+            "in (0, 1] (a fraction of the greedy GROUSE step)",
+            self.step_size,
+        )
+        require(
+            _is_real(self.step_decay) and self.step_decay > 0,
+            "step_decay",
+            "> 0 updates",
+            self.step_decay,
+        )
+        require(
+            _is_real(self.min_step) and 0 <= self.min_step <= 1,
+            "min_step",
+            "in [0, 1]",
+            self.min_step,
+        )
+        require(
+            _is_real(self.petrels_forgetting) and 0 < self.petrels_forgetting <= 1,
+            "petrels_forgetting",
+            "in (0, 1]",
+            self.petrels_forgetting,
+        )
+        require(
+            is_count(self.window, 2 * total_rank),
+            "window",
+            f"an integer >= 2·n_subspaces·rank = {2 * total_rank}",
+            self.window,
+        )
+        require(is_count(self.refit_every), "refit_every", "an integer >= 1", self.refit_every)
+
+    def stream(self, observed_fraction: float) -> DriftingSubspaceStream:
+        """The experiment's three-epoch stream generator at observation rate ``observed_fraction``."""
+        from mixlab.online.mosaic.stream import DriftingSubspaceStream, Epoch
+
+        stationary, drift, switch = self.epoch_lengths
+        return DriftingSubspaceStream(
+            n_features=self.n_features,
+            n_subspaces=self.n_subspaces,
+            rank=self.rank,
+            observed_fraction=observed_fraction,
+            noise=self.noise,
+            n_source=self.n_source,
+            epochs=(
+                Epoch("stationary", stationary),
+                Epoch("drift", drift, drift_rate=self.drift_rate),
+                Epoch("switch", switch, n_switched=1),
+            ),
+            snapshot_every=self.batch_size,
+        )
+
+
+METHOD = Method(
+    name="mosaic",
+    domain="online",
+    paper="MoSAIC: MoE Subspace Adaptation via Incremental Completion (online matrix completion on a drifting union of subspaces)",
+    claim="Pre-trained routed rank-r experts, each updated only on its routed samples, complete drifting high-rank streams better than single-subspace trackers",
+    config=Config,
+    run="mixlab.online.mosaic.experiment:run",
+    backend="numpy",
+    headline_plot="error_over_time.png",
+)

@@ -1,0 +1,446 @@
+"""Workspace v2 checks for MoSAIC: the lazy registry entry, config ranges, CLI validation before
+work, stream/model files that fail in one line, and the regime checks of result.json."""
+
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mixlab.online.cli import main
+from mixlab.online.mosaic import MoSAIC
+from mixlab.online.mosaic.cli import sidecar_of
+from mixlab.online.mosaic.config import Config
+from mixlab.online.mosaic.experiment import (
+    REFERENCES,
+    regime,
+    static_grouse,
+    summarise,
+    true_subspace_oracle,
+)
+from mixlab.shared.files import CheckpointError, write_sidecar
+
+CLI = Path(sys.executable).with_name("mixlab-online")
+
+
+# --- the registry entry loads without NumPy ---------------------------------------------------
+
+
+def test_registry_entry_imports_nothing_heavy() -> None:
+    code = (
+        "import sys; from importlib.metadata import entry_points;"
+        "m = [e for e in entry_points(group='mixlab.methods') if e.name == 'mosaic'][0].load();"
+        "assert m.name == 'mosaic' and m.backend == 'numpy' and m.headline_plot, m;"
+        "print(sorted({k.split('.')[0] for k in sys.modules} & "
+        "{'numpy', 'scipy', 'sklearn', 'torch', 'matplotlib', 'safetensors'}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+# --- Config ranges --------------------------------------------------------------------------------
+
+
+def _edge_values(annotation: object) -> list[object]:
+    if annotation is float:
+        return [math.nan, math.inf, -math.inf]
+    if annotation in (int, int | None):
+        return [0, -1]
+    return []
+
+
+def test_every_config_field_refuses_edge_values_unless_documented() -> None:
+    hints = typing.get_type_hints(Config)
+    allowed = Config.allowed_edge_values()
+    checked = 0
+    for field in dataclasses.fields(Config):
+        for value in _edge_values(hints[field.name]):
+            if any(
+                a == value or (isinstance(a, float) and math.isnan(a) and value != value)
+                for a in allowed.get(field.name, ())
+            ):
+                Config(**{field.name: value})  # documented: must be accepted
+                continue
+            with pytest.raises(ValueError, match=field.name):
+                Config(**{field.name: value})
+            checked += 1
+    assert checked >= 25
+    # the cases issue 16 names, and tuples element-wise
+    for bad in (
+        {"n_init": 0},
+        {"window": -1},
+        {"step_size": math.inf},
+        {"observed_fractions": (0.2, math.nan)},
+        {"epoch_lengths": (1500, -20, 1500)},
+        {"min_step": 1.5},
+        {"petrels_forgetting": 0.0},
+        {"drift_rate": 0.0},
+        {"n_source": 10},
+        {"window": 30},
+    ):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            Config(**bad)
+    Config(noise=0.0, min_step=0.0)  # documented edge values
+    Config.from_profile("full")
+
+
+# --- CLI validation before work ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stream_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("stream")
+    path = folder / "stream.npz"
+    argv = ["mosaic", "generate", "--out", str(path), "--n-features", "20", "--n-source", "100",
+            "--epochs", "stationary:60", "--observed-fraction", "0.5"]  # fmt: skip
+    assert main(argv) == 0
+    assert sidecar_of(path).is_file()
+    return path
+
+
+@pytest.fixture(scope="module")
+def model_base(stream_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    with np.load(stream_file) as archive:
+        X = archive["X"]
+    base = tmp_path_factory.mktemp("model") / "model"
+    MoSAIC(2, 2, n_init=1, max_iter=3, random_state=0).fit(X[:100]).save(base)
+    return base
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str], *expected: str) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    for text in expected:
+        assert text in err, err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--out", "x.npy"], "--out must end in .npz"),
+        (["--noise", "nan"], "--noise must be a finite number >= 0"),
+        (["--noise", "inf"], "--noise must be a finite number >= 0"),
+        (["--drift-rate", "inf"], "--drift-rate must be"),
+        (["--observed-fraction", "0"], "--observed-fraction must be in (0, 1]"),
+        (["--observed-fraction", "nan"], "--observed-fraction must be in (0, 1]"),
+        (["--rank", "0"], "--rank must be an integer >= 1"),
+        (["--rank", "100"], "--rank must be smaller than --n-features=100"),
+        (["--n-features", "1"], "--n-features must be an integer >= 2"),
+        (["--n-subspaces", "0"], "--n-subspaces must be an integer >= 1"),
+        (["--n-source", "-1"], "--n-source must be an integer >= 0"),
+        (["--epochs", "stationary:0"], "--epochs: every epoch needs at least 1 sample"),
+        (["--epochs", "sideways:10"], "--epochs must look like"),
+        (["--seed", "-1"], "--seed must be an integer in [0, 2**32)"),
+    ],
+)
+def test_generate_checks_every_option_before_work(
+    extra: list[str], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sub" / "g.npz"
+    argv = ["mosaic", "generate", "--out", str(out), *extra]
+    if extra[0] == "--out":
+        argv = ["mosaic", "generate", "--out", str(tmp_path / extra[1])]
+    _one_line_error(capsys, argv, expected)
+    assert not (tmp_path / "sub").exists()
+
+
+def test_generate_out_that_cannot_be_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "folder.npz").mkdir()
+    _one_line_error(
+        capsys, ["mosaic", "generate", "--out", str(tmp_path / "folder.npz")], "is a folder"
+    )
+    (tmp_path / "file").write_text("x")
+    _one_line_error(
+        capsys,
+        ["mosaic", "generate", "--out", str(tmp_path / "file" / "s.npz")],
+        "is not a folder",
+    )
+
+
+def test_complete_checks_everything_before_work(
+    stream_file: Path,
+    model_base: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_work(*args, **kwargs):
+        raise AssertionError("complete started computing before its inputs were checked")
+
+    monkeypatch.setattr(MoSAIC, "fit", no_work)
+    monkeypatch.setattr(MoSAIC, "partial_fit", no_work)
+    out = tmp_path / "new" / "c.npy"
+    data = str(stream_file)
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dir.npy").mkdir()
+    cases = [
+        ([str(tmp_path / "nosuch.npz")], "does not exist"),
+        ([str(tmp_path)], "is not a file"),
+        ([str(tmp_path / "file")], "data must be .npy, .npz"),
+        ([data, "--out", str(tmp_path / "c.txt")], "--out must end in .npy"),
+        ([data, "--out", str(tmp_path / "dir.npy")], "is a folder"),
+        ([data, "--out", str(tmp_path / "file" / "c.npy")], "is not a folder"),
+        ([data, "--pretrain", "-1"], "--pretrain must be an integer >= 0"),
+        ([data, "--pretrain", "100000"], "--pretrain must be in [0, 160)"),
+        ([data, "--n-experts", "0"], "--n-experts must be an integer >= 1"),
+        ([data, "--rank", "0"], "--rank must be an integer >= 1"),
+        ([data, "--rank", "20"], "--rank must be smaller than the data's 20 features"),
+        ([data, "--step-size", "nan"], "--step-size must be in (0, 1]"),
+        ([data, "--step-size", "inf"], "--step-size must be in (0, 1]"),
+        ([data, "--step-size", "0"], "--step-size must be in (0, 1]"),
+        ([data, "--batch-size", "0"], "--batch-size must be an integer >= 1"),
+        ([data, "--seed", "-1"], "--seed must be an integer in [0, 2**32)"),
+        ([data, "--truth", str(tmp_path / "nosuch.npy")], "--truth: "),
+        ([data, "--load-model", str(tmp_path / "nosuch")], "no saved model there"),
+        ([data, "--load-model", str(model_base), "--pretrain", "5"], "cannot be combined"),
+        ([data, "--save-model", str(tmp_path / "file" / "m")], "--save-model: cannot create"),
+    ]
+    for extra, expected in cases:
+        argv = ["mosaic", "complete", *extra]
+        if "--out" not in extra:
+            argv += ["--out", str(out)]
+        _one_line_error(capsys, argv, expected)
+        assert not out.parent.exists(), extra
+    # a truth matrix of another shape is refused before the stream is completed
+    np.save(tmp_path / "truth.npy", np.zeros((3, 20)))
+    argv = ["mosaic", "complete", data, "--pretrain", "100", "--truth", str(tmp_path / "truth.npy"),
+            "--out", str(out)]  # fmt: skip
+    _one_line_error(capsys, argv, "--truth must have the shape of the data (160, 20)")
+    assert not out.parent.exists()
+
+
+# --- damaged stream and model files, through the console script ----------------------------------
+
+
+def _run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(CLI), *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+def _assert_one_line(done: subprocess.CompletedProcess[str], *names: str) -> None:
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert any(name in lines[0] for name in names), lines[0]
+
+
+def _copy_stream(stream_file: Path, folder: Path) -> tuple[Path, Path, dict]:
+    """A copy of the stream as folder/stream.npz with its sidecar (same name: the sidecar fits)."""
+    folder.mkdir()
+    copy = folder / stream_file.name
+    copy.write_bytes(stream_file.read_bytes())
+    sidecar = sidecar_of(copy)
+    sidecar.write_text(sidecar_of(stream_file).read_text())
+    return copy, sidecar, json.loads(sidecar.read_text())
+
+
+def _resign(sidecar: Path, data: dict, covers: list[Path]) -> None:
+    """Rewrite a sidecar with a valid integrity entry (as a careful forger would)."""
+    data = {k: v for k, v in data.items() if k != "integrity"}
+    write_sidecar(sidecar, data, covers=covers)
+
+
+def test_damaged_stream_files_give_one_line(stream_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "c.npy"
+    # truncated .npz (its sidecar's SHA-256 no longer matches)
+    npz, sidecar, data = _copy_stream(stream_file, tmp_path / "truncated")
+    npz.write_bytes(stream_file.read_bytes()[: npz.stat().st_size // 2])
+    _assert_one_line(_run_cli("mosaic", "complete", npz, "--out", out), str(npz))
+    # a key removed from the sidecar
+    npz, sidecar, data = _copy_stream(stream_file, tmp_path / "key_removed")
+    sidecar.write_text(json.dumps({k: v for k, v in data.items() if k != "n_samples"}))
+    _assert_one_line(_run_cli("mosaic", "complete", npz, "--out", out), str(sidecar))
+    # a key of the wrong type
+    npz, sidecar, data = _copy_stream(stream_file, tmp_path / "wrong_type")
+    sidecar.write_text(json.dumps({**data, "n_features": "20"}))
+    _assert_one_line(_run_cli("mosaic", "complete", npz, "--out", out), str(sidecar))
+    # a stored number edited by hand
+    npz, sidecar, data = _copy_stream(stream_file, tmp_path / "edited")
+    sidecar.write_text(json.dumps({**data, "n_samples": 161}))
+    _assert_one_line(_run_cli("mosaic", "complete", npz, "--out", out), str(sidecar))
+    # a hand-written .npz without a sidecar, truncated
+    bare = tmp_path / "bare.npz"
+    bare.write_bytes(stream_file.read_bytes()[:5000])
+    _assert_one_line(_run_cli("mosaic", "complete", bare, "--out", out), str(bare))
+    assert not out.exists()
+
+
+def test_resigned_or_foreign_stream_files_are_refused(
+    stream_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = str(tmp_path / "c.npy")
+    for name, change, expected in [
+        ("removed", lambda d: {k: v for k, v in d.items() if k != "n_source"}, "missing key 'n_source'"),
+        ("wrong_type", lambda d: {**d, "n_samples": "160"}, "key 'n_samples' has the wrong type"),
+        ("edited", lambda d: {**d, "n_samples": 161}, "its sidecar records (161, 20)"),
+        ("format", lambda d: {**d, "format": "something/1"}, "not a mixlab stream"),
+    ]:  # fmt: skip
+        npz, sidecar, data = _copy_stream(stream_file, tmp_path / name)
+        _resign(sidecar, change(data), [npz])
+        _one_line_error(capsys, ["mosaic", "complete", str(npz), "--out", out], expected)
+    # a sidecar copied beside another file
+    npz, sidecar, _ = _copy_stream(stream_file, tmp_path / "copied")
+    other = npz.with_name("other.npz")  # its sidecar checks out, but it vouches for stream.npz
+    other.write_bytes(npz.read_bytes())
+    sidecar_of(other).write_text(sidecar.read_text())
+    _one_line_error(capsys, ["mosaic", "complete", str(other), "--out", out], "the sidecar of")
+    # foreign .npz: no array X; a pickle in .npy clothing
+    np.savez(tmp_path / "foreign.npz", Y=np.zeros((3, 3)))
+    _one_line_error(
+        capsys, ["mosaic", "complete", str(tmp_path / "foreign.npz"), "--out", out], "no array 'X'"
+    )
+    (tmp_path / "junk.npy").write_bytes(b"not numpy at all")
+    _one_line_error(
+        capsys, ["mosaic", "complete", str(tmp_path / "junk.npy"), "--out", out], "junk.npy"
+    )
+    assert not Path(out).exists()
+
+
+def _copy_model(model_base: Path, folder: Path) -> tuple[Path, Path, Path, dict]:
+    folder.mkdir()
+    base = folder / model_base.name
+    for suffix in (".json", ".safetensors"):
+        base.with_suffix(suffix).write_bytes(model_base.with_suffix(suffix).read_bytes())
+    json_file = base.with_suffix(".json")
+    return base, json_file, base.with_suffix(".safetensors"), json.loads(json_file.read_text())
+
+
+def test_damaged_saved_models_give_one_line(
+    stream_file: Path, model_base: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "c.npy"
+    # truncated safetensors
+    base, json_file, tensors, data = _copy_model(model_base, tmp_path / "truncated")
+    tensors.write_bytes(tensors.read_bytes()[: tensors.stat().st_size // 2])
+    done = _run_cli("mosaic", "complete", stream_file, "--load-model", base, "--out", out)
+    _assert_one_line(done, str(tensors))
+    # a key removed from the JSON sidecar
+    base, json_file, tensors, data = _copy_model(model_base, tmp_path / "removed")
+    json_file.write_text(json.dumps({k: v for k, v in data.items() if k != "format"}))
+    done = _run_cli("mosaic", "complete", stream_file, "--load-model", base, "--out", out)
+    _assert_one_line(done, str(json_file))
+    # a key of the wrong type
+    base, json_file, tensors, data = _copy_model(model_base, tmp_path / "wrong_type")
+    json_file.write_text(json.dumps({**data, "format": 1}))
+    done = _run_cli("mosaic", "complete", stream_file, "--load-model", base, "--out", out)
+    _assert_one_line(done, str(json_file))
+    # a stored number edited by hand
+    base, json_file, tensors, data = _copy_model(model_base, tmp_path / "edited")
+    data["state"]["n_samples_seen_"] += 1
+    json_file.write_text(json.dumps(data))
+    done = _run_cli("mosaic", "complete", stream_file, "--load-model", base, "--out", out)
+    _assert_one_line(done, str(json_file))
+    assert not out.exists()
+
+
+def test_resigned_or_foreign_saved_models_are_refused(model_base: Path, tmp_path: Path) -> None:
+    from mixlab.shared import save_state
+
+    def resigned(name: str, change) -> Path:
+        base, json_file, tensors, data = _copy_model(model_base, tmp_path / name)
+        change(data)
+        _resign(json_file, data, [tensors])
+        return base
+
+    cases = [
+        (lambda d: d["state"].update(n_features_in_=7), "shape"),
+        (lambda d: d["state"].pop("params"), "params"),
+        (lambda d: d["state"]["params"].update(n_experts=0), "n_experts must be"),
+        (lambda d: d["state"].update(n_samples_seen_="many"), "sample counts"),
+        (lambda d: d["state"].update({"class": "GROUSE"}), "holds a GROUSE"),
+    ]
+    for index, (change, expected) in enumerate(cases):
+        with pytest.raises(CheckpointError, match=expected):
+            MoSAIC.load(resigned(f"case{index}", change))
+    save_state({"weights": np.zeros(3)}, tmp_path / "foreign")
+    with pytest.raises(CheckpointError, match="not a saved mixlab estimator"):
+        MoSAIC.load(tmp_path / "foreign")
+
+
+def test_stream_round_trip_and_hand_written_npz(
+    stream_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    with np.load(stream_file) as archive:
+        X = archive["X"]
+    # a .npz written by hand (no sidecar) is accepted
+    np.savez(tmp_path / "mine.npz", X=X)
+    out = tmp_path / "c.npy"
+    assert main(["mosaic", "complete", str(tmp_path / "mine.npz"), "--pretrain", "100",
+                 "--rank", "2", "--n-experts", "2", "--out", str(out)]) == 0  # fmt: skip
+    assert np.isfinite(np.load(out)).all()
+    assert not list(tmp_path.glob(".*partial"))
+
+
+# --- regime checks --------------------------------------------------------------------------------
+
+
+def test_true_subspace_oracle_and_static_grouse_measure_solvability() -> None:
+    config = Config.from_profile(
+        "quick", n_features=30, n_subspaces=2, rank=2, observed_fractions=(0.5,), n_seeds=1,
+        n_source=100, epoch_lengths=(100, 100, 100), noise=0.0, window=100, refit_every=50,
+    )  # fmt: skip
+    stream = config.stream(0.5).generate(0)
+    bounds = [*stream.epoch_starts.tolist(), len(stream.labels)]
+    oracle = true_subspace_oracle(stream, bounds)
+    assert set(oracle) == {"nrmse_stationary", "nrmse_drift", "nrmse_switch"}
+    assert max(oracle.values()) < 1e-6  # noiseless: the true subspace completes exactly
+    # a wrong subspace would not: the oracle uses the true one
+    assert static_grouse(config, 0.5, 0) < 0.1
+
+
+def _fake_cells(oracle: float, grouse: float) -> list[dict]:
+    systems = {
+        "nrmse_stationary": 0.1, "nrmse_drift": 0.1, "nrmse_switch": 0.1,
+        "routing_stationary": 1.0, "routing_drift": 1.0, "routing_switch": 1.0,
+    }  # fmt: skip
+    from mixlab.online.mosaic.experiment import SYSTEMS, TRACKED
+
+    return [
+        {
+            "observed_fraction": 0.2,
+            "seed": seed,
+            "systems": {name: systems for name in SYSTEMS},
+            "contraction": {
+                name: {"recovered": False, "exponent": None, "power_law_fits_better": None}
+                for name in TRACKED
+            },
+            "reference": {
+                "true_subspaces": {
+                    "nrmse_stationary": oracle / 2,
+                    "nrmse_drift": oracle,
+                    "nrmse_switch": oracle / 2,
+                },
+                "grouse_static": {"nrmse": grouse},
+            },
+        }
+        for seed in (0, 1)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("oracle", "grouse", "holds"),
+    [(0.01, 0.05, [True, True]), (0.2, 0.05, [False, True]), (0.01, 0.3, [True, False])],
+)
+def test_regime_checks_use_fixed_margins(oracle: float, grouse: float, holds: list[bool]) -> None:
+    config = Config(observed_fractions=(0.2,), n_seeds=2)
+    metrics = summarise(_fake_cells(oracle, grouse), config)
+    assert set(REFERENCES) <= set(metrics)
+    assert metrics["true_subspaces"]["nrmse_p20_drift"] == pytest.approx(oracle)
+    assert metrics["grouse_static"]["nrmse_p20_stationary"] == pytest.approx(grouse)
+    assert metrics["grouse_static"]["nrmse_p20_drift"] is None
+    checks = regime(metrics, config)
+    assert [check.holds for check in checks] == holds
+    assert f"{oracle:.4g}" in checks[0].evidence
+    assert "p20 drift" in checks[0].evidence
+    assert f"{grouse:.4g}" in checks[1].evidence
