@@ -158,7 +158,15 @@ def test_load_run_refuses_a_checkpoint_of_another_config(tmp_path: Path) -> None
 
 @pytest.mark.parametrize(
     "damage",
-    ["truncate_tensors", "edit_number", "remove_key", "wrong_type", "foreign_json", "swap_tensors"],
+    [
+        "truncate_tensors",
+        "edit_number",
+        "remove_key",
+        "wrong_type",
+        "foreign_json",
+        "swap_tensors",
+        "sidecar_of_another_file",
+    ],
 )
 def test_a_damaged_checkpoint_is_refused_naming_the_file(tmp_path: Path, damage: str) -> None:
     import json
@@ -169,6 +177,9 @@ def test_a_damaged_checkpoint_is_refused_naming_the_file(tmp_path: Path, damage:
     tensors, sidecar = tmp_path / "state.safetensors", tmp_path / "state.json"
     if damage == "truncate_tensors":
         tensors.write_bytes(tensors.read_bytes()[: tensors.stat().st_size // 2])
+    elif damage == "sidecar_of_another_file":
+        save_state({"w": torch.zeros(64)}, tmp_path / "other")
+        sidecar.write_bytes((tmp_path / "other.json").read_bytes())
     elif damage == "swap_tensors":
         save_state({"w": torch.zeros(64)}, tmp_path / "other")
         tensors.write_bytes((tmp_path / "other.safetensors").read_bytes())

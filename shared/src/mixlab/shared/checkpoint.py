@@ -139,7 +139,7 @@ def load_state(path: str | os.PathLike[str], map_location: str | torch.device = 
     """
     base = Path(path)
     json_file, tensor_file = base.with_suffix(".json"), base.with_suffix(".safetensors")
-    sidecar = read_sidecar(json_file, expect={"format": str})
+    sidecar = read_sidecar(json_file, expect={"format": str}, covering=[tensor_file])
     if sidecar["format"] != STATE_FORMAT or "state" not in sidecar:
         raise CheckpointError(f"{json_file}: not a mixlab state (format {sidecar['format']!r})")
     with checkpoint_errors(tensor_file):

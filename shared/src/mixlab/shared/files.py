@@ -40,6 +40,7 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     try:
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             handle.write(text)
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the usual mode
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -97,11 +98,16 @@ def write_sidecar(
 
 
 def read_sidecar(
-    path: str | os.PathLike[str], *, expect: Mapping[str, type | tuple[type, ...]] | None = None
+    path: str | os.PathLike[str],
+    *,
+    expect: Mapping[str, type | tuple[type, ...]] | None = None,
+    covering: Iterable[str | os.PathLike[str]] = (),
 ) -> dict[str, Any]:
     """Read a sidecar written by :func:`write_sidecar` and check it and the files it covers.
 
-    ``expect`` maps required keys to their JSON types (``{"bits": int, "names": list}``). Raises
+    ``expect`` maps required keys to their JSON types (``{"bits": int, "names": list}``);
+    ``covering`` names files the sidecar must cover (so a sidecar copied beside another file, which
+    checks the file it was written for, is refused). Raises
     :class:`CheckpointError` naming the file when it is missing a key, of the wrong type, edited,
     foreign (no integrity entry), or when a covered file is missing or changed.
     """
@@ -119,6 +125,11 @@ def read_sidecar(
     files = integrity.get("files")
     if not isinstance(files, dict):
         raise CheckpointError(f"{path}: damaged {SIDECAR_KEY!r} entry")
+    for covered in covering:
+        if Path(covered).name not in files:
+            raise CheckpointError(
+                f"{path}: does not cover {Path(covered).name} (a sidecar of another file)"
+            )
     for name, digest in files.items():
         covered = path.parent / name
         if not covered.is_file():
