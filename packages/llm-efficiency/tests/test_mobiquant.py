@@ -400,21 +400,28 @@ def test_cli_quantizes_and_evaluates_a_local_model(tmp_path, capsys):
     assert "--bits must be a multiple of the slice bits 2 in [2, 8]" in err
     assert len(err.strip().splitlines()) == 1
     assert main(["lm", "eval", "--model", str(tmp_path / "none"), "--text", str(text)]) == 2
-    assert "is not a model folder" in capsys.readouterr().err
+    assert "--model: " in capsys.readouterr().err
+    assert main(["lm", "eval", "--model", str(tmp_path / "q"), "--text", str(text)]) == 2
+    assert "use `mixlab-llm mobiquant eval`" in capsys.readouterr().err
 
 
 def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
-    from mixlab.llm_efficiency.mobiquant.experiment import METHOD, Config
+    from mixlab.llm_efficiency.mobiquant.experiment import Config, run
 
     monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
     config = Config(
         hidden_size=64, layers=2, intermediate_size=128, seq_len=32, lm_steps=3, lm_batch=4,
         calib_sequences=8, calib_steps=4, eval_tokens=512,
     )  # fmt: skip
-    result = METHOD.run(config, tmp_path / "run")
+    result = run(config, tmp_path / "run")
     systems = {"fp", "rtn", "hqq", "gptq", "matryoshka", "clip_rtn", "nested", "mobiquant"}
     assert set(result.metrics) == systems
     assert len(result.claims) == 7
+    assert [check.text.split()[:2] for check in result.regime] == [
+        ["2-bit", "RTN"],
+        ["3-bit", "GPTQ"],
+    ]
+    assert all(c.tested == all(r.holds for r in result.regime) for c in result.claims)
     mob = result.metrics["mobiquant"]
     for budget in ("2", "2.5", "3", "3.5", "4", "6"):
         assert mob[f"ppl@{budget}"] > 1
@@ -425,5 +432,5 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
     assert (tmp_path / "run" / "mobiquant_checkpoint" / "model.safetensors").exists()
     cells = json.loads((tmp_path / "run" / "cells.json").read_text())
     assert any(c["part"] == "migration" for c in cells)
-    again = METHOD.run(config, tmp_path / "run", resume=True)
+    again = run(config, tmp_path / "run", resume=True)
     assert again.metrics == result.metrics

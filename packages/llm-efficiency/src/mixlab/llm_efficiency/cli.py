@@ -5,6 +5,7 @@ from typing import Annotated
 
 import typer
 
+from mixlab.llm_efficiency import cli_checks as checks
 from mixlab.llm_efficiency.mobiquant.cli import app as mobiquant_app
 from mixlab.shared.cli_base import domain_app, run_app
 
@@ -35,6 +36,23 @@ def lm_train(
     resume: Annotated[bool, typer.Option(help="continue from out/checkpoints")] = True,
 ) -> None:
     """Train a byte-level Llama on the standard library's train files (accelerate)."""
+    counts = {
+        "--hidden-size": hidden_size,
+        "--layers": layers,
+        "--heads": heads,
+        "--intermediate-size": intermediate_size,
+        "--seq-len": seq_len,
+        "--steps": steps,
+        "--batch-size": batch_size,
+    }
+    for option, value in counts.items():
+        checks.count(value, option)
+    if hidden_size % heads:
+        raise ValueError(f"--heads must divide --hidden-size {hidden_size}, got {heads}")
+    checks.positive(lr, "--lr")
+    checks.count(seed, "--seed", minimum=0)
+    checks.output_folder(out)
+
     from mixlab.llm_efficiency.lm import LMConfig, train_lm
 
     config = LMConfig(
@@ -51,6 +69,16 @@ def lm_eval(
     max_tokens: int | None = None,
 ) -> None:
     """Print the perplexity of a local causal LM on a text file."""
+    checks.model_folder(model)
+    if (model / "mobiquant_config.json").exists():
+        raise ValueError(
+            f"--model: {model} holds a MoBiQuant model: use `mixlab-llm mobiquant eval`"
+        )
+    checks.input_file(text, "--text")
+    checks.count(seq_len, "--seq-len")
+    if max_tokens is not None:
+        checks.count(max_tokens, "--max-tokens")
+
     from mixlab.llm_efficiency.lm import encode_file, load_lm, perplexity
 
     tokens = encode_file(model, text)

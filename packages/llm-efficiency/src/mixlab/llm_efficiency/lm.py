@@ -15,11 +15,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
+import numbers
 import shutil
 import sysconfig
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -36,9 +39,17 @@ from mixlab.shared import (
     restore_rng_state,
     warmup_cosine,
 )
+from mixlab.shared.files import (
+    SIDECAR_KEY,
+    CheckpointError,
+    checkpoint_errors,
+    read_sidecar,
+    write_sidecar,
+)
 
 __all__ = [
     "LMConfig",
+    "check_model_folder",
     "corpus_split",
     "encode_file",
     "llama_config",
@@ -50,7 +61,10 @@ __all__ = [
     "train_lm",
 ]
 
-MARKER = "mixlab_lm.json"  # written next to a model this lab trained: its config and tokenizer
+MARKER = "mixlab_lm.json"
+"""written last next to a model this lab trained: its config, tokenizer and the SHA-256 of the
+model's files (a sidecar, :func:`mixlab.shared.files.write_sidecar`)"""
+_MARKER_TYPES = {"tokenizer": str, "config": dict, "corpus_sha256": str}
 
 
 @dataclass(frozen=True)
@@ -69,11 +83,36 @@ class LMConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("hidden_size", "layers", "heads", "intermediate_size", "seq_len", "steps"):
+        for name in (
+            "hidden_size",
+            "layers",
+            "heads",
+            "intermediate_size",
+            "seq_len",
+            "steps",
+            "batch_size",
+            "train_bytes",
+        ):
             value = getattr(self, name)
-            require(isinstance(value, int) and value >= 1, name, "an integer >= 1", value)
+            require(
+                isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                name,
+                "an integer >= 1",
+                value,
+            )
         require(self.hidden_size % self.heads == 0, "heads", "a divisor of hidden_size", self.heads)
-        require(self.lr > 0, "lr", "a positive number", self.lr)
+        require(
+            isinstance(self.lr, numbers.Real) and math.isfinite(self.lr) and self.lr > 0,
+            "lr",
+            "a finite number > 0",
+            self.lr,
+        )
+        require(
+            isinstance(self.seed, int) and not isinstance(self.seed, bool) and self.seed >= 0,
+            "seed",
+            "an integer >= 0",
+            self.seed,
+        )
         require(
             self.train_bytes > self.seq_len, "train_bytes", "more than seq_len", self.train_bytes
         )
@@ -141,6 +180,7 @@ def train_lm(config: LMConfig, out_dir: str | Path, *, resume: bool = True) -> P
     from transformers import LlamaForCausalLM
 
     out_dir = Path(out_dir)
+    (out_dir / MARKER).unlink(missing_ok=True)  # a folder with a marker holds a finished model
     splits, digest = corpus_split()
     train = splits["train"][: config.train_bytes]
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
@@ -185,40 +225,133 @@ def train_lm(config: LMConfig, out_dir: str | Path, *, resume: bool = True) -> P
     model = accelerator.unwrap_model(model).eval()
     model.save_pretrained(out_dir)
     marker = {"tokenizer": "bytes", "config": asdict(config), "corpus_sha256": digest}
-    (out_dir / MARKER).write_text(json.dumps(marker, indent=2))
+    write_sidecar(out_dir / MARKER, marker, covers=_model_files(out_dir))
     shutil.rmtree(checkpoints.directory, ignore_errors=True)
     return out_dir
 
 
+def _model_files(folder: Path) -> list[Path]:
+    """The files of a saved model that its marker covers (weights and JSON configs)."""
+    return sorted(
+        p
+        for p in folder.iterdir()
+        if p.is_file() and p.name != MARKER and p.suffix in (".safetensors", ".json")
+    )
+
+
+def _upgrade_marker(folder: Path, config: LMConfig) -> None:
+    """A cached model trained before markers carried checksums: add them, once, when the old
+    marker is the one this lab wrote for ``config``."""
+    marker = folder / MARKER
+    try:
+        data = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # read_sidecar reports it
+    if (
+        isinstance(data, dict)
+        and SIDECAR_KEY not in data
+        and data.get("tokenizer") == "bytes"
+        and data.get("config") == asdict(config)
+        and (folder / "model.safetensors").is_file()
+    ):
+        write_sidecar(marker, data, covers=_model_files(folder))
+
+
 def pretrained_lm(config: LMConfig = LMConfig(), device: torch.device | str = "cpu") -> Any:
     """The tiny Llama of ``config``, from the cache when there (seconds), else trained now (and
-    resumed from its checkpoints if an earlier training was killed)."""
+    resumed from its checkpoints if an earlier training was killed). A damaged cached model
+    raises :class:`CheckpointError` naming the folder to delete."""
     folder = cache_dir("llm_efficiency", f"tiny-llama-{config.key()}")
     if not (folder / MARKER).exists():
         train_lm(config, folder, resume=True)
-    return load_lm(folder, device)
+    _upgrade_marker(folder, config)
+    try:
+        return load_lm(folder, device)
+    except CheckpointError as error:
+        raise CheckpointError(
+            f"{error}; the cached tiny LM is damaged: delete {folder} to train it again"
+        ) from error
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """No progress bars or load reports from transformers inside the block (errors say it all)."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def check_model_folder(path: str | Path, option: str = "--model") -> Path:
+    """``path`` as a model folder (with a config.json), or a ValueError naming ``option``."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ValueError(f"{option}: {path} is not a folder")
+    if not (path / "config.json").is_file():
+        raise ValueError(f"{option}: {path} is not a model folder (no config.json)")
+    return path
 
 
 def load_lm(path: str | Path, device: torch.device | str = "cpu") -> Any:
-    """A causal LM from a local folder (never the hub), in eval mode."""
+    """A causal LM from a local folder (never the hub), in eval mode.
+
+    A folder this lab trained has its files checked against the SHA-256s in its marker; any
+    folder whose config.json and weights do not load or do not match (damaged, truncated, edited,
+    tensors missing) raises :class:`CheckpointError` naming it."""
     from transformers import AutoModelForCausalLM
 
-    path = Path(path)
-    if not (path / "config.json").exists():
-        raise ValueError(f"--model: {path} is not a model folder (no config.json)")
-    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+    path = check_model_folder(path)
+    if (path / MARKER).exists():
+        read_sidecar(path / MARKER, expect=_MARKER_TYPES)
+    with checkpoint_errors(path, "Hugging Face model folder"), _quiet_transformers():
+        try:
+            model, info = AutoModelForCausalLM.from_pretrained(
+                path,
+                local_files_only=True,
+                ignore_mismatched_sizes=True,  # reported below, in one line
+                output_loading_info=True,
+            )
+        except Exception as error:
+            # huggingface_hub's StrictDataclass errors: a config.json value of the wrong type
+            if type(error).__name__.startswith("StrictDataclass"):
+                raise ValueError(str(error)) from error
+            raise
+        mismatched = sorted(info.get("mismatched_keys") or [])
+        if mismatched:
+            key, stored, expected = mismatched[0]
+            raise CheckpointError(
+                f"{path}: damaged or not a Hugging Face model folder (its weights do not match "
+                f"config.json: {len(mismatched)} tensors, e.g. {key} is {tuple(stored)} in the "
+                f"weights and {tuple(expected)} by config.json)"
+            )
+        missing = sorted(info.get("missing_keys") or [])
+        if missing:
+            raise CheckpointError(
+                f"{path}: damaged or not a Hugging Face model folder ({len(missing)} tensors "
+                f"missing from its weights, e.g. {missing[0]})"
+            )
     return model.to(device).eval()
 
 
 def encode_file(model_dir: str | Path, text_file: str | Path) -> torch.Tensor:
     """Token ids of ``text_file``: bytes for a model of this lab, else the model's tokenizer."""
-    text_file, model_dir = Path(text_file), Path(model_dir)
-    if not (model_dir / "config.json").is_file():
-        raise ValueError(f"--model: {model_dir} is not a model folder (no config.json)")
+    text_file = Path(text_file)
+    model_dir = check_model_folder(model_dir)
     if not text_file.is_file():
         raise ValueError(f"--text: {text_file} is not a file")
     if (model_dir / MARKER).exists() or not any(model_dir.glob("tokenizer*")):
-        vocab = json.loads((model_dir / "config.json").read_text()).get("vocab_size", 256)
+        config_file = model_dir / "config.json"
+        with checkpoint_errors(config_file, "Hugging Face model config"):
+            vocab = json.loads(config_file.read_text(encoding="utf-8")).get("vocab_size", 256)
+        if isinstance(vocab, bool) or not isinstance(vocab, int):
+            raise CheckpointError(f"{config_file}: vocab_size is not an integer ({vocab!r})")
         if vocab < 256:
             raise ValueError(
                 f"--model: {model_dir} has no tokenizer files and a vocabulary of {vocab} < 256, "
@@ -227,8 +360,13 @@ def encode_file(model_dir: str | Path, text_file: str | Path) -> torch.Tensor:
         return torch.frombuffer(bytearray(text_file.read_bytes()), dtype=torch.uint8).long()
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
-    return torch.tensor(tokenizer(text_file.read_text())["input_ids"])
+    try:
+        text = text_file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"--text: {text_file} is not UTF-8 text ({error.reason})") from None
+    with checkpoint_errors(model_dir, "Hugging Face tokenizer folder"), _quiet_transformers():
+        tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    return torch.tensor(tokenizer(text)["input_ids"])
 
 
 @torch.no_grad()

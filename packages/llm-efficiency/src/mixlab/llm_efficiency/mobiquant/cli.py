@@ -13,6 +13,11 @@ from typing import Annotated
 
 import typer
 
+from mixlab.llm_efficiency import cli_checks as checks
+from mixlab.llm_efficiency.mobiquant.config import SLICE_BITS
+
+CONFIG_FILE = "mobiquant_config.json"  # as model.CONFIG_FILE (model.py imports torch)
+
 app = typer.Typer(
     help="MoBiQuant: one nested checkpoint, precision chosen per token at run time.",
     no_args_is_help=True,
@@ -47,6 +52,25 @@ def quantize(
     seed: int = 0,
 ) -> None:
     """Quantize every linear layer of the decoder blocks, calibrated block-wise on --calib."""
+    checks.model_folder(model)
+    checks.input_file(calib, "--calib")
+    checks.output_folder(out)
+    if out.resolve() == model.resolve():
+        raise ValueError(f"--out must differ from --model (it would overwrite {model})")
+    if bits not in SLICE_BITS:
+        raise ValueError(f"--bits must be one of {list(SLICE_BITS)}, got {bits}")
+    checks.count(slices, "--slices", minimum=2 if router else 1)
+    if bits * slices > 16:
+        raise ValueError(f"--slices must keep --bits x --slices <= 16, got {bits} x {slices}")
+    for option, value in {
+        "--group-size": group_size,
+        "--calib-sequences": calib_sequences,
+        "--seq-len": seq_len,
+        "--calib-steps": calib_steps,
+    }.items():
+        checks.count(value, option)
+    checks.count(seed, "--seed", minimum=0)
+
     from mixlab.llm_efficiency.lm import encode_file, load_lm
     from mixlab.llm_efficiency.mobiquant.model import (
         MoBiQuantConfig,
@@ -73,8 +97,6 @@ def quantize(
         *model.glob("*.model"),
     ]:
         shutil.copy(extra, out / extra.name)
-    if (model / "mixlab_lm.json").exists():
-        shutil.copy(model / "mixlab_lm.json", out / "mixlab_lm.json")
     sizes = storage_bits(lm)
     per_weight = (sizes["codes"] + sizes["scales"] + sizes["routers"]) / sizes["weights"]
     typer.echo(
@@ -97,26 +119,39 @@ def evaluate(
     max_tokens: Annotated[int | None, typer.Option(help="score only the first tokens")] = None,
 ) -> None:
     """Print the perplexity of --text and the average code bits per weight actually read."""
+    if bits is not None and avg_bits is not None:
+        raise ValueError("--bits and --avg-bits: give one of them, not both")
+    checks.model_folder(model, needs=CONFIG_FILE)
+    checks.input_file(text, "--text")
+    checks.count(seq_len, "--seq-len")
+    if max_tokens is not None:
+        checks.count(max_tokens, "--max-tokens")
+    if bits is not None:
+        checks.count(bits, "--bits")
+    if avg_bits is not None:
+        checks.positive(avg_bits, "--avg-bits")
+
     from mixlab.llm_efficiency.lm import encode_file, perplexity
     from mixlab.llm_efficiency.mobiquant.model import (
         average_bits,
         load_quantized,
+        read_quantized_config,
         set_budget,
         set_precision,
     )
 
-    if bits is not None and avg_bits is not None:
-        raise ValueError("--bits and --avg-bits: give one of them, not both")
+    config = read_quantized_config(model)  # checks the folder's integrity
+    slice_bits, top = config.bits, config.bits * config.slices
+    if bits is not None and (bits % slice_bits or not slice_bits <= bits <= top):
+        raise ValueError(
+            f"--bits must be a multiple of the slice bits {slice_bits} in "
+            f"[{slice_bits}, {top}], got {bits}"
+        )
+    if avg_bits is not None and not slice_bits <= avg_bits <= top:
+        raise ValueError(f"--avg-bits must be in [{slice_bits}, {top}], got {avg_bits}")
     tokens = encode_file(model, text)
-    lm = load_quantized(model)
-    slice_bits = lm.mobiquant_config.bits
+    lm = load_quantized(model, config=config)
     if bits is not None:
-        top = slice_bits * lm.mobiquant_config.slices
-        if bits % slice_bits or not slice_bits <= bits <= top:
-            raise ValueError(
-                f"--bits must be a multiple of the slice bits {slice_bits} in "
-                f"[{slice_bits}, {top}], got {bits}"
-            )
         set_precision(lm, bits // slice_bits)
     elif avg_bits is not None:
         set_budget(lm, avg_bits)

@@ -17,20 +17,21 @@ measured on the first ``eval_tokens`` bytes of the TEST files. Measured in one r
 (c) bytes of weight read per token, ``quantized weights * effective bits / 8`` (the CPU proxy of
     decoding throughput; Matryoshka is counted at its sliced width, as a bit-plane kernel would
     read it).
+
+The regime checks (:func:`regime`) say whether this testbed can tell quantizers apart: 2-bit
+RTN must cost at least +30 % and 3-bit GPTQ at least +2 % perplexity over full precision, else
+every claim is reported untested.
 """
 
 from __future__ import annotations
 
 import copy
-import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
 from mixlab.llm_efficiency.lm import (
-    LMConfig,
     corpus_split,
     perplexity_of,
     pretrained_lm,
@@ -42,8 +43,8 @@ from mixlab.llm_efficiency.mobiquant.baselines import (
     gptq_,
     per_bit_storage_bits,
 )
+from mixlab.llm_efficiency.mobiquant.config import METHOD, Config
 from mixlab.llm_efficiency.mobiquant.model import (
-    MoBiQuantConfig,
     average_bits,
     quantize_,
     save_quantized,
@@ -53,16 +54,16 @@ from mixlab.llm_efficiency.mobiquant.model import (
 )
 from mixlab.shared import (
     Claim,
-    ExperimentConfig,
-    Method,
     Result,
-    is_count,
     line_plot,
     mean_std,
-    require,
     run_cells,
     seed_everything,
 )
+from mixlab.shared.files import write_json_atomic
+from mixlab.shared.result import format_number
+
+__all__ = ["METHOD", "Config", "claims", "regime", "run", "summarise"]
 
 PER_BIT = ("rtn", "hqq", "gptq", "matryoshka")
 NESTED = ("nested", "mobiquant")
@@ -72,109 +73,10 @@ BUDGET_SLACK = (
     0.05  # measured code bits may exceed the budget by this much (threshold fitted on val)
 )
 TOP_FRACTION = 0.10
-
-
-@dataclass
-class Config(ExperimentConfig):
-    """Defaults are the quick profile (a few minutes on 2 CPU cores once the tiny LM is cached,
-    about a minute more the first time); full trains a larger LM longer and runs 3 seeds."""
-
-    hidden_size: int = 128
-    layers: int = 4
-    intermediate_size: int = 384
-    seq_len: int = 128
-    lm_steps: int = 300
-    lm_batch: int = 16
-    slice_bits: int = 2
-    slices: int = 4
-    group_size: int = 64
-    calib_sequences: int = 32
-    """calibration sequences of seq_len tokens, drawn from the validation files"""
-    calib_steps: int = 150
-    """block-wise calibration steps of the ranges per block (MoBiQuant and the router-free nested
-    slices, which share their slices); MoBiQuant's router then trains as many steps"""
-    eval_tokens: int = 32768
-    """test tokens scored per system and budget"""
-    budgets: tuple[float, ...] = (2.0, 2.5, 3.0, 3.5, 4.0, 6.0)
-    per_bit: tuple[int, ...] = (2, 3, 4, 6)
-    n_seeds: int = 1
-
-    PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
-        "quick": {},
-        "full": {
-            "hidden_size": 192,
-            "layers": 6,
-            "intermediate_size": 576,
-            "lm_steps": 2000,
-            "calib_sequences": 64,
-            "calib_steps": 300,
-            "eval_tokens": 65536,
-            "n_seeds": 3,
-        },
-    }
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in (
-            "calib_sequences",
-            "calib_steps",
-            "eval_tokens",
-            "n_seeds",
-            "lm_steps",
-            "lm_batch",
-        ):
-            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
-        self.lm_config()  # checks the model sizes
-        spec = self.quant_config(router=True).spec()
-        require(
-            self.hidden_size % self.group_size == 0,
-            "group_size",
-            "a divisor of hidden_size",
-            self.group_size,
-        )
-        require(
-            self.intermediate_size % self.group_size == 0,
-            "group_size",
-            "a divisor of intermediate_size",
-            self.group_size,
-        )
-        bad = [b for b in self.budgets if not spec.bits <= b <= spec.max_bits]
-        require(not bad, "budgets", f"average bits in [{spec.bits}, {spec.max_bits}]", self.budgets)
-        for needed in (2.0, 3.0, 4.0):
-            require(
-                needed in self.budgets,
-                "budgets",
-                "a tuple containing 2, 3 and 4 (the claims)",
-                self.budgets,
-            )
-        require(
-            {2, 3, 4} <= set(self.per_bit) and all(1 <= b <= 8 for b in self.per_bit),
-            "per_bit",
-            "bits in 1..8 including 2, 3 and 4",
-            self.per_bit,
-        )
-
-    def lm_config(self) -> LMConfig:
-        return LMConfig(
-            hidden_size=self.hidden_size,
-            layers=self.layers,
-            heads=max(1, self.hidden_size // 32),
-            intermediate_size=self.intermediate_size,
-            seq_len=self.seq_len,
-            steps=self.lm_steps,
-            batch_size=self.lm_batch,
-        )
-
-    def quant_config(self, *, router: bool, seed: int = 0) -> MoBiQuantConfig:
-        return MoBiQuantConfig(
-            bits=self.slice_bits,
-            slices=self.slices,
-            group_size=self.group_size,
-            router=router,
-            calib_steps=self.calib_steps,
-            router_steps=self.calib_steps,
-            seed=seed,
-        )
+RTN2_MIN_COST = 0.30
+"""regime: 2-bit RTN must cost at least +30 % perplexity over full precision (fixed in advance)"""
+GPTQ3_MIN_COST = 0.02
+"""regime: 3-bit GPTQ must cost at least +2 % perplexity over full precision (fixed in advance)"""
 
 
 def _calibration(config: Config, seed: int) -> torch.Tensor:
@@ -285,9 +187,9 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     weights = next(c for c in cells if c["part"] == "nested")["storage"]["weights"]
     metrics = summarise(cells, config, weights)
     plain = [{k: v for k, v in c.items() if k != "nll"} for c in cells]
-    (out_dir / "cells.json").write_text(json.dumps(plain, indent=1) + "\n")
+    write_json_atomic(out_dir / "cells.json", plain, indent=1)
     _plot(metrics, config, out_dir)
-    return Result(metrics=metrics, claims=claims(metrics, config))
+    return Result(metrics=metrics, claims=claims(metrics, config), regime=regime(metrics))
 
 
 def _jaccard_top(delta_a: torch.Tensor, delta_b: torch.Tensor, fraction: float) -> float:
@@ -392,6 +294,32 @@ def _jaccards(cells: list[dict[str, Any]], fp_cell: dict[str, Any]) -> dict[int,
         bits: mean_std([_jaccard_top(delta(bits, s), delta(4, s), TOP_FRACTION) for s in seeds])[0]
         for bits in (2, 3)
     }
+
+
+def regime(metrics: dict[str, dict[str, Any]]) -> list[Claim]:
+    """Whether the testbed can tell quantizers apart at all (issue 31): low-bit quantization must
+    visibly hurt the full-precision model, else every "within x % of GPTQ" claim holds vacuously.
+    Margins fixed in advance: 2-bit RTN >= +30 % and 3-bit GPTQ >= +2 % perplexity over full
+    precision."""
+    fp = metrics["fp"]["full_precision_ppl"]
+    return [
+        Claim.compare(
+            f"2-bit RTN costs at least +{RTN2_MIN_COST:.0%} perplexity over full precision",
+            metrics["rtn"]["ppl@2"],
+            ">=",
+            (1 + RTN2_MIN_COST) * fp,
+            value_label="RTN ppl@2",
+            reference_label=f"{1 + RTN2_MIN_COST:g} x full-precision ppl {format_number(fp)} =",
+        ),
+        Claim.compare(
+            f"3-bit GPTQ costs at least +{GPTQ3_MIN_COST:.0%} perplexity over full precision",
+            metrics["gptq"]["ppl@3"],
+            ">=",
+            (1 + GPTQ3_MIN_COST) * fp,
+            value_label="GPTQ ppl@3",
+            reference_label=f"{1 + GPTQ3_MIN_COST:g} x full-precision ppl {format_number(fp)} =",
+        ),
+    ]
 
 
 def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
@@ -506,20 +434,3 @@ def _plot(metrics: dict[str, dict[str, Any]], config: Config, out_dir: Path) -> 
         ylabel="test perplexity",
         title=f"tiny Llama (full precision {metrics['fp']['full_precision_ppl']:.3f})",
     )
-
-
-METHOD = Method(
-    name="mobiquant",
-    domain="llm-efficiency",
-    paper=(
-        "MoBiQuant: Mixture-of-Bits Quantization for Token-Adaptive Any-Precision LLM "
-        "(Wang et al., arXiv 2602.20191)"
-    ),
-    claim=(
-        "One nested checkpoint of recursive residual bit slices, read per token to the depth a "
-        "learned router picks, matches per-bit calibrated PTQ at each precision and beats "
-        "Matryoshka slicing and uniform nested precision at low average bits."
-    ),
-    config=Config,
-    run=run,
-)

@@ -16,7 +16,7 @@ block gets a :class:`MoBiRouter`, trained with the slices' ranges by block-wise 
 
 from __future__ import annotations
 
-import json
+import os
 import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -34,6 +34,7 @@ from mixlab.llm_efficiency.mobiquant.layer import (
     is_linear,
 )
 from mixlab.llm_efficiency.mobiquant.slices import SliceSpec
+from mixlab.shared.files import CheckpointError, checkpoint_errors, read_sidecar, write_sidecar
 
 __all__ = [
     "MoBiQuantConfig",
@@ -43,6 +44,7 @@ __all__ = [
     "load_quantized",
     "mobi_layers",
     "quantize_",
+    "read_quantized_config",
     "reset_bit_counts",
     "save_quantized",
     "set_budget",
@@ -312,39 +314,96 @@ def storage_bits(model: nn.Module) -> dict[str, float]:
     return {"codes": codes, "scales": scales, "routers": routers, "weights": weights}
 
 
+QUANTIZED_FORMAT = "mixlab.mobiquant/1"
+_SIDECAR_TYPES: dict[str, type | tuple[type, ...]] = {
+    "format": str,
+    "bits": int,
+    "slices": int,
+    "group_size": int,
+    "router": bool,
+    "router_hidden": int,
+    "clip": str,
+    "calib_steps": int,
+    "router_steps": int,
+    "calib_batch": int,
+    "lwc_lr": (int, float),
+    "router_lr": (int, float),
+    "budget_weight": (int, float),
+    "first_slice_fraction": (int, float),
+    "target_modules": (list, type(None)),
+    "seed": int,
+}
+"""the keys of ``mobiquant_config.json`` and their JSON types"""
+
+
 def save_quantized(model: nn.Module, out_dir: str | Path) -> Path:
-    """Write the model's HF config, ``mobiquant_config.json`` and ``model.safetensors``."""
+    """Write the model's HF config, ``model.safetensors`` and, last, ``mobiquant_config.json``: the
+    MoBiQuant config with the SHA-256 of the other two files (checked by :func:`load_quantized`)."""
     from safetensors.torch import save_model
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    sidecar = out_dir / CONFIG_FILE
+    sidecar.unlink(missing_ok=True)  # a folder with a sidecar is a complete one
     model.config.save_pretrained(out_dir)
-    (out_dir / CONFIG_FILE).write_text(json.dumps(model.mobiquant_config.to_dict(), indent=2))
-    save_model(model, str(out_dir / WEIGHTS_FILE))  # handles tied embeddings
+    weights = out_dir / WEIGHTS_FILE
+    partial = out_dir / f"{WEIGHTS_FILE}.partial"
+    save_model(model, str(partial))  # handles tied embeddings
+    os.replace(partial, weights)
+    data = {"format": QUANTIZED_FORMAT, **model.mobiquant_config.to_dict()}
+    write_sidecar(sidecar, data, covers=[weights, out_dir / "config.json"])
     return out_dir
 
 
-def load_quantized(path: str | Path, device: torch.device | str = "cpu") -> nn.Module:
-    """A model :func:`save_quantized` wrote, with its routers and thresholds (eval mode)."""
+def read_quantized_config(path: str | Path) -> MoBiQuantConfig:
+    """The :class:`MoBiQuantConfig` of a folder :func:`save_quantized` wrote, after checking the
+    folder's integrity (a damaged, edited or foreign folder raises :class:`CheckpointError`)."""
+    path = Path(path)
+    sidecar = path / CONFIG_FILE
+    if not sidecar.is_file():
+        raise ValueError(f"--model: {path} holds no MoBiQuant model (no {CONFIG_FILE})")
+    data = read_sidecar(sidecar, expect=_SIDECAR_TYPES)
+    if data["format"] != QUANTIZED_FORMAT:
+        raise CheckpointError(f"{sidecar}: not a MoBiQuant model (format {data['format']!r})")
+    with checkpoint_errors(sidecar, "MoBiQuant config"):
+        return MoBiQuantConfig.from_dict(data)
+
+
+def load_quantized(
+    path: str | Path,
+    device: torch.device | str = "cpu",
+    *,
+    config: MoBiQuantConfig | None = None,
+) -> nn.Module:
+    """A model :func:`save_quantized` wrote, with its routers and thresholds (eval mode).
+
+    ``config``: what :func:`read_quantized_config` returned for ``path`` (saves checking the
+    folder twice); by default it is read and checked here.
+    """
     from safetensors.torch import load_model
     from transformers import AutoConfig, AutoModelForCausalLM
 
     path = Path(path)
-    if not (path / CONFIG_FILE).exists():
-        raise ValueError(f"--model: {path} holds no MoBiQuant model (no {CONFIG_FILE})")
-    config = MoBiQuantConfig.from_dict(json.loads((path / CONFIG_FILE).read_text()))
-    hf_config = AutoConfig.from_pretrained(path, local_files_only=True)
-    model = AutoModelForCausalLM.from_config(hf_config)
-    spec, blocks = config.spec(), decoder_blocks(model)
-    for index, name, module in block_linears(model, config.target_modules):
-        layer = MoBiLinear.shaped_like(module, spec, name=name)
-        _replace(blocks[index], name, layer)
-    _attach(model, config)
-    stored = _tensor_from(path / WEIGHTS_FILE, CALIBRATION_BUFFER)
-    if stored is not None:  # the calibration tokens: a buffer of checkpoint-given shape
-        model.register_buffer(CALIBRATION_BUFFER, stored)
-
-    load_model(model, str(path / WEIGHTS_FILE))
+    if config is None:
+        config = read_quantized_config(path)
+    with checkpoint_errors(path / "config.json", "Hugging Face model config"):
+        hf_config = AutoConfig.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_config(hf_config)
+    with checkpoint_errors(path / CONFIG_FILE, "MoBiQuant config for this model"):
+        spec, blocks = config.spec(), decoder_blocks(model)
+        for index, name, module in block_linears(model, config.target_modules):
+            layer = MoBiLinear.shaped_like(module, spec, name=name)
+            _replace(blocks[index], name, layer)
+        _attach(model, config)
+    weights = path / WEIGHTS_FILE
+    with checkpoint_errors(weights, "MoBiQuant weights file"):
+        stored = _tensor_from(weights, CALIBRATION_BUFFER)
+        if stored is not None:  # the calibration tokens: a buffer of checkpoint-given shape
+            model.register_buffer(CALIBRATION_BUFFER, stored)
+        try:
+            load_model(model, str(weights))
+        except RuntimeError as error:  # missing, unexpected or mis-shaped tensors
+            raise ValueError(" ".join(str(error).split())[:300]) from error
     return model.to(device).eval()
 
 

@@ -1,0 +1,213 @@
+"""The MoBiQuant experiment's :class:`Config` and its registry entry :data:`METHOD`.
+
+Light on purpose (standard library and ``mixlab.shared`` only): ``mixlab list`` reads it without
+importing torch or transformers; :mod:`.experiment` loads on ``mixlab run mobiquant``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from mixlab.shared.config import ExperimentConfig, is_count, require
+from mixlab.shared.registry import Method
+
+if TYPE_CHECKING:
+    from mixlab.llm_efficiency.lm import LMConfig
+    from mixlab.llm_efficiency.mobiquant.model import MoBiQuantConfig
+
+SLICE_BITS = (1, 2, 4, 8)
+"""bits per slice the packing supports (they divide a byte)"""
+CLAIM_BUDGETS = (2.0, 3.0, 4.0)
+"""average bits the claims read: ``budgets`` must contain them"""
+CLAIM_PER_BIT = (2, 3, 4)
+"""per-bit widths the claims and the regime checks read: ``per_bit`` must contain them"""
+
+
+def lm_heads(hidden_size: int) -> int:
+    """Attention heads of the tiny LM: one per 32 channels."""
+    return max(1, hidden_size // 32)
+
+
+@dataclass
+class Config(ExperimentConfig):
+    """Defaults are the quick profile (a few minutes on 2 CPU cores once the tiny LM is cached,
+    about a minute more the first time); full trains a larger LM longer and runs 3 seeds."""
+
+    hidden_size: int = 128
+    """width of the tiny Llama (one attention head per 32 channels)"""
+    layers: int = 4
+    """decoder blocks of the tiny Llama"""
+    intermediate_size: int = 384
+    """MLP width of the tiny Llama"""
+    seq_len: int = 128
+    """tokens per window, for training, calibration and evaluation"""
+    lm_steps: int = 300
+    """training steps of the tiny Llama (cached by its config)"""
+    lm_batch: int = 16
+    """sequences per training step of the tiny Llama"""
+    slice_bits: int = 2
+    """bits per slice (1, 2, 4 or 8)"""
+    slices: int = 4
+    """slices of the nested checkpoint (depth d reads d * slice_bits bits); >= 2 for the router"""
+    group_size: int = 64
+    """columns per group with one float16 scale and zero (all systems)"""
+    calib_sequences: int = 32
+    """calibration sequences of seq_len tokens, drawn from the validation files"""
+    calib_steps: int = 150
+    """block-wise calibration steps of the ranges per block (MoBiQuant and the router-free nested
+    slices, which share their slices); MoBiQuant's router then trains as many steps"""
+    eval_tokens: int = 32768
+    """test tokens scored per system and budget (at least seq_len)"""
+    budgets: tuple[float, ...] = (2.0, 2.5, 3.0, 3.5, 4.0, 6.0)
+    """average code bits the nested systems are read at; within [slice_bits, slice_bits * slices]
+    and containing 2, 3 and 4"""
+    per_bit: tuple[int, ...] = (2, 3, 4, 6)
+    """widths of the per-bit baselines, in 1..8 and containing 2, 3 and 4"""
+    n_seeds: int = 1
+    """seeds (calibration draws) of GPTQ, the nested systems and the migration runs"""
+
+    PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
+        "quick": {},
+        "full": {
+            "hidden_size": 192,
+            "layers": 6,
+            "intermediate_size": 576,
+            "lm_steps": 2000,
+            "calib_sequences": 64,
+            "calib_steps": 300,
+            "eval_tokens": 65536,
+            "n_seeds": 3,
+        },
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in (
+            "hidden_size",
+            "layers",
+            "intermediate_size",
+            "seq_len",
+            "lm_steps",
+            "lm_batch",
+            "slices",
+            "group_size",
+            "calib_sequences",
+            "calib_steps",
+            "eval_tokens",
+            "n_seeds",
+        ):
+            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
+        heads = lm_heads(self.hidden_size)
+        require(
+            self.hidden_size % heads == 0,
+            "hidden_size",
+            f"a multiple of its {heads} heads (one per 32 channels)",
+            self.hidden_size,
+        )
+        require(
+            is_count(self.slice_bits) and self.slice_bits in SLICE_BITS,
+            "slice_bits",
+            f"one of {list(SLICE_BITS)}",
+            self.slice_bits,
+        )
+        require(
+            self.slices >= 2 and self.slice_bits * self.slices <= 16,
+            "slices",
+            "an integer >= 2 (the router needs two depths) with slice_bits * slices <= 16",
+            self.slices,
+        )
+        for width in ("hidden_size", "intermediate_size"):
+            require(
+                getattr(self, width) % self.group_size == 0,
+                "group_size",
+                f"a divisor of {width} ({getattr(self, width)})",
+                self.group_size,
+            )
+            require(
+                getattr(self, width) * self.slice_bits % 8 == 0,
+                width,
+                "a width whose codes fill whole bytes (width * slice_bits divisible by 8)",
+                getattr(self, width),
+            )
+        require(
+            self.eval_tokens >= self.seq_len,
+            "eval_tokens",
+            f"at least seq_len ({self.seq_len})",
+            self.eval_tokens,
+        )
+        top = self.slice_bits * self.slices
+        require(
+            isinstance(self.budgets, tuple | list)
+            and len(self.budgets) > 0
+            and all(
+                isinstance(b, numbers.Real)
+                and not isinstance(b, bool)
+                and math.isfinite(b)
+                and self.slice_bits <= b <= top
+                for b in self.budgets
+            ),
+            "budgets",
+            f"a tuple of average bits in [{self.slice_bits}, {top}]",
+            self.budgets,
+        )
+        require(
+            all(needed in self.budgets for needed in CLAIM_BUDGETS),
+            "budgets",
+            "a tuple containing 2, 3 and 4 (the claims)",
+            self.budgets,
+        )
+        require(
+            isinstance(self.per_bit, tuple | list)
+            and all(is_count(b) and b <= 8 for b in self.per_bit)
+            and set(CLAIM_PER_BIT) <= set(self.per_bit),
+            "per_bit",
+            "bits in 1..8 including 2, 3 and 4",
+            self.per_bit,
+        )
+
+    def lm_config(self) -> LMConfig:
+        from mixlab.llm_efficiency.lm import LMConfig
+
+        return LMConfig(
+            hidden_size=self.hidden_size,
+            layers=self.layers,
+            heads=lm_heads(self.hidden_size),
+            intermediate_size=self.intermediate_size,
+            seq_len=self.seq_len,
+            steps=self.lm_steps,
+            batch_size=self.lm_batch,
+        )
+
+    def quant_config(self, *, router: bool, seed: int = 0) -> MoBiQuantConfig:
+        from mixlab.llm_efficiency.mobiquant.model import MoBiQuantConfig
+
+        return MoBiQuantConfig(
+            bits=self.slice_bits,
+            slices=self.slices,
+            group_size=self.group_size,
+            router=router,
+            calib_steps=self.calib_steps,
+            router_steps=self.calib_steps,
+            seed=seed,
+        )
+
+
+METHOD = Method(
+    name="mobiquant",
+    domain="llm-efficiency",
+    paper=(
+        "MoBiQuant: Mixture-of-Bits Quantization for Token-Adaptive Any-Precision LLM "
+        "(Wang et al., arXiv 2602.20191)"
+    ),
+    claim=(
+        "One nested checkpoint of recursive residual bit slices, read per token to the depth a "
+        "learned router picks, matches per-bit calibrated PTQ at each precision and beats "
+        "Matryoshka slicing and uniform nested precision at low average bits."
+    ),
+    config=Config,
+    run="mixlab.llm_efficiency.mobiquant.experiment:run",
+    headline_plot="perplexity_vs_bits.png",
+)
