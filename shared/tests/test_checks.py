@@ -1,0 +1,60 @@
+import math
+from pathlib import Path
+
+import pytest
+
+from mixlab.shared.checks import (
+    check_choice,
+    check_count,
+    check_input_file,
+    check_input_folder,
+    check_number,
+    check_output_file,
+    check_output_folder,
+    check_seed,
+)
+
+
+def test_numbers() -> None:
+    check_count(3, "--heads")
+    check_count(5, "--size", minimum=2, maximum=5)
+    for bad in (0, -1, True, 2.0):
+        with pytest.raises(ValueError, match="--heads must be an integer >= 1, got"):
+            check_count(bad, "--heads")
+    with pytest.raises(ValueError, match=r"--size must be an integer in \[2, 5\], got 6"):
+        check_count(6, "--size", minimum=2, maximum=5)
+    check_seed(0)
+    with pytest.raises(ValueError, match=r"--seed must be an integer in \[0, 2\*\*32\)"):
+        check_seed(2**32)
+    check_number(0.5, "--lr", 0.5 > 0, "a number > 0")
+    for bad in (math.nan, math.inf, True):
+        with pytest.raises(ValueError, match="--lr must be a number > 0"):
+            check_number(bad, "--lr", True, "a number > 0")
+    with pytest.raises(ValueError, match=r"--market must be one of \['bertrand', 'cournot'\]"):
+        check_choice("hotelling", "--market", ("bertrand", "cournot"))
+
+
+def test_paths(tmp_path: Path) -> None:
+    text = tmp_path / "calib.txt"
+    text.write_text("x")
+    check_input_file(text, "--calib", suffixes=(".txt",))
+    with pytest.raises(ValueError, match="does not exist"):
+        check_input_file(tmp_path / "nope.txt", "--calib")
+    with pytest.raises(ValueError, match="is not a file"):
+        check_input_file(tmp_path, "--calib")
+    with pytest.raises(ValueError, match="must be a .csv file"):
+        check_input_file(text, "--edges", suffixes=(".csv",))
+    check_input_folder(tmp_path, "--model", containing=["calib.txt"])
+    with pytest.raises(ValueError, match="has no config.json"):
+        check_input_folder(tmp_path, "--model", containing=["config.json"])
+    check_output_file(tmp_path / "new" / "deeper" / "out.npy", "--out", suffixes=(".npy",))
+    with pytest.raises(ValueError, match="is a folder, not a file name"):
+        check_output_file(tmp_path, "--out")
+    with pytest.raises(ValueError, match="must end in .npy"):
+        check_output_file(tmp_path / "out.csv", "--out", suffixes=(".npy",))
+    with pytest.raises(ValueError, match="is not a folder"):
+        check_output_file(text / "out.npy", "--out")  # below a file
+    check_output_folder(tmp_path / "run", "--out")
+    with pytest.raises(ValueError, match="--out must be a folder, got the file"):
+        check_output_folder(text, "--out")
+    assert not (tmp_path / "run").exists()  # checking creates nothing
