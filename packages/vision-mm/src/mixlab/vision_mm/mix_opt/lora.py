@@ -7,6 +7,12 @@ pipeline's ``save_lora_weights`` does (peft keys and the ``LoraConfig`` fields i
 metadata, each prefixed ``unet.``), so ``pipe.load_lora_weights(folder)`` and ``UNet2DConditionModel.load_lora_adapter(folder, prefix="unet", weight_name=WEIGHT_NAME)`` read it;
 :func:`load_lora` reads it (or an unprefixed file from ``save_lora_adapter``) back into any UNet,
 ``UNet2DModel`` included (which has no diffusers LoRA loader).
+
+Beside the weights, :func:`save_lora` writes (last) the sidecar ``mixlab_lora.json``: the adapter's
+rank, alpha and targets and the SHA-256 of the weights file and of itself. :func:`load_lora` checks
+it when present, so a truncated, replaced or hand-edited adapter is refused with one line naming the
+file; a folder without it (a LoRA from diffusers or another trainer) loads when the file is intact
+safetensors.
 """
 
 from __future__ import annotations
@@ -23,10 +29,17 @@ from peft.utils import set_peft_model_state_dict
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from mixlab.shared.files import checkpoint_errors, write_sidecar
+from mixlab.vision_mm.mix_opt.formats import (
+    LORA_FORMAT,
+    SIDECAR_NAME,
+    WEIGHT_NAME,
+    lora_file,
+)
+
 ATTENTION_PROJECTIONS = ("to_q", "to_k", "to_v", "to_out.0", "add_k_proj", "add_v_proj")
 """diffusers' DreamBooth-LoRA targets (``add_*`` exist only in SD 1.x's added-KV blocks)"""
 PREFIX = "unet."  # what pipelines' save_lora_weights / load_lora_weights put before each key
-WEIGHT_NAME = "pytorch_lora_weights.safetensors"
 METADATA_KEY = "lora_adapter_metadata"  # diffusers.loaders.lora_base.LORA_ADAPTER_METADATA_KEY
 
 
@@ -70,7 +83,8 @@ def lora_parameters(unet: torch.nn.Module) -> list[torch.nn.Parameter]:
 
 
 def save_lora(unet: torch.nn.Module, folder: str | os.PathLike[str]) -> Path:
-    """Write the adapter to ``folder/pytorch_lora_weights.safetensors`` (diffusers format)."""
+    """Write the adapter to ``folder/pytorch_lora_weights.safetensors`` (diffusers format) and,
+    last, the sidecar ``folder/mixlab_lora.json`` with its SHA-256, which :func:`load_lora` checks."""
     config = getattr(unet, "peft_config", {}).get("default")
     if config is None:
         raise ValueError("unet has no LoRA adapter to save; call add_lora(unet) first")
@@ -85,26 +99,41 @@ def save_lora(unet: torch.nn.Module, folder: str | os.PathLike[str]) -> Path:
     }
     metadata = {"format": "pt", METADATA_KEY: json.dumps(settings, sort_keys=True, default=str)}
     path = folder / WEIGHT_NAME
-    save_file(state, str(path), metadata=metadata)
+    (folder / SIDECAR_NAME).unlink(missing_ok=True)  # no sidecar of an older adapter meanwhile
+    partial = folder / (WEIGHT_NAME + ".partial")
+    save_file(state, str(partial), metadata=metadata)
+    os.replace(partial, path)
+    write_sidecar(
+        folder / SIDECAR_NAME,
+        {
+            "format": LORA_FORMAT,
+            "weight_name": WEIGHT_NAME,
+            "rank": int(config.r),
+            "alpha": float(config.lora_alpha),
+            "targets": sorted(config.target_modules),
+            "tensors": len(state),
+        },
+        covers=[path],
+    )
     return path
 
 
 def load_lora(unet: torch.nn.Module, folder: str | os.PathLike[str]) -> None:
     """Load an adapter :func:`save_lora` (or diffusers' ``save_lora_adapter``) wrote into
-    ``unet``, adding the adapter first when ``unet`` has none."""
-    path = Path(folder) / WEIGHT_NAME if Path(folder).is_dir() else Path(folder)
-    if not path.exists():
-        raise ValueError(f"folder must hold {WEIGHT_NAME}, and {path} does not exist")
-    with safe_open(str(path), framework="pt") as handle:
-        metadata = handle.metadata() or {}
-        state = {key.removeprefix(PREFIX): handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118
-    if "default" not in getattr(unet, "peft_config", {}):
-        if METADATA_KEY not in metadata:
-            raise ValueError(f"{path} has no LoRA config in its metadata; call add_lora first")
-        settings = json.loads(metadata[METADATA_KEY])
-        settings = {k.removeprefix(PREFIX): v for k, v in settings.items()}
-        known = {f.name for f in fields(LoraConfig) if f.init}
-        _inject(unet, LoraConfig(**{k: v for k, v in settings.items() if k in known}))
+    ``unet``, adding the adapter first when ``unet`` has none. The file is checked first
+    (:func:`lora_file`); a damaged one raises :class:`CheckpointError` naming it."""
+    path = lora_file(folder)
+    with checkpoint_errors(path, "LoRA safetensors file"):
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = handle.metadata() or {}
+            state = {key.removeprefix(PREFIX): handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118
+        if "default" not in getattr(unet, "peft_config", {}):
+            if METADATA_KEY not in metadata:
+                raise ValueError(f"{path} has no LoRA config in its metadata; call add_lora first")
+            settings = json.loads(metadata[METADATA_KEY])
+            settings = {k.removeprefix(PREFIX): v for k, v in settings.items()}
+            known = {f.name for f in fields(LoraConfig) if f.init}
+            _inject(unet, LoraConfig(**{k: v for k, v in settings.items() if k in known}))
     own = get_peft_model_state_dict(unet)
     wrong = [k for k, v in state.items() if k in own and own[k].shape != v.shape]
     if wrong:

@@ -23,7 +23,8 @@ from skimage.feature import canny
 from skimage.metrics import structural_similarity
 from torch import nn
 
-from mixlab.shared import cache_dir, load_state, save_state
+from mixlab.shared import cache_dir, save_state
+from mixlab.vision_mm.mix_opt.cache import load_cached
 from mixlab.vision_mm.mix_opt.data import BACKGROUNDS, COLOURS, PATTERNS, SHAPES, captioned_shapes
 
 
@@ -79,9 +80,9 @@ def evaluation_nets(spec: EvalSpec = EvalSpec()) -> tuple[ShapeNet, ShapeNet]:
         save_state(
             {"feature": feature_net.state_dict(), "attribute": attribute_net.state_dict()}, path
         )
-    state = load_state(path)
-    feature_net.load_state_dict(state["feature"])
-    attribute_net.load_state_dict(state["attribute"])
+    load_cached(
+        path, "cached evaluation networks", {"feature": feature_net, "attribute": attribute_net}
+    )
     return feature_net.eval().requires_grad_(False), attribute_net.eval().requires_grad_(False)
 
 

@@ -31,12 +31,13 @@ from mixlab.shared import (
     Checkpointer,
     cache_dir,
     capture_rng_state,
-    load_state,
     progress,
     restore_rng_state,
     save_state,
     warmup_cosine,
 )
+from mixlab.shared.files import CheckpointError, checkpoint_errors
+from mixlab.vision_mm.mix_opt.cache import load_cached
 from mixlab.vision_mm.mix_opt.data import NULL_TOKEN, TOKEN_ID, VOCABULARY, captioned_shapes
 
 
@@ -96,15 +97,20 @@ def null_captions(n: int, length: int = 3) -> torch.Tensor:
     return torch.full((n, length), TOKEN_ID[NULL_TOKEN], dtype=torch.long)
 
 
+def cached_model_path(spec: ModelSpec = ModelSpec()) -> Path:
+    """Where :func:`pretrained_model` caches the model of ``spec`` (``<path>.safetensors`` and
+    ``<path>.json``), keyed by every setting."""
+    digest = hashlib.sha256(json.dumps(asdict(spec)).encode()).hexdigest()[:16]
+    return cache_dir("mix_opt") / f"shapes-unet-{digest}"
+
+
 def pretrained_model(
     spec: ModelSpec = ModelSpec(), device: torch.device | str = "cpu"
 ) -> tuple[UNet2DConditionModel, CaptionEncoder]:
     """The (EMA) UNet and caption encoder pre-trained on captioned shapes, from the cache when
     there (seconds) or trained now (about 20 minutes on 2 CPU cores for the default spec)."""
-    key = json.dumps(asdict(spec))
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    folder = cache_dir("mix_opt")
-    path = folder / f"shapes-unet-{digest}"
+    path = cached_model_path(spec)
+    key, folder = json.dumps(asdict(spec)), path.parent
     with torch.random.fork_rng():  # the caller's random stream stays as it was
         torch.manual_seed(spec.seed)
         unet = build_unet(spec.size, spec.channels, spec.text_dim)
@@ -115,9 +121,7 @@ def pretrained_model(
             state = {"unet": unet.state_dict(), "encoder": encoder.state_dict(), "key": key}
             save_state(state, path)
             shutil.rmtree(partial, ignore_errors=True)
-    state = load_state(path)
-    unet.load_state_dict(state["unet"])
-    encoder.load_state_dict(state["encoder"])
+    load_cached(path, "cached shapes UNet", {"unet": unet, "encoder": encoder}, key=key)
     for module in (unet, encoder):
         module.requires_grad_(False).eval()
     return unet.to(device), encoder.to(device)
@@ -138,13 +142,21 @@ def _pretrain(
     start = 0
     if (last := checkpoints.load_latest()) is not None:
         start, state = last
-        unet.load_state_dict(state["unet"])
-        encoder.load_state_dict(state["encoder"])
-        ema.load_state_dict(state["ema"])
-        optimizer.load_state_dict(state["optimizer"])
-        lr_schedule.load_state_dict(state["lr_schedule"])
-        restore_rng_state(state["rng"])
-        generator.set_state(state["batches"])
+        where = checkpoints.path(start).with_suffix(".json")
+        try:
+            with checkpoint_errors(where, "pre-training checkpoint of the shapes UNet"):
+                unet.load_state_dict(state["unet"])
+                encoder.load_state_dict(state["encoder"])
+                ema.load_state_dict(state["ema"])
+                optimizer.load_state_dict(state["optimizer"])
+                lr_schedule.load_state_dict(state["lr_schedule"])
+                restore_rng_state(state["rng"])
+                generator.set_state(state["batches"])
+        except RuntimeError as error:  # other shapes
+            raise CheckpointError(
+                f"{where}: damaged or not a pre-training checkpoint of the shapes UNet "
+                f"({' '.join(str(error).split())[:200]}); delete {where.parent} to start over"
+            ) from error
     unet.train()
     with progress(spec.steps, "pre-training the shapes UNet", completed=start) as bar:
         for step in range(start, spec.steps):

@@ -15,34 +15,85 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-import torch
-from accelerate import Accelerator
-
-from mixlab.shared.memory import added_peak_bytes, measure_in_fresh_process
-from mixlab.vision_mm.mix_opt.lora import add_lora
-from mixlab.vision_mm.mix_opt.model import build_unet, noise_scheduler
+from mixlab.shared.config import is_count, require
+from mixlab.shared.memory import measure_in_fresh_process
+from mixlab.vision_mm.mix_opt.config import (
+    BASE_CHANNELS,
+    BASE_TEXT_DIM,
+    check_base_unet,
+    downsampling_factor,
+)
 from mixlab.vision_mm.mix_opt.schedule import BPHigh, Constant
-from mixlab.vision_mm.mix_opt.trainer import MixOptConfig, MixOptTrainer
 
 MODE_SCHEDULES = {"bp_high": BPHigh(), "bp_low": Constant(0.0), "zo_high": Constant(1.0)}
 
 
+SPEC_DEFAULTS: dict[str, Any] = {
+    "resolution": 32,
+    "low_resolution": 16,
+    "batch_size": 4,
+    "channels": BASE_CHANNELS,
+    "text_dim": BASE_TEXT_DIM,
+    "rank": 4,
+    "steps": 5,
+}
+"""what a spec's missing keys default to (``low_resolution``: half the resolution)"""
+
+
+def check_spec(spec: dict[str, Any], name: Callable[[str], str] = str) -> None:
+    """Raise a ValueError naming the key (as ``name(key)``: the CLI passes its option names)
+    unless ``spec`` is one :func:`profile_modes` can measure; run in the parent process, so bad
+    input never reaches the probe."""
+    require(isinstance(spec, dict), "spec", "a dict", spec)
+    unknown = sorted(set(spec) - {"mode", *SPEC_DEFAULTS})
+    require(not unknown, "spec keys", f"from {['mode', *SPEC_DEFAULTS]}", unknown)
+    mode = spec.get("mode")
+    require(mode in MODE_SCHEDULES, name("mode"), f"one of {list(MODE_SCHEDULES)}", mode)
+    values = {**SPEC_DEFAULTS, **spec}
+    if "low_resolution" not in spec and is_count(values["resolution"]):
+        values["low_resolution"] = values["resolution"] // 2
+    check_base_unet(values["channels"], values["text_dim"])
+    for key in ("batch_size", "rank", "steps"):
+        require(is_count(values[key]), name(key), "an integer >= 1", values[key])
+    factor = downsampling_factor(tuple(values["channels"]))
+    resolution, low = values["resolution"], values["low_resolution"]
+    for key, value in (("resolution", resolution), ("low_resolution", low)):
+        require(is_count(value), name(key), "an integer >= 1", value)
+        require(
+            value % factor == 0,
+            name(key),
+            f"a multiple of the UNet's downsampling factor {factor}",
+            value,
+        )
+    require(low <= resolution, name("low_resolution"), f"<= resolution {resolution}", low)
+
+
 def profile_modes(specs: list[dict[str, Any]], *, timeout: float = 1800) -> list[dict[str, float]]:
-    """``{"peak_bytes", "seconds_per_step"}`` of each spec, measured in one fresh process."""
+    """``{"peak_bytes", "seconds_per_step"}`` of each spec, measured in one fresh process. Every
+    spec is checked here first (:func:`check_spec`)."""
     for spec in specs:
-        if spec.get("mode") not in MODE_SCHEDULES:
-            raise ValueError(f"mode must be one of {list(MODE_SCHEDULES)}, got {spec.get('mode')}")
+        check_spec(spec)
     return measure_in_fresh_process("mixlab.vision_mm.mix_opt.profile", specs, timeout=timeout)
 
 
 def _probe(spec: dict[str, Any]) -> dict[str, float]:
+    import torch
+    from accelerate import Accelerator
+
+    from mixlab.shared.memory import added_peak_bytes
+    from mixlab.vision_mm.mix_opt.lora import add_lora
+    from mixlab.vision_mm.mix_opt.model import build_unet, noise_scheduler
+    from mixlab.vision_mm.mix_opt.trainer import MixOptConfig, MixOptTrainer
+
     torch.manual_seed(0)
-    size = spec.get("resolution", 32)
-    unet = build_unet(size, tuple(spec.get("channels", (32, 64, 64))), spec.get("text_dim", 64))
-    add_lora(unet, rank=spec.get("rank", 4))
-    n = spec.get("batch_size", 4)
+    size = spec.get("resolution", SPEC_DEFAULTS["resolution"])
+    text_dim = spec.get("text_dim", SPEC_DEFAULTS["text_dim"])
+    unet = build_unet(size, tuple(spec.get("channels", SPEC_DEFAULTS["channels"])), text_dim)
+    add_lora(unet, rank=spec.get("rank", SPEC_DEFAULTS["rank"]))
+    n = spec.get("batch_size", SPEC_DEFAULTS["batch_size"])
     config = MixOptConfig(
         resolution=size,
         low_resolution=spec.get("low_resolution", size // 2),
@@ -51,7 +102,7 @@ def _probe(spec: dict[str, Any]) -> dict[str, float]:
         schedule=MODE_SCHEDULES[spec["mode"]],
     )
     images = torch.rand(n, 3, size, size) * 2 - 1
-    text = torch.randn(n, 3, spec.get("text_dim", 64))
+    text = torch.randn(n, 3, text_dim)
     # On the CPU always: the figure is the process's resident memory, which GPU memory is not.
     trainer = MixOptTrainer(
         unet, noise_scheduler(), images, text, config, accelerator=Accelerator(cpu=True)
@@ -60,7 +111,7 @@ def _probe(spec: dict[str, Any]) -> dict[str, float]:
         trainer.step()
     peak = added_peak_bytes(trainer.step)
     times = []
-    for _ in range(spec.get("steps", 5)):
+    for _ in range(spec.get("steps", SPEC_DEFAULTS["steps"])):
         start = time.perf_counter()
         trainer.step()
         times.append(time.perf_counter() - start)
@@ -68,5 +119,7 @@ def _probe(spec: dict[str, Any]) -> dict[str, float]:
 
 
 if __name__ == "__main__":
+    import torch
+
     torch.set_flush_denormal(True)
     print(json.dumps([_probe(spec) for spec in json.loads(sys.argv[1])]))

@@ -20,7 +20,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mixlab.shared import require
+from mixlab.shared.config import require
+from mixlab.vision_mm.mix_opt.config import is_number
 
 
 class Schedule(ABC):
@@ -42,7 +43,7 @@ class Schedule(ABC):
 
 
 def _probability(name: str, value: float) -> None:
-    require(0.0 <= value <= 1.0, name, "a probability in [0, 1]", value)
+    require(is_number(value) and 0.0 <= value <= 1.0, name, "a probability in [0, 1]", value)
 
 
 @dataclass(frozen=True)
@@ -59,9 +60,13 @@ class TimestepAware(Schedule):
     """floor added to the probability"""
 
     def __post_init__(self) -> None:
-        require(self.kappa >= 0, "kappa", ">= 0", self.kappa)
+        require(
+            is_number(self.kappa) and self.kappa >= 0, "kappa", "a finite number >= 0", self.kappa
+        )
         _probability("t0", self.t0)
-        require(self.gamma >= 0, "gamma", ">= 0", self.gamma)
+        require(
+            is_number(self.gamma) and self.gamma >= 0, "gamma", "a finite number >= 0", self.gamma
+        )
         _probability("p_min", self.p_min)
 
     def p_zo(self, t: float, progress: float) -> float:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,57 +32,13 @@ import torch.nn.functional as F
 from accelerate import Accelerator
 
 from mixlab.shared import Checkpointer, is_count, progress, require
-from mixlab.vision_mm.mix_opt.lora import lora_parameters
-from mixlab.vision_mm.mix_opt.schedule import Schedule, TimestepAware
+from mixlab.shared.files import checkpoint_errors
+from mixlab.vision_mm.mix_opt.formats import CHECKPOINT_WHAT, check_settings
+from mixlab.vision_mm.mix_opt.settings import MixOptConfig, recorded_settings
 from mixlab.vision_mm.mix_opt.zo import zo_step_
 
 MODES = ("bp_low", "bp_high", "zo_high")
-
-
-@dataclass
-class MixOptConfig:
-    """Settings of one personalization run."""
-
-    resolution: int = 32
-    """full (ZO-high, BP-high) resolution; images are box-resized to it if needed"""
-    low_resolution: int = 16
-    """BP-low resolution"""
-    steps: int = 400
-    batch_size: int = 4
-    schedule: Schedule = field(default_factory=TimestepAware)
-    bp_lr: float = 1e-3
-    """AdamW learning rate of BP steps"""
-    bp_weight_decay: float = 1e-2
-    zo_lr: float = 1e-3
-    """learning rate η of ZO steps (θ ← θ − η·ĝ·z)"""
-    zo_eps: float = 1e-2
-    """perturbation scale ε"""
-    zo_directions: int = 1
-    """directions z averaged per ZO step (q)"""
-    zo_weight_decay: float = 0.0
-    seed: int = 0
-    checkpoint_every: int = 100
-
-    def __post_init__(self) -> None:
-        for name in ("resolution", "low_resolution", "steps", "batch_size", "zo_directions"):
-            value = getattr(self, name)
-            require(is_count(value), name, "an integer >= 1", value)
-        require(
-            is_count(self.checkpoint_every),
-            "checkpoint_every",
-            "an integer >= 1",
-            self.checkpoint_every,
-        )
-        require(
-            self.low_resolution <= self.resolution,
-            "low_resolution",
-            f"<= resolution {self.resolution}",
-            self.low_resolution,
-        )
-        require(isinstance(self.schedule, Schedule), "schedule", "a Schedule", self.schedule)
-        for name in ("bp_lr", "zo_lr", "zo_eps"):
-            require(getattr(self, name) >= 0, name, ">= 0", getattr(self, name))
-        require(self.zo_eps > 0, "zo_eps", "> 0", self.zo_eps)
+__all__ = ["MODES", "MixOptConfig", "MixOptTrainer", "diffusion_loss", "downsampling_factor"]
 
 
 def downsampling_factor(unet: torch.nn.Module) -> int:
@@ -132,7 +87,7 @@ class MixOptTrainer:
         accelerator: Accelerator | None = None,
     ) -> None:
         self.config = config = config or MixOptConfig()
-        self.params = lora_parameters(unet)
+        self.params = [p for p in unet.parameters() if p.requires_grad]  # the LoRA A and B
         if not self.params:
             raise ValueError(
                 "unet has no trainable parameters: add a LoRA adapter (add_lora(unet)) or "
@@ -231,9 +186,7 @@ class MixOptTrainer:
 
     def settings(self) -> dict[str, Any]:
         """The config as a checkpoint records it (the schedule by its repr)."""
-        settings = {**asdict(self.config), "schedule": repr(self.config.schedule)}
-        settings.pop("checkpoint_every")
-        return settings
+        return recorded_settings(self.config)
 
     def state(self) -> dict[str, Any]:
         return {
@@ -244,17 +197,27 @@ class MixOptTrainer:
             "history": self.history,
         }
 
-    def load(self, state: dict[str, Any]) -> None:
-        """Continue from ``state``; one written under other settings is refused."""
-        saved, mine = json.loads(state["settings"]), self.settings()
-        changed = sorted(k for k in mine if saved.get(k) != mine[k])
-        if changed:
-            raise ValueError(f"the checkpoint was written with other values of {changed}")
-        with torch.no_grad():
-            for p, saved in zip(self.params, state["params"], strict=True):
-                p.copy_(saved)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.step_count, self.history = state["step"], list(state["history"])
+    def load(self, state: dict[str, Any], where: str | os.PathLike[str] = "checkpoint") -> None:
+        """Continue from ``state`` (read from ``where``); one written under other settings is
+        refused with a ValueError, a damaged or foreign one with a :class:`CheckpointError`."""
+        what = CHECKPOINT_WHAT
+        with checkpoint_errors(where, what):
+            saved = json.loads(state["settings"])
+            params, history, step = state["params"], list(state["history"]), state["step"]
+            if not (is_count(step, 0) and step <= self.config.steps and len(history) == step):
+                raise ValueError(f"step {step!r} does not match its history of {len(history)}")
+            if len(params) != len(self.params) or any(
+                not isinstance(s, torch.Tensor) or s.shape != p.shape
+                for s, p in zip(params, self.params, strict=False)
+            ):
+                raise ValueError("its adapter tensors do not fit this model's (another rank?)")
+        check_settings(saved, recorded_settings(self.config), where)
+        with checkpoint_errors(where, what):
+            with torch.no_grad():
+                for p, value in zip(self.params, params, strict=True):
+                    p.copy_(value)
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.step_count, self.history = step, history
 
     def train(
         self, checkpoint_dir: str | os.PathLike[str] | None = None, *, resume: bool = True
@@ -265,7 +228,7 @@ class MixOptTrainer:
         if checkpoint_dir is not None:
             checkpoints = Checkpointer(Path(checkpoint_dir), resume=resume, keep_last=1)
             if (last := checkpoints.load_latest()) is not None:
-                self.load(last[1])
+                self.load(last[1], checkpoints.path(last[0]).with_suffix(".json"))
         with progress(self.config.steps, "mix-opt steps", completed=self.step_count) as bar:
             while self.step_count < self.config.steps:
                 entry = self.step()

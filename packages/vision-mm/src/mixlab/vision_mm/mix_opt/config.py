@@ -1,0 +1,270 @@
+"""The Mix-Opt experiment's Config and its registry entry, importable without torch or diffusers.
+
+``mixlab list`` and ``mixlab run mix_opt --help`` read :data:`METHOD` from here; the experiment
+(:mod:`mixlab.vision_mm.mix_opt.experiment`: torch, diffusers, peft) loads only when the method
+runs.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from mixlab.shared.config import ExperimentConfig, is_count, require
+from mixlab.shared.registry import Method
+
+if TYPE_CHECKING:
+    from mixlab.vision_mm.mix_opt.model import ModelSpec
+    from mixlab.vision_mm.mix_opt.schedule import Schedule
+    from mixlab.vision_mm.mix_opt.trainer import MixOptConfig
+
+SYSTEMS = ("bp_high", "bp_low", "zo_high", "random", "mix_opt")
+BACKGROUND_NAMES = ("on_white", "on_black", "on_gray", "on_brown")
+"""the caption backgrounds of :data:`mixlab.vision_mm.mix_opt.data.BACKGROUNDS` (a test keeps
+them equal)"""
+CAPTION_WORDS = (
+    *("red", "green", "blue", "yellow", "magenta", "cyan"),
+    *("circle", "square", "triangle", "star"),
+    *BACKGROUND_NAMES,
+)
+"""the words a caption may use (:data:`~mixlab.vision_mm.mix_opt.data.VOCABULARY` without the
+subject and null tokens), for checking CLI options without importing the data module"""
+BASE_CHANNELS = (32, 64, 64)
+"""block widths of the pre-trained shapes UNet (:class:`~mixlab.vision_mm.mix_opt.model.ModelSpec`)"""
+BASE_TEXT_DIM = 64
+CHANNEL_GROUPS = 8
+"""the UNet's GroupNorm groups and attention heads: every block width is a multiple of it"""
+MIN_RESOLUTION = 8
+"""the evaluation networks pool three times by 2"""
+
+
+def is_number(value: object) -> bool:
+    """True for a finite real number (not a bool)."""
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+    )
+
+
+def downsampling_factor(channels: tuple[int, ...]) -> int:
+    """2^(levels − 1): what the shapes UNet (:func:`~mixlab.vision_mm.mix_opt.model.build_unet`)
+    of ``channels`` shrinks its input by; resolutions must be multiples of it."""
+    return 2 ** (len(channels) - 1)
+
+
+def check_base_unet(channels: object, text_dim: object, *, prefix: str = "") -> None:
+    """Raise a ValueError naming the field unless ``channels`` (>= 2 levels, each a positive
+    multiple of 8) and ``text_dim`` (>= 1) describe a UNet :func:`build_unet` can make."""
+    require(
+        isinstance(channels, tuple | list)
+        and len(channels) >= 2
+        and all(is_count(c) and c % CHANNEL_GROUPS == 0 for c in channels),
+        f"{prefix}base_channels",
+        f"at least two block widths, each a positive multiple of {CHANNEL_GROUPS}",
+        channels,
+    )
+    require(is_count(text_dim), f"{prefix}base_text_dim", "an integer >= 1", text_dim)
+
+
+def check_resolutions(resolution: object, low_resolution: object, factor: int, *, prefix: str = ""):
+    """Raise a ValueError naming the option unless both resolutions are multiples of ``factor``,
+    at least :data:`MIN_RESOLUTION` (full) and low <= full."""
+    for name, value in (("resolution", resolution), ("low_resolution", low_resolution)):
+        require(is_count(value), prefix + name, "an integer >= 1", value)
+        require(
+            value % factor == 0,
+            prefix + name,
+            f"a multiple of the UNet's downsampling factor {factor}",
+            value,
+        )
+    require(
+        resolution >= MIN_RESOLUTION,
+        prefix + "resolution",
+        f"an integer >= {MIN_RESOLUTION}",
+        resolution,
+    )
+    require(
+        low_resolution <= resolution,
+        prefix + "low_resolution",
+        f"<= resolution {resolution}",
+        low_resolution,
+    )
+
+
+@dataclass
+class Config(ExperimentConfig):
+    """Defaults are the quick profile (a few minutes on 2 CPU cores once the shapes UNet is
+    cached); full runs 3 seeds, more steps and more samples."""
+
+    pretrain_steps: int = 1500
+    """steps of the cached shapes UNet (batch 16)"""
+    pretrain_images: int = 20000
+    """captioned shapes the shapes UNet is pre-trained on"""
+    base_channels: tuple[int, ...] = BASE_CHANNELS
+    """block widths of the shapes UNet (each a multiple of 8; tests use a tiny one)"""
+    base_text_dim: int = BASE_TEXT_DIM
+    """width of the caption encoder's states (the UNet's cross-attention dimension)"""
+    eval_net_steps: int = 1500
+    """training steps of the cached evaluation networks"""
+    eval_net_images: int = 8000
+    """captioned shapes the evaluation networks are trained on"""
+    subject_images: int = 4
+    """photos of the subject to personalize on"""
+    subject_background: str = "on_white"
+    """background of the subject photos (one of BACKGROUND_NAMES)"""
+    steps: int = 300
+    """personalization steps of every system"""
+    batch_size: int = 4
+    resolution: int = 32
+    """full (BP-high, ZO-high) resolution; a multiple of the UNet's downsampling factor"""
+    low_resolution: int = 16
+    """BP-low resolution"""
+    rank: int = 4
+    """LoRA rank"""
+    bp_lr: float = 1e-3
+    """AdamW learning rate of BP steps (> 0)"""
+    zo_lr: float = 0.05
+    """half the largest of 0.01, 0.1, 0.2, 0.3, 1 that lowered the subject images' training loss in
+    150 pure ZO-high steps (0.2 and up diverged)"""
+    zo_eps: float = 1e-2
+    """ZO perturbation scale ε (> 0)"""
+    kappa: float = 10.0
+    """steepness of Mix-Opt's timestep switch (>= 0; 0: timestep-agnostic)"""
+    t0: float = 0.5
+    """normalised timestep where the switch is ½ (in [0, 1])"""
+    gamma: float = 1.0
+    """how fast ZO-high takes over with progress (>= 0)"""
+    p_min: float = 0.0
+    """floor of p_ZO (in [0, 1])"""
+    n_seeds: int = 1
+    """seeds per system: seed, seed + 1, ..."""
+    samples_per_prompt: int = 4
+    """samples per background prompt (twice as many for the training background)"""
+    sampling_steps: int = 25
+    """DDIM steps per sample"""
+    guidance: float = 2.0
+    """classifier-free guidance scale (>= 1; 1: none)"""
+    systems: tuple[str, ...] = SYSTEMS
+    """the systems compared (all of SYSTEMS: the claims compare them)"""
+
+    PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
+        "quick": {},
+        "full": {"steps": 600, "n_seeds": 3, "samples_per_prompt": 8},
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in (
+            "pretrain_steps", "pretrain_images", "eval_net_steps", "eval_net_images",
+            "subject_images", "steps", "batch_size", "rank", "n_seeds", "samples_per_prompt",
+            "sampling_steps",
+        ):  # fmt: skip
+            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
+        check_base_unet(self.base_channels, self.base_text_dim)
+        self.base_channels = tuple(self.base_channels)
+        check_resolutions(
+            self.resolution, self.low_resolution, downsampling_factor(self.base_channels)
+        )
+        for name in ("bp_lr", "zo_lr", "zo_eps"):
+            value = getattr(self, name)
+            require(is_number(value) and value > 0, name, "a finite number > 0", value)
+        for name in ("kappa", "gamma"):
+            value = getattr(self, name)
+            require(is_number(value) and value >= 0, name, "a finite number >= 0", value)
+        for name in ("t0", "p_min"):
+            value = getattr(self, name)
+            require(is_number(value) and 0 <= value <= 1, name, "a number in [0, 1]", value)
+        require(
+            is_number(self.guidance) and self.guidance >= 1,
+            "guidance",
+            "a finite number >= 1 (1: no classifier-free guidance)",
+            self.guidance,
+        )
+        require(
+            self.subject_background in BACKGROUND_NAMES,
+            "subject_background",
+            f"one of {list(BACKGROUND_NAMES)}",
+            self.subject_background,
+        )
+        require(
+            isinstance(self.systems, tuple | list)
+            and all(isinstance(s, str) for s in self.systems),
+            "systems",
+            "a tuple of system names",
+            self.systems,
+        )
+        unknown = [s for s in self.systems if s not in SYSTEMS]
+        require(not unknown, "systems", f"names from {list(SYSTEMS)}", self.systems)
+        require(
+            sorted(self.systems) == sorted(SYSTEMS),
+            "systems",
+            f"all of {SYSTEMS}, once each (the claims compare them)",
+            self.systems,
+        )
+        self.systems = tuple(self.systems)
+
+    def schedule(self, system: str) -> Schedule:
+        """The p_ZO schedule of ``system``."""
+        from mixlab.vision_mm.mix_opt.schedule import BPHigh, Constant, TimestepAware
+
+        mix = TimestepAware(self.kappa, self.t0, self.gamma, self.p_min)
+        if system == "random":  # the same expected BP/ZO ratio over this run's steps
+            return Constant(mix.mean_p_zo(steps=self.steps))
+        return {
+            "bp_high": BPHigh(),
+            "bp_low": Constant(0.0),
+            "zo_high": Constant(1.0),
+            "mix_opt": mix,
+        }[system]
+
+    def trainer_config(self, system: str, seed: int) -> MixOptConfig:
+        """The trainer settings of ``system`` at ``seed``."""
+        from mixlab.vision_mm.mix_opt.trainer import MixOptConfig
+
+        return MixOptConfig(
+            resolution=self.resolution,
+            low_resolution=self.low_resolution,
+            steps=self.steps,
+            batch_size=self.batch_size,
+            schedule=self.schedule(system),
+            bp_lr=self.bp_lr,
+            zo_lr=self.zo_lr,
+            zo_eps=self.zo_eps,
+            seed=seed,
+        )
+
+    @property
+    def model_spec(self) -> ModelSpec:
+        """The pre-trained (cached) shapes UNet this experiment personalizes."""
+        from mixlab.vision_mm.mix_opt.model import ModelSpec
+
+        return ModelSpec(
+            size=self.resolution,
+            channels=tuple(self.base_channels),
+            text_dim=self.base_text_dim,
+            steps=self.pretrain_steps,
+            train_size=self.pretrain_images,
+        )
+
+
+METHOD = Method(
+    name="mix_opt",
+    domain="vision-mm",
+    paper=(
+        "Mix-Opt: memory-efficient diffusion personalization mixing low-resolution backprop and "
+        "high-resolution zeroth-order optimization (Choi et al., arXiv 2507.10029)"
+    ),
+    claim=(
+        "Choosing per step, by a timestep- and progress-aware probability, between backprop on "
+        "downsampled images and zeroth-order steps at full resolution personalizes a diffusion "
+        "model about as well as full-resolution backprop, at close to zeroth-order memory."
+    ),
+    config=Config,
+    run="mixlab.vision_mm.mix_opt.experiment:run",
+    headline_plot="subject_fidelity.png",
+)
+
+__all__ = ["BACKGROUND_NAMES", "CAPTION_WORDS", "METHOD", "SYSTEMS", "Config"]

@@ -1,0 +1,415 @@
+"""Mix-Opt's config ranges, the CLI's checks before work, damaged files (one line, exit 2) and the
+regime check."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+import pytest
+import torch
+from diffusers import DDPMScheduler
+
+from mixlab.shared import Claim, Result
+from mixlab.shared.checkpoint import save_state
+from mixlab.shared.files import CheckpointError
+from mixlab.vision_mm.mix_opt import MixOptConfig, MixOptTrainer, add_lora, build_unet, save_lora
+from mixlab.vision_mm.mix_opt.config import BACKGROUND_NAMES, CAPTION_WORDS, Config
+from mixlab.vision_mm.mix_opt.formats import SIDECAR_NAME, WEIGHT_NAME, lora_file
+from mixlab.vision_mm.mix_opt.lora import load_lora
+from mixlab.vision_mm.mix_opt.schedule import make_schedule
+
+SCRIPT = Path(sys.executable).with_name("mixlab-vision")
+
+
+def console(*args: str | Path, cache: Path) -> subprocess.CompletedProcess[str]:
+    """``mixlab-vision`` in a subprocess with an empty model cache at ``cache``."""
+    env = {**os.environ, "MIXLAB_CACHE": str(cache), "MIXLAB_DEBUG": ""}
+    return subprocess.run(
+        [str(SCRIPT), *map(str, args)], capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+def one_line(stderr: str, *names: object) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    for name in names:
+        assert str(name) in lines[0], lines[0]
+    return lines[0]
+
+
+# --- config -----------------------------------------------------------------------------------
+
+
+def test_every_config_field_is_range_checked():
+    allowed = Config.allowed_edge_values()
+    hints = typing.get_type_hints(Config)
+    for field in dataclasses.fields(Config):
+        kind = hints[field.name]
+        if kind is float:
+            bad = [math.nan, math.inf, -math.inf]
+        elif kind is int:
+            bad = [0, -1]
+        else:
+            continue
+        for value in bad:
+            if any(value == a and type(a) is type(value) for a in allowed.get(field.name, ())):
+                continue
+            with pytest.raises(ValueError, match=field.name):
+                Config(**{field.name: value})
+    for overrides, name in [
+        ({"guidance": math.nan}, "guidance"),
+        ({"guidance": 0.5}, "guidance"),
+        ({"t0": 1.5}, "t0"),
+        ({"p_min": -0.1}, "p_min"),
+        ({"kappa": -1.0}, "kappa"),
+        ({"bp_lr": 0.0}, "bp_lr"),
+        ({"base_channels": (8, 12)}, "base_channels"),
+        ({"base_channels": (32,)}, "base_channels"),
+        ({"resolution": 30}, "resolution"),
+        ({"low_resolution": 64}, "low_resolution"),
+        ({"systems": ("bp_high", "mix_opt")}, "systems"),
+        ({"systems": ("sgd",)}, "systems"),
+        ({"subject_background": "on_moon"}, "subject_background"),
+        ({"steps": True}, "steps"),
+    ]:
+        with pytest.raises(ValueError, match=name):
+            Config(**overrides)
+    assert Config(base_channels=[8, 16], resolution=16, low_resolution=8).base_channels == (8, 16)
+
+
+def test_light_constants_match_the_data_module():
+    from mixlab.vision_mm.mix_opt.data import BACKGROUNDS, VOCABULARY
+
+    assert tuple(BACKGROUNDS) == BACKGROUND_NAMES
+    assert tuple(w for w in VOCABULARY if not w.startswith("<")) == CAPTION_WORDS
+
+
+def test_registry_and_cli_import_no_heavy_module():
+    code = (
+        "import sys, mixlab.vision_mm.cli, mixlab.vision_mm.mix_opt.config as c; "
+        "assert c.METHOD.run == 'mixlab.vision_mm.mix_opt.experiment:run'; "
+        "print([m for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'numpy', 'diffusers', 'peft', 'safetensors', 'PIL', 'scipy')])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+# --- regime check -----------------------------------------------------------------------------
+
+
+def test_regime_needs_bp_high_to_beat_the_base_model_by_the_margin():
+    from mixlab.vision_mm.mix_opt.experiment import REGIME_MARGIN, regime
+
+    def cells(base: float, bp_high: float) -> list[dict]:
+        return [
+            {"part": "memory"},
+            {"part": "train", "system": "base", "seed": 0, "subject_fidelity": base},
+            {"part": "train", "system": "bp_high", "seed": 0, "subject_fidelity": bp_high},
+        ]
+
+    assert REGIME_MARGIN == 0.02
+    (today,) = regime(cells(0.610, 0.561))  # the landed quick run: BP-high below the base model
+    assert not today.holds
+    assert "0.561" in today.evidence
+    assert "0.61" in today.evidence
+    claim = Claim.compare("a claim", 1.0, ">", 0.0)
+    result = Result(metrics={"a": {"x": 1.0}}, claims=[claim], regime=[today])
+    assert result.claims[0].state == "untested"
+    assert not regime(cells(0.61, 0.625))[0].holds  # within the margin
+    assert regime(cells(0.61, 0.64))[0].holds
+    two = [*cells(0.6, 0.7), *cells(0.6, 0.5)[1:]]
+    two[-1]["seed"] = two[-2]["seed"] = 1
+    (both,) = regime(two)
+    assert not both.holds
+    assert "2 of 2" in both.text
+
+
+# --- CLI: checked before any work ---------------------------------------------------------------
+
+
+def test_profile_batch_size_is_one_line_before_the_probe(tmp_path):
+    done = console("mix-opt", "profile", "--batch-size", "-1", cache=tmp_path / "cache")
+    assert done.returncode == 2
+    one_line(done.stderr, "--batch-size must be an integer >= 1, got -1")
+    assert "Traceback" not in done.stderr
+
+
+def test_sample_missing_lora_is_refused_before_the_base_model(tmp_path):
+    cache = tmp_path / "cache"
+    done = console(
+        "mix-opt", "sample", "--lora", tmp_path / "missing", "--out", tmp_path / "g.png",
+        cache=cache,
+    )  # fmt: skip
+    assert done.returncode == 2
+    one_line(done.stderr, tmp_path / "missing")
+    assert not cache.exists()
+    assert not (tmp_path / "g.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["profile", "--resolution", "30"], "--resolution must be a multiple"),
+        (["profile", "--low-resolution", "0"], "--low-resolution must be an integer >= 1"),
+        (["profile", "--low-resolution", "64"], "--low-resolution must be <= resolution"),
+        (["profile", "--rank", "0"], "--rank"),
+        (["profile", "--modes", "sgd"], "--modes must be one of"),
+        (["sample", "--out", "{tmp}/g.png", "--guidance", "nan"], "--guidance"),
+        (["sample", "--out", "{tmp}/g.png", "--per-prompt", "0"], "--per-prompt"),
+        (["sample", "--out", "{tmp}/g.png", "--steps", "-1"], "--steps"),
+        (["sample", "--out", "{tmp}/g.png", "--seed", "-1"], "--seed"),
+        (["sample", "--out", "{tmp}/g.png", "--backgrounds", "on_moon"], "--backgrounds"),
+        (["sample", "--out", "{tmp}/g.png", "--noun", "dog"], "--noun"),
+        (["sample", "--out", "{tmp}/grid"], "must end in one of"),
+        (["sample", "--out", "{tmp}/folder.png"], "is a folder"),
+        (["sample", "--out", "{tmp}/file/g.png"], "is a file, not a folder"),
+        (["personalize", "--out", "{tmp}/o", "--low-resolution", "14"], "--low-resolution"),
+        (["personalize", "--out", "{tmp}/o", "--steps", "0"], "--steps"),
+        (["personalize", "--out", "{tmp}/o", "--zo-lr", "nan"], "--zo-lr"),
+        (["personalize", "--out", "{tmp}/o", "--bp-lr", "-1"], "--bp-lr"),
+        (["personalize", "--out", "{tmp}/o", "--pretrain-steps", "0"], "--pretrain-steps"),
+        (["personalize", "--out", "{tmp}/o", "--fields", "[1]"], "--fields"),
+        (["personalize", "--out", "{tmp}/o", "--fields", '{"t0": 2}'], "t0"),
+        (["personalize", "--out", "{tmp}/o", "--background", "on_moon"], "--background"),
+        (["personalize", "--out", "{tmp}/o", "--images", "{tmp}/none"], "--images"),
+        (["personalize", "--out", "{tmp}/file"], "is a file"),
+        (["personalize", "--out", "{tmp}/o", "--schedule", "cosine"], "schedule must be one of"),
+    ],
+)
+def test_cli_checks_every_option_before_work(args, message, tmp_path, monkeypatch, capsys):
+    from mixlab.vision_mm.cli import main
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("MIXLAB_CACHE", str(cache))
+    (tmp_path / "folder.png").mkdir()
+    (tmp_path / "file").write_text("not a folder")
+    argv = ["mix-opt", *(a.replace("{tmp}", str(tmp_path)) for a in args)]
+    assert main(argv) == 2
+    one_line(capsys.readouterr().err, message)
+    assert not cache.exists()  # no model was loaded or pre-trained
+    assert not (tmp_path / "o").exists()
+    assert not (tmp_path / "g.png").exists()
+
+
+# --- damaged LoRA adapters ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lora_folder(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    unet = build_unet(16, (16, 32), 32)
+    add_lora(unet, rank=2)
+    folder = tmp_path_factory.mktemp("lora") / "lora"
+    save_lora(unet, folder)
+    return folder
+
+
+def _edit_sidecar(folder: Path, change) -> Path:
+    path = folder / SIDECAR_NAME
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _truncate(path: Path) -> Path:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    return path
+
+
+def _flip_a_byte(path: Path) -> Path:
+    raw = bytearray(path.read_bytes())
+    raw[-3] ^= 0x40  # inside the last tensor's data: the header still reads
+    path.write_bytes(bytes(raw))
+    return path
+
+
+DAMAGES = {
+    "truncated safetensors": lambda f: _truncate(f / WEIGHT_NAME),
+    "sidecar key removed": lambda f: _edit_sidecar(f, lambda d: d.pop("rank")),
+    "sidecar key of wrong type": lambda f: _edit_sidecar(f, lambda d: d.update(rank="2")),
+    "sidecar number edited": lambda f: _edit_sidecar(f, lambda d: d.update(rank=3)),
+    "tensor data edited": lambda f: _flip_a_byte(f / WEIGHT_NAME),
+    "foreign file truncated": lambda f: (
+        (f / SIDECAR_NAME).unlink(),
+        _truncate(f / WEIGHT_NAME),
+    )[1],
+    "sidecar not JSON": lambda f: (f / SIDECAR_NAME).write_text("{not json") and f / SIDECAR_NAME,
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_damaged_lora_is_one_line_exit_2(damage, lora_folder, tmp_path):
+    folder = tmp_path / "lora"
+    shutil.copytree(lora_folder, folder)
+    named = DAMAGES[damage](folder)
+    cache = tmp_path / "cache"
+    done = console("mix-opt", "sample", "--lora", folder, "--out", tmp_path / "g.png", cache=cache)
+    assert done.returncode == 2, done.stderr
+    one_line(done.stderr, named)
+    assert not cache.exists()
+    assert not (tmp_path / "g.png").exists()
+
+
+def test_lora_sidecar_round_trip_and_foreign_adapters(lora_folder, tmp_path):
+    sidecar = json.loads((lora_folder / SIDECAR_NAME).read_text())
+    assert sidecar["rank"] == 2
+    assert sidecar["weight_name"] == WEIGHT_NAME
+    assert lora_file(lora_folder) == lora_folder / WEIGHT_NAME
+    foreign = tmp_path / "foreign"  # e.g. diffusers' save_lora_adapter: no sidecar of ours
+    foreign.mkdir()
+    shutil.copy(lora_folder / WEIGHT_NAME, foreign / WEIGHT_NAME)
+    torch.manual_seed(0)
+    unet = build_unet(16, (16, 32), 32)
+    load_lora(unet, foreign)
+    assert unet.peft_config["default"].r == 2
+    (foreign / WEIGHT_NAME).write_bytes(b"\x08" + bytes(7) + b"{}garbage")
+    with pytest.raises(CheckpointError, match=WEIGHT_NAME):
+        load_lora(build_unet(16, (16, 32), 32), foreign)
+
+
+# --- damaged training checkpoints (personalize --resume) ----------------------------------------
+
+
+def cli_trainer_config(steps: int) -> MixOptConfig:
+    """What ``personalize --steps <steps>`` trains with (all other options at their defaults)."""
+    return MixOptConfig(
+        resolution=32, low_resolution=16, steps=steps, batch_size=4,
+        schedule=make_schedule("mix_opt"), bp_lr=1e-3, zo_lr=0.05, zo_eps=1e-2, seed=0,
+        checkpoint_every=1,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory) -> Path:
+    """An ``--out`` folder holding the checkpoint of a 2-step personalize run (a tiny UNet)."""
+    torch.manual_seed(0)
+    unet = build_unet(32, (16, 32), 32)
+    add_lora(unet, rank=2)
+    images, text = torch.rand(4, 3, 32, 32) * 2 - 1, torch.randn(4, 3, 32)
+    out = tmp_path_factory.mktemp("personalize") / "out"
+    MixOptTrainer(unet, DDPMScheduler(), images, text, cli_trainer_config(2)).train(
+        out / "checkpoints"
+    )
+    return out
+
+
+def _edit_state(sidecar: Path, change) -> Path:
+    data = json.loads(sidecar.read_text())
+    change(data["state"])
+    sidecar.write_text(json.dumps(data))
+    return sidecar
+
+
+CHECKPOINT_DAMAGES = {
+    "truncated safetensors": lambda s: _truncate(s.with_suffix(".safetensors")),
+    "key removed": lambda s: _edit_state(s, lambda d: d.pop("step")),
+    "key of wrong type": lambda s: _edit_state(s, lambda d: d.update(step="2")),
+    "number edited": lambda s: _edit_state(s, lambda d: d.update(step=1)),
+}
+
+
+@pytest.mark.parametrize("damage", list(CHECKPOINT_DAMAGES))
+def test_damaged_resume_checkpoint_is_one_line_exit_2(damage, run_folder, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(run_folder, out)
+    (sidecar,) = (out / "checkpoints" / "checkpoints").glob("step_*.json")
+    named = CHECKPOINT_DAMAGES[damage](sidecar)
+    cache = tmp_path / "cache"
+    done = console("mix-opt", "personalize", "--out", out, "--steps", "2", "--resume", cache=cache)
+    assert done.returncode == 2, done.stderr
+    one_line(done.stderr, named)
+    assert not cache.exists()  # refused before the base model loads
+
+
+def test_resume_under_other_settings_is_refused_before_work(
+    run_folder, tmp_path, monkeypatch, capsys
+):
+    from mixlab.vision_mm.cli import main
+
+    monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
+    argv = ["mix-opt", "personalize", "--out", str(run_folder), "--steps", "3", "--resume"]
+    assert main(argv) == 2
+    one_line(capsys.readouterr().err, "other values of ['steps']")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_trainer_refuses_a_checkpoint_that_does_not_fit(run_folder):
+    from mixlab.shared.checkpoint import Checkpointer
+
+    step, state = Checkpointer(run_folder / "checkpoints", resume=True).load_latest()
+    torch.manual_seed(0)
+    unet = build_unet(32, (16, 32), 32)
+    add_lora(unet, rank=3)  # another rank: other shapes
+    images, text = torch.rand(4, 3, 32, 32) * 2 - 1, torch.randn(4, 3, 32)
+    trainer = MixOptTrainer(unet, DDPMScheduler(), images, text, cli_trainer_config(2))
+    with pytest.raises(CheckpointError, match="another rank"):
+        trainer.load(state, "step.json")
+    with pytest.raises(CheckpointError, match="step.json"):
+        trainer.load({**state, "history": []}, "step.json")
+    assert step == 2
+
+
+# --- damaged cache entries (the pre-trained base model) -----------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["truncated", "foreign", "edited"])
+def test_damaged_cached_base_model_is_one_line_exit_2(damage, tmp_path, monkeypatch, capsys):
+    from mixlab.vision_mm.cli import main
+    from mixlab.vision_mm.mix_opt.model import CaptionEncoder, ModelSpec, cached_model_path
+
+    monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
+    spec = ModelSpec(steps=7)  # what `sample --pretrain-steps 7` loads
+    path = cached_model_path(spec)
+    key = json.dumps(dataclasses.asdict(spec))
+    unet = build_unet(spec.size, spec.channels, spec.text_dim)
+    encoder = CaptionEncoder(spec.text_dim)
+    if damage == "foreign":  # intact files of another model
+        state = {"unet": {"w": torch.zeros(2)}, "encoder": encoder.state_dict(), "key": key}
+    else:
+        state = {"unet": unet.state_dict(), "encoder": encoder.state_dict(), "key": key}
+    save_state(state, path)
+    if damage == "truncated":
+        _truncate(path.with_suffix(".safetensors"))
+    elif damage == "edited":
+        data = json.loads(path.with_suffix(".json").read_text())
+        data["state"]["key"] = key.replace('"steps": 7', '"steps": 8')
+        path.with_suffix(".json").write_text(json.dumps(data))
+    argv = ["mix-opt", "sample", "--out", str(tmp_path / "g.png"), "--pretrain-steps", "7"]
+    assert main(argv) == 2
+    one_line(capsys.readouterr().err, path.name)
+    assert not (tmp_path / "g.png").exists()
+    assert not list(path.parent.glob("*-partial"))  # it did not pre-train again
+
+
+def test_personalize_then_sample_on_a_tiny_base(tmp_path, monkeypatch, capsys):
+    from mixlab.vision_mm.cli import main
+    from mixlab.vision_mm.mix_opt import model
+
+    monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
+
+    def tiny_base(spec=None, device="cpu"):  # instead of pre-training the real one
+        torch.manual_seed(0)
+        unet, encoder = build_unet(32, (8, 16), 16), model.CaptionEncoder(16)
+        return unet.requires_grad_(False).eval(), encoder.requires_grad_(False).eval()
+
+    monkeypatch.setattr(model, "pretrained_model", tiny_base)
+    out = tmp_path / "run"
+    argv = ["mix-opt", "personalize", "--out", str(out), "--steps", "2", "--batch-size", "2"]
+    assert main([*argv, "--schedule", "random", "--fields", '{"p": 0.5}']) == 0
+    assert json.loads((out / "lora" / SIDECAR_NAME).read_text())["rank"] == 4
+    assert len(json.loads((out / "history.json").read_text())) == 2
+    grid = tmp_path / "grid.png"
+    argv = ["mix-opt", "sample", "--lora", str(out / "lora"), "--out", str(grid)]
+    assert main([*argv, "--per-prompt", "1", "--steps", "1", "--backgrounds", "on_white"]) == 0
+    assert grid.exists()
+    assert "wrote" in capsys.readouterr().out
