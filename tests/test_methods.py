@@ -4,6 +4,7 @@ torch, and refuse nonsense in every config field."""
 import dataclasses
 import json
 import math
+import os
 import subprocess
 import sys
 import typing
@@ -32,21 +33,29 @@ HEAVY = (
     "pandas",
 )
 PROBE = """
-import json, resource, sys
+import json, os, resource, sys
 from mixlab.shared.cli import main
 code = main(sys.argv[1:])
 usage = resource.getrusage(resource.RUSAGE_SELF)
-heavy = sorted({name.split(".")[0] for name in sys.modules} & set(json.loads({heavy!r})))
-print(json.dumps({{"code": code, "cpu_s": usage.ru_utime + usage.ru_stime, "heavy": heavy}}))
+heavy = sorted({name.split(".")[0] for name in sys.modules} & set(os.environ["HEAVY"].split(",")))
+print(json.dumps({"code": code, "cpu_s": usage.ru_utime + usage.ru_stime, "heavy": heavy}))
 """
 
 
 def _probe(*args: str) -> dict:
-    script = PROBE.format(heavy=json.dumps(HEAVY))
-    completed = subprocess.run(
-        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=300
-    )
-    assert completed.returncode == 0, completed.stderr
+    """Run the CLI in a fresh interpreter; the second of two runs, so that Python's bytecode cache
+    is warm as it is for a user (this workplace may set PYTHONDONTWRITEBYTECODE)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["HEAVY"] = ",".join(HEAVY)
+    for _ in range(2):
+        completed = subprocess.run(
+            [sys.executable, "-c", PROBE, *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
+        assert completed.returncode == 0, completed.stderr
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
@@ -56,8 +65,8 @@ def test_listing_imports_no_heavy_dependency(argv: list[str]) -> None:
     probe = _probe(*argv)
     assert probe["code"] == (2 if argv[0] == "run" else 0)
     assert probe["heavy"] == [], f"`mixlab {' '.join(argv)}` imported {probe['heavy']}"
-    # the issue's bar is 1 s of CPU; allow 2 s here for a loaded CI machine
-    assert probe["cpu_s"] < 2.0, f"`mixlab {' '.join(argv)}` took {probe['cpu_s']:.2f} s of CPU"
+    # CPU time, not wall time: a busy machine does not change it much
+    assert probe["cpu_s"] < 1.0, f"`mixlab {' '.join(argv)}` took {probe['cpu_s']:.2f} s of CPU"
 
 
 def _edge_values(annotation: object) -> list[object]:
