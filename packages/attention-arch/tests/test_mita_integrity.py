@@ -115,11 +115,11 @@ def test_cli_paths_are_checked_before_any_model_is_built(tmp_path, capsys):
         "is not a file": ["swap", "--model", "vit_tiny_patch16_224", "--checkpoint", str(tmp_path)],
         "is a folder": ["swap", "--model", "vit_tiny_patch16_224", "--out",
                         str(tmp_path / "dir.safetensors")],
-        "must be a .safetensors": ["swap", "--model", "vit_tiny_patch16_224", "--out",
-                                   str(tmp_path / "x.pt")],
-        "cannot be created": ["swap", "--model", "vit_tiny_patch16_224", "--out",
-                              str(a_file / "x.safetensors")],
-        "not a folder": ["train", "--out", str(a_file)],
+        "must end in .safetensors": ["swap", "--model", "vit_tiny_patch16_224", "--out",
+                                     str(tmp_path / "x.pt")],
+        "cannot create": ["swap", "--model", "vit_tiny_patch16_224", "--out",
+                          str(a_file / "x.safetensors")],
+        "must be a folder": ["train", "--out", str(a_file)],
         "timm model name": ["swap", "--model", "no_such_vit"],
     }  # fmt: skip
     (tmp_path / "dir.safetensors").mkdir()

@@ -176,7 +176,10 @@ def _validation_cases(root: Path) -> list[tuple[list[str], str]]:
             ["mobiquant", "quantize", "--model", root / "none", "--calib", text, "--out", new],
             "--model: ",
         ),
-        (["mobiquant", "quantize", "--model", hf, "--calib", text, "--out", text], "--out: "),
+        (
+            ["mobiquant", "quantize", "--model", hf, "--calib", text, "--out", text],
+            "--out must be a folder",
+        ),
         (
             ["mobiquant", "quantize", "--model", hf, "--calib", text, "--out", hf],
             "--out must differ from --model",
@@ -187,14 +190,14 @@ def _validation_cases(root: Path) -> list[tuple[list[str], str]]:
         ([*evaluate, "--max-tokens", "0"], "--max-tokens must be an integer >= 1, got 0"),
         (
             ["mobiquant", "eval", "--model", hf, "--text", text],
-            "is not a folder with mobiquant_config.json",
+            "has no mobiquant_config.json",
         ),
         (["mobiquant", "eval", "--model", q, "--text", root / "none.txt"], "--text: "),
         (["lm", "train", "--out", new, "--steps", "0"], "--steps must be an integer >= 1, got 0"),
         (["lm", "train", "--out", new, "--batch-size", "-1"], "--batch-size must be an integer"),
         (["lm", "train", "--out", new, "--lr", "inf"], "--lr must be a finite number > 0"),
         (["lm", "train", "--out", new, "--heads", "3"], "--heads must divide --hidden-size"),
-        (["lm", "train", "--out", text], "--out: "),
+        (["lm", "train", "--out", text], "--out must be a folder"),
         (["lm", "eval", "--model", hf, "--text", text, "--seq-len", "0"], "--seq-len must be"),
         (["lm", "eval", "--model", root / "none", "--text", text], "--model: "),
         (["lm", "eval", "--model", text, "--text", text], "is not a folder"),

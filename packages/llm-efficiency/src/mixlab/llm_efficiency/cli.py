@@ -5,8 +5,15 @@ from typing import Annotated
 
 import typer
 
-from mixlab.llm_efficiency import cli_checks as checks
 from mixlab.llm_efficiency.mobiquant.cli import app as mobiquant_app
+from mixlab.shared.checks import (
+    check_count,
+    check_input_file,
+    check_input_folder,
+    check_number,
+    check_output_folder,
+    check_seed,
+)
 from mixlab.shared.cli_base import domain_app, run_app
 
 app = domain_app(
@@ -46,12 +53,12 @@ def lm_train(
         "--batch-size": batch_size,
     }
     for option, value in counts.items():
-        checks.count(value, option)
+        check_count(value, option)
     if hidden_size % heads:
         raise ValueError(f"--heads must divide --hidden-size {hidden_size}, got {heads}")
-    checks.positive(lr, "--lr")
-    checks.count(seed, "--seed", minimum=0)
-    checks.output_folder(out)
+    check_number(lr, "--lr", lr > 0, "a finite number > 0")
+    check_seed(seed)
+    check_output_folder(out, "--out")
 
     from mixlab.llm_efficiency.lm import LMConfig, train_lm
 
@@ -69,15 +76,15 @@ def lm_eval(
     max_tokens: int | None = None,
 ) -> None:
     """Print the perplexity of a local causal LM on a text file."""
-    checks.model_folder(model)
+    check_input_folder(model, "--model", containing=("config.json",))
     if (model / "mobiquant_config.json").exists():
         raise ValueError(
             f"--model: {model} holds a MoBiQuant model: use `mixlab-llm mobiquant eval`"
         )
-    checks.input_file(text, "--text")
-    checks.count(seq_len, "--seq-len")
+    check_input_file(text, "--text")
+    check_count(seq_len, "--seq-len")
     if max_tokens is not None:
-        checks.count(max_tokens, "--max-tokens")
+        check_count(max_tokens, "--max-tokens")
 
     from mixlab.llm_efficiency.lm import encode_file, load_lm, perplexity
 

@@ -17,6 +17,13 @@ from typing import Annotated
 import typer
 
 from mixlab.attention_arch.mita.config import check_budget, check_kind, matched_config
+from mixlab.shared.checks import (
+    check_count,
+    check_input_file,
+    check_output_file,
+    check_output_folder,
+    check_seed,
+)
 from mixlab.shared.config import is_count
 from mixlab.shared.files import (
     SIDECAR_KEY,
@@ -41,51 +48,12 @@ TRAINED_FORMAT = "mixlab.mita.digits_vit/1"
 # --- checks that run before anything is built ------------------------------------------------
 
 
-def _check_count(option: str, value: int, minimum: int = 1) -> None:
-    if not is_count(value, minimum):
-        raise ValueError(f"{option} must be an integer >= {minimum}, got {value}")
-
-
-def _check_input_file(path: Path, option: str) -> None:
-    if not path.exists():
-        raise ValueError(f"{option} {path} does not exist")
-    if not path.is_file():
-        raise ValueError(f"{option} {path} is not a file")
-    if not os.access(path, os.R_OK):
-        raise ValueError(f"{option} {path} is not readable")
-
-
-def _check_creatable(folder: Path, option: str) -> None:
-    """``folder`` exists or can be made: its nearest existing ancestor is a writable folder."""
-    existing = folder.absolute()
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ValueError(f"{option}: {existing} is a file, so {folder} cannot be created")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"{option}: {existing} is not writable")
-
-
-def _check_out_file(path: Path, option: str, suffix: str) -> None:
-    if path.suffix != suffix:
-        raise ValueError(f"{option} must be a {suffix} file, got {path}")
-    if path.is_dir():
-        raise ValueError(f"{option} {path} is a folder, not a file")
-    _check_creatable(path.parent, option)
-
-
-def _check_out_dir(path: Path, option: str) -> None:
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{option} {path} is a file, not a folder")
-    _check_creatable(path, option)
-
-
 def _kind_config(attention: str, pool_size: int, top_k: int) -> tuple[int, dict]:
     """(key budget, ``attention``'s settings) at MiTA's budget of pool_size² + top_k keys per
     query, the options checked first."""
     check_kind(attention, "--attention")
-    _check_count("--pool-size", pool_size)
-    _check_count("--top-k", top_k)
+    check_count(pool_size, "--pool-size")
+    check_count(top_k, "--top-k")
     budget = pool_size * pool_size + top_k
     try:
         return budget, matched_config(attention, budget, pool_size)
@@ -163,12 +131,12 @@ def swap(
     """Swap every attention block of a timm ViT, check a forward pass, report attention FLOPs."""
     budget, config = _kind_config(attention, pool_size, top_k)
     if img_size is not None:
-        _check_count("--img-size", img_size)
+        check_count(img_size, "--img-size")
     if checkpoint is not None:
-        _check_input_file(checkpoint, "--checkpoint")
+        check_input_file(checkpoint, "--checkpoint")
         _check_own_sidecar(checkpoint)
     if out is not None:
-        _check_out_file(out, "--out", ".safetensors")
+        check_output_file(out, "--out", suffixes=(".safetensors",))
 
     import timm
     import torch
@@ -234,11 +202,11 @@ def bench(
     kinds = {}
     for kind in ("full", "mita", "moba", "topk"):
         budget, kinds[kind] = _kind_config(kind, pool_size, top_k)
-    _check_count("--heads", heads)
-    _check_count("--head-dim", head_dim)
-    _check_count("--repeats", repeats)
+    check_count(heads, "--heads")
+    check_count(head_dim, "--head-dim")
+    check_count(repeats, "--repeats")
     for n in tokens:
-        _check_count("--tokens", n)
+        check_count(n, "--tokens")
         side = math.isqrt(n)
         if side * side != n:
             raise ValueError(f"--tokens must be perfect squares (a square patch grid), got {n}")
@@ -280,15 +248,14 @@ def train(
     """Train a small ViT with one attention kind on cluttered digits; report accuracy and,
     for MiTA, the coverage of its routed experts."""
     budget, config = _kind_config(attention, pool_size, top_k)
-    _check_count("--steps", steps)
+    check_count(steps, "--steps")
     if not is_count(canvas, 16) or canvas % 4:
         raise ValueError(f"--canvas must be a multiple of 4 and >= 16, got {canvas}")
-    if not (is_count(seed, 0) and seed < 2**32):
-        raise ValueError(f"--seed must be an integer in [0, 2**32), got {seed}")
+    check_seed(seed)
     _check_fits(attention, budget, pool_size, (canvas // 4, canvas // 4))
     checkpoint = None if out is None else out / f"partial-{attention}"
     if out is not None:
-        _check_out_dir(out, "--out")
+        check_output_folder(out, "--out")
         if checkpoint.with_suffix(".json").exists():  # left by a killed run: resumed from below
             read_sidecar(checkpoint.with_suffix(".json"))  # intact? (before anything is built)
 

@@ -13,14 +13,22 @@ value is one line on stderr and exit code 2.
 
 from __future__ import annotations
 
-import math
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from mixlab.graphs.flatnsd.config import MAX_TREE_DEPTH, SYSTEMS
+from mixlab.shared.checks import (
+    check_choice,
+    check_count,
+    check_input_file,
+    check_input_folder,
+    check_number,
+    check_output_file,
+    check_output_folder,
+    check_seed,
+)
 
 EDGE_SUFFIXES = (".csv", ".txt", ".tsv", ".npy")
 MAX_THEORY_STALK_DIM = 16
@@ -32,62 +40,6 @@ app = typer.Typer(
 )
 
 
-def _count(value: int, option: str, minimum: int = 1, maximum: int | None = None) -> None:
-    """``option`` must be an integer in [minimum, maximum]."""
-    if maximum is None:
-        ok, allowed = value >= minimum, f"an integer >= {minimum}"
-    else:
-        ok, allowed = minimum <= value <= maximum, f"an integer in [{minimum}, {maximum}]"
-    if not ok:
-        raise ValueError(f"{option} must be {allowed}, got {value}")
-
-
-def _seed(value: int) -> None:
-    if not 0 <= value < 2**32:
-        raise ValueError(f"--seed must be an integer in [0, 2**32), got {value}")
-
-
-def _readable_file(path: Path, option: str, suffixes: tuple[str, ...] = ()) -> None:
-    """``path`` is an existing, readable file (with one of ``suffixes``)."""
-    if not path.exists():
-        raise ValueError(f"{option}: {path} does not exist")
-    if not path.is_file():
-        raise ValueError(f"{option}: {path} is not a file")
-    if not os.access(path, os.R_OK):
-        raise ValueError(f"{option}: {path} is not readable")
-    if suffixes and path.suffix not in suffixes:
-        raise ValueError(f"{option} must be a {', '.join(suffixes)} file, got {str(path)!r}")
-
-
-def _creatable(path: Path, option: str) -> None:
-    """The nearest existing folder above ``path`` is a writable folder."""
-    parent = path.absolute().parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise ValueError(f"{option}: cannot create {path}: {parent} is not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"{option}: cannot create {path}: {parent} is not writable")
-
-
-def _writable_file(path: Path, option: str) -> None:
-    """``path`` can be written as a file: not a folder, its folder can be created and written."""
-    if path.is_dir():
-        raise ValueError(f"{option}: {path} is a folder; give a file name")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise ValueError(f"{option}: {path} is not writable")
-    _creatable(path, option)
-
-
-def _writable_folder(path: Path, option: str) -> None:
-    """``path`` can be used as an output folder: not a file, creatable and writable."""
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{option}: {path} is a file; give a folder")
-    if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
-        raise ValueError(f"{option}: {path} is not writable")
-    _creatable(path, option)
-
-
 def read_edges(path: Path):
     """An edge list from .csv / .txt (two integer columns, optional header) or .npy ([E, 2] or
     [2, E]), made undirected without self-loops, and the node count."""
@@ -95,7 +47,7 @@ def read_edges(path: Path):
     import torch
     from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
 
-    _readable_file(path, "EDGES", EDGE_SUFFIXES)
+    check_input_file(path, "EDGES", suffixes=EDGE_SUFFIXES)
     try:
         if path.suffix == ".npy":
             edges = np.load(path, allow_pickle=False)
@@ -131,14 +83,14 @@ def resistance(
 ) -> None:
     """Effective resistance of every edge (of the graph, or of a flat bundle over it) and the total:
     the most resistive edges are the graph's bottlenecks."""
-    _readable_file(edges, "EDGES", EDGE_SUFFIXES)
+    check_input_file(edges, "EDGES", suffixes=EDGE_SUFFIXES)
     if node_maps is not None:
-        _readable_file(node_maps, "--node-maps", (".npy",))
+        check_input_file(node_maps, "--node-maps", suffixes=(".npy",))
     if out is not None:
-        _writable_file(out, "--out")
+        check_output_file(out, "--out")
         if out.exists() and out.resolve() == edges.resolve():
             raise ValueError(f"--out: {out} is the input edge list; give another file")
-    _count(top, "--top", minimum=0)
+    check_count(top, "--top", minimum=0)
 
     import numpy as np
     import torch
@@ -196,10 +148,10 @@ def theory(
     out: Annotated[Path | None, typer.Option(help="write the measurements as JSON")] = None,
 ) -> None:
     """Resistance against sensitivity, and which sheaves move resistance, on five graph families."""
-    _count(stalk_dim, "--stalk-dim", 1, MAX_THEORY_STALK_DIM)
-    _seed(seed)
+    check_count(stalk_dim, "--stalk-dim", 1, MAX_THEORY_STALK_DIM)
+    check_seed(seed)
     if out is not None:
-        _writable_file(out, "--out")
+        check_output_file(out, "--out")
 
     from mixlab.graphs.flatnsd.theory import json_ready, theory_checks
     from mixlab.shared.files import write_json_atomic
@@ -217,12 +169,11 @@ def theory(
 
 
 def _check_task_size(task: str, size: int) -> None:
+    check_choice(task, "--task", ("ring", "tree"))
     if task == "ring":
-        _count(size, "--size", minimum=3)
-    elif task == "tree":
-        _count(size, "--size", 2, MAX_TREE_DEPTH)
+        check_count(size, "--size", minimum=3)
     else:
-        raise ValueError(f"--task must be ring or tree, got {task!r}")
+        check_count(size, "--size", 2, MAX_TREE_DEPTH)
 
 
 def _task_graphs(task: str, size: int, graphs: int, seed: int) -> tuple[list, list, int, int]:
@@ -259,20 +210,18 @@ def train(
 ) -> None:
     """Train one model on a benchmark task and save its weights (``evaluate`` loads them)."""
     _check_task_size(task, size)
-    if model not in SYSTEMS:
-        raise ValueError(f"--model must be one of {', '.join(SYSTEMS)}, got {model!r}")
-    _count(width, "--width")
-    _count(stalk_dim, "--stalk-dim")
-    _count(epochs, "--epochs")
-    if not (math.isfinite(lr) and lr > 0):
-        raise ValueError(f"--lr must be a finite number > 0, got {lr}")
-    _count(graphs, "--graphs")
-    _seed(seed)
+    check_choice(model, "--model", SYSTEMS)
+    check_count(width, "--width")
+    check_count(stalk_dim, "--stalk-dim")
+    check_count(epochs, "--epochs")
+    check_number(lr, "--lr", lr > 0, "a finite number > 0")
+    check_count(graphs, "--graphs")
+    check_seed(seed)
     if seed + 10_000 >= 2**32:
         raise ValueError(
             f"--seed must be below 2**32 - 10000 (test graphs use seed + 10000), got {seed}"
         )
-    _writable_folder(out, "--out")
+    check_output_folder(out, "--out")
 
     from mixlab.graphs.flatnsd.layers import parameter_count
     from mixlab.graphs.flatnsd.training import build_model, save_trained, train_readout
@@ -318,12 +267,9 @@ def evaluate(
 ) -> None:
     """Load a model saved by ``train`` (checking its SHA-256) and score it on fresh graphs of its
     task and size."""
-    if not model_dir.exists():
-        raise ValueError(f"MODEL_DIR: {model_dir} does not exist")
-    if not model_dir.is_dir():
-        raise ValueError(f"MODEL_DIR: {model_dir} is not a folder (give a `train --out` folder)")
-    _count(graphs, "--graphs")
-    _seed(seed)
+    check_input_folder(model_dir, "MODEL_DIR")
+    check_count(graphs, "--graphs")
+    check_seed(seed)
 
     from mixlab.graphs.flatnsd.saved import read_model_info
 

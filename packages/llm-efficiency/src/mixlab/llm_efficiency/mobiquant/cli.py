@@ -13,8 +13,15 @@ from typing import Annotated
 
 import typer
 
-from mixlab.llm_efficiency import cli_checks as checks
 from mixlab.llm_efficiency.mobiquant.config import SLICE_BITS
+from mixlab.shared.checks import (
+    check_count,
+    check_input_file,
+    check_input_folder,
+    check_number,
+    check_output_folder,
+    check_seed,
+)
 
 CONFIG_FILE = "mobiquant_config.json"  # as model.CONFIG_FILE (model.py imports torch)
 
@@ -52,14 +59,14 @@ def quantize(
     seed: int = 0,
 ) -> None:
     """Quantize every linear layer of the decoder blocks, calibrated block-wise on --calib."""
-    checks.model_folder(model)
-    checks.input_file(calib, "--calib")
-    checks.output_folder(out)
+    check_input_folder(model, "--model", containing=("config.json",))
+    check_input_file(calib, "--calib")
+    check_output_folder(out, "--out")
     if out.resolve() == model.resolve():
         raise ValueError(f"--out must differ from --model (it would overwrite {model})")
-    if bits not in SLICE_BITS:
+    if bits not in SLICE_BITS:  # check_choice takes names; these are numbers
         raise ValueError(f"--bits must be one of {list(SLICE_BITS)}, got {bits}")
-    checks.count(slices, "--slices", minimum=2 if router else 1)
+    check_count(slices, "--slices", minimum=2 if router else 1)
     if bits * slices > 16:
         raise ValueError(f"--slices must keep --bits x --slices <= 16, got {bits} x {slices}")
     for option, value in {
@@ -68,8 +75,8 @@ def quantize(
         "--seq-len": seq_len,
         "--calib-steps": calib_steps,
     }.items():
-        checks.count(value, option)
-    checks.count(seed, "--seed", minimum=0)
+        check_count(value, option)
+    check_seed(seed)
 
     from mixlab.llm_efficiency.lm import encode_file, load_lm
     from mixlab.llm_efficiency.mobiquant.model import (
@@ -121,15 +128,15 @@ def evaluate(
     """Print the perplexity of --text and the average code bits per weight actually read."""
     if bits is not None and avg_bits is not None:
         raise ValueError("--bits and --avg-bits: give one of them, not both")
-    checks.model_folder(model, needs=CONFIG_FILE)
-    checks.input_file(text, "--text")
-    checks.count(seq_len, "--seq-len")
+    check_input_folder(model, "--model", containing=(CONFIG_FILE,))
+    check_input_file(text, "--text")
+    check_count(seq_len, "--seq-len")
     if max_tokens is not None:
-        checks.count(max_tokens, "--max-tokens")
+        check_count(max_tokens, "--max-tokens")
     if bits is not None:
-        checks.count(bits, "--bits")
+        check_count(bits, "--bits")
     if avg_bits is not None:
-        checks.positive(avg_bits, "--avg-bits")
+        check_number(avg_bits, "--avg-bits", avg_bits > 0, "a finite number > 0")
 
     from mixlab.llm_efficiency.lm import encode_file, perplexity
     from mixlab.llm_efficiency.mobiquant.model import (

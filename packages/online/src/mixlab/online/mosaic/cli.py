@@ -14,7 +14,6 @@ sidecar; if it cannot be read it is refused in one line all the same.
 
 from __future__ import annotations
 
-import math
 import os
 import zipfile
 import zlib
@@ -22,6 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+from mixlab.shared.checks import (
+    check_count,
+    check_input_file,
+    check_number,
+    check_output_file,
+    check_seed,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -38,56 +45,14 @@ DATA_SUFFIXES = (".npy", ".npz", ".csv")
 # --- checks of options and paths (no NumPy: they run before any work) -------------------------
 
 
-def _count(option: str, value: int, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{option} must be an integer >= {minimum}, got {value!r}")
-
-
-def _seed(value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
-        raise ValueError(f"--seed must be an integer in [0, 2**32), got {value!r}")
-
-
-def _real(option: str, value: float, allowed: str, ok: bool) -> None:
-    if not (math.isfinite(value) and ok):
-        raise ValueError(f"{option} must be {allowed}, got {value!r}")
-
-
-def _creatable_parent(path: Path, option: str) -> None:
-    """The nearest existing folder above ``path`` is a writable folder (so ``path`` can be made)."""
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise ValueError(f"{option}: cannot create {path}: {parent} is not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"{option}: cannot create {path}: {parent} is not writable")
-
-
-def _out_file(path: Path, option: str, suffix: str | None = None) -> None:
-    """``path`` can be written as a file: the right suffix, not a folder, its folder creatable."""
-    if suffix is not None and path.suffix != suffix:
-        raise ValueError(f"{option} must end in {suffix}, got {str(path)!r}")
-    if path.is_dir():
-        raise ValueError(f"{option}: {path} is a folder, not a file name")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise ValueError(f"{option}: {path} is not writable")
-    _creatable_parent(path, option)
-
-
-def _in_file(path: Path, option: str) -> None:
+def _data_file(path: Path, option: str) -> None:
     """``path`` is a readable data file of a known kind."""
-    if not path.exists():
-        raise ValueError(f"{option}: {str(path)!r} does not exist")
-    if not path.is_file():
-        raise ValueError(f"{option}: {str(path)!r} is not a file")
+    check_input_file(path, option)
     if path.suffix not in DATA_SUFFIXES:
         raise ValueError(
             f"{option} must be .npy, .npz (array 'X', or 'X_full' for --truth) or .csv "
             f"(empty cells = missing), got {str(path)!r}"
         )
-    if not os.access(path, os.R_OK):
-        raise ValueError(f"{option}: {str(path)!r} is not readable")
 
 
 def sidecar_of(path: Path) -> Path:
@@ -233,18 +198,18 @@ def generate(
     seed: int = 0,
 ) -> None:
     """Write a synthetic stream on a union of drifting subspaces."""
-    _out_file(out, "--out", ".npz")
-    _out_file(sidecar_of(out), "--out (its sidecar)")
-    _count("--n-features", n_features, 2)
-    _count("--n-subspaces", n_subspaces)
-    _count("--rank", rank)
+    check_output_file(out, "--out", suffixes=(".npz",))
+    check_output_file(sidecar_of(out), "--out (its sidecar)")
+    check_count(n_features, "--n-features", 2)
+    check_count(n_subspaces, "--n-subspaces")
+    check_count(rank, "--rank")
     if rank >= n_features:
         raise ValueError(f"--rank must be smaller than --n-features={n_features}, got {rank}")
-    _real("--observed-fraction", observed_fraction, "in (0, 1]", 0 < observed_fraction <= 1)
-    _real("--noise", noise, "a finite number >= 0", noise >= 0)
-    _count("--n-source", n_source, 0)
-    _real("--drift-rate", drift_rate, "a finite number >= 0", drift_rate >= 0)
-    _seed(seed)
+    check_number(observed_fraction, "--observed-fraction", 0 < observed_fraction <= 1, "in (0, 1]")
+    check_number(noise, "--noise", noise >= 0, "a finite number >= 0")
+    check_count(n_source, "--n-source", 0)
+    check_number(drift_rate, "--drift-rate", drift_rate >= 0, "a finite number >= 0")
+    check_seed(seed)
     parsed = _parse_epochs(epochs, drift_rate)
 
     import numpy as np
@@ -310,16 +275,16 @@ def complete(
 ) -> None:
     """Complete a stream prequentially: each batch is completed with the current experts, then learned."""
     # 1. options and paths, before reading anything
-    _in_file(data, "data")
-    _out_file(out, "--out", ".npy")
-    _count("--pretrain", pretrain, 0)
-    _count("--n-experts", n_experts)
-    _count("--rank", rank)
-    _real("--step-size", step_size, "in (0, 1]", 0 < step_size <= 1)
-    _count("--batch-size", batch_size)
-    _seed(seed)
+    _data_file(data, "data")
+    check_output_file(out, "--out", suffixes=(".npy",))
+    check_count(pretrain, "--pretrain", 0)
+    check_count(n_experts, "--n-experts")
+    check_count(rank, "--rank")
+    check_number(step_size, "--step-size", 0 < step_size <= 1, "in (0, 1]")
+    check_count(batch_size, "--batch-size")
+    check_seed(seed)
     if truth is not None:
-        _in_file(truth, "--truth")
+        _data_file(truth, "--truth")
     if load_model is not None:
         if pretrain:
             raise ValueError(
@@ -333,7 +298,7 @@ def complete(
                 )
     if save_model is not None:
         for suffix in (".json", ".safetensors"):
-            _out_file(save_model.with_suffix(suffix), "--save-model")
+            check_output_file(save_model.with_suffix(suffix), "--save-model")
 
     # 2. inputs, each checked, before any computing (files first: NumPy only, no scikit-learn/torch)
     import numpy as np

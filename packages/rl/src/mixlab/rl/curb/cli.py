@@ -7,7 +7,6 @@ mixlab-rl curb dqn --steps 100000 --seeds 3 --curb --out runs/curb-dqn
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 from typing import Annotated
@@ -20,7 +19,14 @@ from mixlab.rl.curb.config import (
     TABULAR_SYSTEMS,
     q_table_bytes,
 )
-from mixlab.shared.config import is_count, require
+from mixlab.shared.checks import (
+    check_choice,
+    check_count,
+    check_number,
+    check_output_folder,
+    check_seed,
+)
+from mixlab.shared.config import require
 from mixlab.shared.device import DEVICE_HELP, check_device_name
 
 app = typer.Typer(
@@ -36,22 +42,6 @@ BELIEF_LEARNERS = ("belief", "curb")
 # --- validation: every option is checked before anything is solved, simulated or trained -------
 
 
-def _check_choice(value: str, option: str, choices: tuple[str, ...]) -> None:
-    require(value in choices, option, f"one of {list(choices)}", value)
-
-
-def _check_count(value: int, option: str, minimum: int = 1) -> None:
-    require(is_count(value, minimum), option, f"an integer >= {minimum}", value)
-
-
-def _check_seed(value: int) -> None:
-    require(is_count(value, 0) and value < 2**32, "--seed", "an integer in [0, 2**32)", value)
-
-
-def _check_number(value: float, option: str, ok: bool, allowed: str) -> None:
-    require(math.isfinite(value) and ok, option, allowed, value)
-
-
 def _check_device(device: str) -> None:
     try:
         check_device_name(device)
@@ -59,33 +49,10 @@ def _check_device(device: str) -> None:
         raise ValueError(f"--device must be one of {DEVICE_HELP}, got {device!r}") from None
 
 
-def _check_out(out: Path | None) -> None:
-    """``--out`` is a folder, or can be created as one (its nearest existing parent is a writable
-    folder)."""
-    if out is None:
-        return
-    if out.exists():
-        require(out.is_dir(), "--out", "a folder (it is an existing file)", str(out))
-        require(os.access(out, os.W_OK | os.X_OK), "--out", "a writable folder", str(out))
-        return
-    parent = out.absolute().parent
-    while not parent.exists():
-        parent = parent.parent
-    require(
-        parent.is_dir(), "--out", f"a folder that can be created ({parent} is a file)", str(out)
-    )
-    require(
-        os.access(parent, os.W_OK | os.X_OK),
-        "--out",
-        f"a folder that can be created ({parent} is not writable)",
-        str(out),
-    )
-
-
 def _market(name: str, n_firms: int):
     from mixlab.rl.curb.markets import MARKETS
 
-    _check_choice(name, "--market", MARKET_NAMES)
+    check_choice(name, "--market", MARKET_NAMES)
     return MARKETS[name](n_firms=n_firms)
 
 
@@ -136,10 +103,10 @@ def equilibria(
     xi: float = 0.1,
 ) -> None:
     """Print the static Nash and joint-monopoly benchmarks and the action grid."""
-    _check_choice(market, "--market", MARKET_NAMES)
-    _check_count(n_firms, "--n-firms", 2)
-    _check_count(n_actions, "--n-actions", 2)
-    _check_number(xi, "--xi", xi >= 0, "a finite number >= 0")
+    check_choice(market, "--market", MARKET_NAMES)
+    check_count(n_firms, "--n-firms", 2)
+    check_count(n_actions, "--n-actions", 2)
+    check_number(xi, "--xi", xi >= 0, "a finite number >= 0")
     import numpy as np
 
     from mixlab.rl.curb.markets import action_grid
@@ -174,19 +141,19 @@ def simulate(
     ] = None,
 ) -> None:
     """Play seeded Q-learning sessions to convergence and measure collusion and punishment."""
-    _check_choice(market, "--market", MARKET_NAMES)
-    _check_choice(learner, "--learner", LEARNERS)
-    _check_count(sessions, "--sessions")
-    _check_seed(seed)
-    _check_count(n_firms, "--n-firms", 2)
+    check_choice(market, "--market", MARKET_NAMES)
+    check_choice(learner, "--learner", LEARNERS)
+    check_count(sessions, "--sessions")
+    check_seed(seed)
+    check_count(n_firms, "--n-firms", 2)
     if learner in BELIEF_LEARNERS:
         require(
             n_firms == 2, "--n-firms", f"2 with --learner {learner} (belief injection)", n_firms
         )
-    _check_count(n_actions, "--n-actions", 2)
-    _check_number(alpha, "--alpha", 0 < alpha <= 1, "in (0, 1]")
-    _check_number(beta, "--beta", beta > 0, "a finite number > 0 (ε = exp(−βt) must decay)")
-    _check_number(penalty, "--penalty", penalty > 0, "a finite number > 0")
+    check_count(n_actions, "--n-actions", 2)
+    check_number(alpha, "--alpha", 0 < alpha <= 1, "in (0, 1]")
+    check_number(beta, "--beta", beta > 0, "a finite number > 0 (ε = exp(−βt) must decay)")
+    check_number(penalty, "--penalty", penalty > 0, "a finite number > 0")
     memory = 0 if learner == "no-memory" else 1
     table = q_table_bytes(sessions, n_firms, n_actions, memory)
     require(
@@ -196,7 +163,8 @@ def simulate(
         " GiB asked; lower --sessions, --n-firms or --n-actions)",
         sessions,
     )
-    _check_out(out)
+    if out is not None:
+        check_output_folder(out, "--out")
 
     from mixlab.rl.curb.analysis import analyse_sessions
     from mixlab.rl.curb.experiment import learner as build_learner
@@ -226,13 +194,14 @@ def dqn(
     ] = None,
 ) -> None:
     """Train independent DQN (or CURB-DQN) pricing agents on Calvano's Bertrand market."""
-    _check_count(steps, "--steps")
-    _check_count(seeds, "--seeds")
-    _check_number(penalty, "--penalty", penalty > 0, "a finite number > 0")
-    _check_number(beta, "--beta", beta >= 0, "a finite number >= 0 (0: the default decay)")
-    _check_seed(seed)
+    check_count(steps, "--steps")
+    check_count(seeds, "--seeds")
+    check_number(penalty, "--penalty", penalty > 0, "a finite number > 0")
+    check_number(beta, "--beta", beta >= 0, "a finite number >= 0 (0: the default decay)")
+    check_seed(seed)
     _check_device(device)
-    _check_out(out)
+    if out is not None:
+        check_output_folder(out, "--out")
 
     from mixlab.shared.device import resolve_device
 
