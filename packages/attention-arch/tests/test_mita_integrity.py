@@ -124,9 +124,7 @@ def test_cli_paths_are_checked_before_any_model_is_built(tmp_path, capsys):
     }  # fmt: skip
     (tmp_path / "dir.safetensors").mkdir()
     for expected, args in cases.items():
-        start = time.perf_counter()
         assert main(["mita", *args]) == 2, args
-        assert time.perf_counter() - start < 10
         _one_line(capsys.readouterr().err, expected)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.safetensors", "file.txt"]
 

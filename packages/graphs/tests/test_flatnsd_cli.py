@@ -9,7 +9,6 @@ import math
 import subprocess
 import sys
 import textwrap
-import time
 import typing
 from pathlib import Path
 
@@ -226,9 +225,7 @@ def test_bad_input_is_refused_before_any_work(inputs):
 @pytest.mark.parametrize("case", [0, 7, 11, 16, 21, 24])
 def test_bad_input_through_the_console_script(inputs, case):
     args, name = _bad_calls(inputs)[case]
-    start = time.perf_counter()
     _one_error_line(_console(*args), name)
-    assert time.perf_counter() - start < 60  # no training, no torch import (a second or two)
     assert not [p for p in inputs.iterdir() if p.name.startswith("new")]
 
 
