@@ -142,3 +142,16 @@ def test_results_written_before_regime_existed_still_load(tmp_path: Path) -> Non
     (tmp_path / "result.json").write_text(json.dumps(old))
     loaded = Result.load(tmp_path)
     assert (loaded.regime, loaded.claims[0].state) == ([], "holds")
+
+
+def test_a_scoped_regime_check_gates_only_its_claims(tmp_path: Path) -> None:
+    theory = Claim.compare("exact theory holds", 1e-12, "<", 1e-8)
+    trained = Claim.compare("ours beats GCN at the largest ring", 0.9, ">", 0.5)
+    budget = Claim.compare("GCN fits the smallest ring", 0.4, ">=", 0.9).gating(trained)
+    result = Result(metrics={"a": {"x": 1.0}}, claims=[theory, trained], regime=[budget])
+    assert [claim.state for claim in result.claims] == ["holds", "untested"]
+    data = json.loads(result.write(tmp_path).read_text())
+    assert data["regime"][0]["gates"] == ["ours beats GCN at the largest ring"]
+    assert Result.load(tmp_path).regime == [budget]
+    with pytest.raises(ValueError, match="gates claims that are not here"):
+        Result(metrics={"a": {"x": 1.0}}, claims=[theory], regime=[budget])

@@ -134,20 +134,26 @@ def test_regime_is_gcn_at_the_smallest_sizes(ring, tree, holds):
     assert f"gcn tree 2 train accuracy {tree:.4g} >= 0.9" == checks[1].evidence
 
 
-def test_a_failed_regime_marks_every_claim_untested():
+def test_a_failed_regime_check_gates_only_the_claims_of_its_task():
     from mixlab.graphs.flatnsd.experiment import regime
     from mixlab.shared.result import Claim, Result
 
-    claim = Claim.compare("FlatNSD keeps accuracy", 1.0, ">=", 0.9)
+    theory = Claim.compare(
+        "Orthogonal flat bundles leave effective resistance unchanged", 0, "<=", 1
+    )
+    ring = Claim.compare("FlatNSD keeps accuracy at the largest ring", 1.0, ">=", 0.9)
+    tree = Claim.compare("FlatNSD keeps accuracy at the largest tree depth", 1.0, ">=", 0.9)
     config = Config(ring_sizes=(4,), tree_depths=(2,))
-    failed = Result(
-        metrics=_metrics(0.5, 1.0), claims=[claim], regime=regime(_metrics(0.5, 1.0), config)
-    )
-    assert failed.claims[0].state == "untested"
-    held = Result(
-        metrics=_metrics(1.0, 1.0), claims=[claim], regime=regime(_metrics(1.0, 1.0), config)
-    )
-    assert held.claims[0].state == "holds"
+
+    def states(ring_accuracy: float, tree_accuracy: float) -> list[str]:
+        metrics = _metrics(ring_accuracy, tree_accuracy)
+        found = [theory, ring, tree]
+        result = Result(metrics=metrics, claims=found, regime=regime(metrics, config, found))
+        return [claim.state for claim in result.claims]
+
+    assert states(1.0, 1.0) == ["holds", "holds", "holds"]
+    assert states(0.5, 1.0) == ["holds", "untested", "holds"]
+    assert states(1.0, 0.4) == ["holds", "holds", "untested"]
 
 
 # --- CLI: every input is checked before any work ------------------------------------------

@@ -121,9 +121,11 @@ def test_regime_needs_bp_high_to_beat_the_base_model_by_the_margin():
     assert not today.holds
     assert "0.561" in today.evidence
     assert "0.61" in today.evidence
-    claim = Claim.compare("a claim", 1.0, ">", 0.0)
-    result = Result(metrics={"a": {"x": 1.0}}, claims=[claim], regime=[today])
-    assert result.claims[0].state == "untested"
+    memory = Claim.compare("Mix-Opt's peak training memory is below BP-high's", 1.0, "<", 2.0)
+    quality = Claim.compare("Mix-Opt's subject fidelity is close to BP-high's", 1.0, ">", 0.0)
+    (gated,) = regime(cells(0.610, 0.561), [memory, quality])
+    result = Result(metrics={"a": {"x": 1.0}}, claims=[memory, quality], regime=[gated])
+    assert [claim.state for claim in result.claims] == ["holds", "untested"]  # memory stays tested
     assert not regime(cells(0.61, 0.625))[0].holds  # within the margin
     assert regime(cells(0.61, 0.64))[0].holds
     two = [*cells(0.6, 0.7), *cells(0.6, 0.5)[1:]]

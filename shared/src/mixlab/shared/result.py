@@ -81,6 +81,8 @@ class Claim:
     evidence: str
     tested: bool = True
     """False when the setup could not test the claim (a regime check failed): the verdict is moot"""
+    gates: tuple[str, ...] = ()
+    """for a regime check: the texts of the claims it gates (empty: every claim); see :meth:`gating`"""
 
     def __post_init__(self) -> None:
         for name in ("holds", "tested"):
@@ -90,6 +92,14 @@ class Claim:
                 )
         if not self.text.strip():
             raise ValueError("Claim.text must be a non-empty sentence")
+        object.__setattr__(self, "gates", tuple(self.gates))
+
+    def gating(self, *claims: Claim) -> Self:
+        """This regime check, gating only ``claims`` (a check of the training budget gates the
+        claims about trained systems, not a claim about exact theory)."""
+        if not claims:
+            raise ValueError("gating needs at least one claim")
+        return replace(self, gates=tuple(claim.text for claim in claims))
 
     @property
     def state(self) -> str:
@@ -154,12 +164,15 @@ class Claim:
         return claim._gated(requires)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "text": self.text,
             "holds": self.holds,
             "tested": self.tested,
             "evidence": self.evidence,
         }
+        if self.gates:
+            data["gates"] = list(self.gates)
+        return data
 
 
 def _metric_value(system: str, name: str, value: Any) -> float | None:
@@ -175,8 +188,8 @@ class Result:
     """What one run of an experiment measured.
 
     ``metrics`` has one row per system (the method and each baseline), every row with the same keys.
-    ``regime``: the checks that the setup can test the claims; when one fails, every claim is
-    marked untested.
+    ``regime``: the checks that the setup can test the claims; when one fails, every claim it
+    gates (all of them, unless it names some with :meth:`Claim.gating`) is marked untested.
     """
 
     metrics: dict[str, dict[str, float | None]]
@@ -210,12 +223,25 @@ class Result:
                 raise ValueError(
                     f"claims and regime checks must be Claim objects computed from metrics, got {claim!r}"
                 )
-        failed = [check for check in self.regime if not check.holds]
-        if failed:
-            reason = "regime check failed: " + "; ".join(check.text for check in failed)
-            self.claims = [
-                claim if not claim.tested else claim.untested(reason) for claim in self.claims
-            ]
+        texts = {claim.text for claim in self.claims}
+        for check in self.regime:
+            unknown = [text for text in check.gates if text not in texts]
+            if unknown:
+                raise ValueError(
+                    f"regime check {check.text!r} gates claims that are not here: {unknown}"
+                )
+        self.claims = [self._gate(claim) for claim in self.claims]
+
+    def _gate(self, claim: Claim) -> Claim:
+        """``claim``, untested when a regime check that gates it failed."""
+        failed = [
+            check
+            for check in self.regime
+            if not check.holds and (not check.gates or claim.text in check.gates)
+        ]
+        if not failed or not claim.tested:
+            return claim
+        return claim.untested("regime check failed: " + "; ".join(check.text for check in failed))
 
     @property
     def regime_holds(self) -> bool:
@@ -262,11 +288,10 @@ class Result:
             claims = [Claim(**claim) for claim in data.pop("claims")]
             regime = [Claim(**check) for check in data.pop("regime", [])]
             known = {key: data[key] for key in RESULT_KEYS if key in data}
-            # claims were stored already marked; Result must not mark them a second time
-            result = cls(claims=[], regime=regime, **known)
+            # gating is idempotent: stored claims come back in the states they were saved in
+            result = cls(claims=claims, regime=regime, **known)
         except TypeError as error:
             raise ValueError(f"{path} is not a mixlab result.json: {error}") from None
-        result.claims = claims
         return result
 
 
