@@ -57,7 +57,9 @@ def render_method(method: str, runs: list[tuple[Path, dict[str, Any]]]) -> list[
             lines.append("- regime: not checked (this result predates regime checks)")
         for check in result.get("regime", []):
             verdict = "holds" if check["holds"] else "**fails**"
-            lines.append(f"- regime check {verdict}: {_cell(check['text'])} ({_cell(check['evidence'])})")
+            lines.append(
+                f"- regime check {verdict}: {_cell(check['text'])} ({_cell(check['evidence'])})"
+            )
         for claim in result["claims"]:
             lines.append(f"- {_state(claim)}: {_cell(claim['text'])} ({_cell(claim['evidence'])})")
     return lines
