@@ -253,7 +253,9 @@ def test_console_script_refuses_a_damaged_checkpoint(
         tensors.write_bytes(tensors.read_bytes()[: tensors.stat().st_size // 2])
     else:
         sidecar = checkpoint.with_suffix(".json")
-        sidecar.write_text(sidecar.read_text().replace('"steps": 100', '"steps": 101'))
+        text = sidecar.read_text()
+        assert '"lr": 0.05' in text  # the optimizer's learning rate, stored as a JSON number
+        sidecar.write_text(text.replace('"lr": 0.05', '"lr": 0.5'))
     script = Path(sys.executable).with_name("mixlab")
     completed = subprocess.run(
         [str(script), "run", "toy", "--device", "cpu", "--out", str(out), "--resume"],

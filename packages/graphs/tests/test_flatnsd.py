@@ -476,8 +476,15 @@ def test_experiment_writes_every_system_and_resumes(tmp_path):
     gcn = result.metrics["gcn"]
     assert f"{gcn['ring4_test_accuracy']:.4g}" in result.regime[0].evidence
     assert f"{gcn['tree2_train_accuracy']:.4g}" in result.regime[1].evidence
-    if not result.regime_holds:  # one epoch: GCN has not fitted, every claim is untested
-        assert all(claim.state == "untested" for claim in result.claims)
+    for check in result.regime:  # one epoch: a check that failed leaves its claims untested
+        gated = [claim for claim in result.claims if claim.text in check.gates]
+        assert gated
+        assert check.holds or all(claim.state == "untested" for claim in gated)
+    theory = [
+        claim for claim in result.claims if not any(claim.text in c.gates for c in result.regime)
+    ]
+    assert len(theory) == 4
+    assert all(claim.tested for claim in theory)  # exact computations: never gated
     assert result.metrics["gcn"]["resistance_start"] is None
     assert result.metrics["flatnsd"]["resistance_start"] is not None
     assert json.loads((tmp_path / "theory.json").read_text())["ring"]["spearman_linear"] < -0.9
