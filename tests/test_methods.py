@@ -70,7 +70,8 @@ def test_listing_imports_no_heavy_dependency(argv: list[str]) -> None:
 
 
 def _edge_values(annotation: object) -> list[object]:
-    """The values that make no sense for most fields of this type: nan/inf for floats, 0/-1 for counts."""
+    """The values that make no sense for most fields of this type: nan/inf for floats, 0/-1 (and
+    True) for counts."""
     options = (
         typing.get_args(annotation)
         if typing.get_origin(annotation)
@@ -84,7 +85,7 @@ def _edge_values(annotation: object) -> list[object]:
     if float in options:
         values += [math.nan, math.inf, -math.inf]
     if int in options and bool not in options:
-        values += [0, -1]
+        values += [0, -1, True]  # a bool is an int to Python, never a count
     return values
 
 
