@@ -269,7 +269,9 @@ def test_resigned_or_foreign_stream_files_are_refused(
     other = npz.with_name("other.npz")  # its sidecar checks out, but it vouches for stream.npz
     other.write_bytes(npz.read_bytes())
     sidecar_of(other).write_text(sidecar.read_text())
-    _one_line_error(capsys, ["mosaic", "complete", str(other), "--out", out], "the sidecar of")
+    _one_line_error(
+        capsys, ["mosaic", "complete", str(other), "--out", out], "a sidecar of another file"
+    )
     # foreign .npz: no array X; a pickle in .npy clothing
     np.savez(tmp_path / "foreign.npz", Y=np.zeros((3, 3)))
     _one_line_error(

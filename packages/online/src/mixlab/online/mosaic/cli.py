@@ -83,7 +83,6 @@ def save_stream(path: Path, arrays: dict[str, Any], n_source: int) -> Path:
         sidecar_of(path),
         {
             "format": STREAM_FORMAT,
-            "file": path.name,
             "n_samples": int(n_samples),
             "n_features": int(n_features),
             "n_source": int(n_source),
@@ -108,21 +107,12 @@ def read_matrix(path: Path, key: str = "X") -> np.ndarray:
     if path.suffix == ".npz" and sidecar_of(path).exists():
         sidecar = read_sidecar(
             sidecar_of(path),
-            expect={
-                "format": str,
-                "file": str,
-                "n_samples": int,
-                "n_features": int,
-                "n_source": int,
-            },
+            expect={"format": str, "n_samples": int, "n_features": int, "n_source": int},
+            covering=[path],  # a sidecar copied beside another file vouches for nothing
         )
         if sidecar["format"] != STREAM_FORMAT:
             raise CheckpointError(
                 f"{sidecar_of(path)}: not a mixlab stream (format {sidecar['format']!r})"
-            )
-        if sidecar["file"] != path.name:  # a sidecar copied beside another file vouches for nothing
-            raise CheckpointError(
-                f"{sidecar_of(path)}: the sidecar of {sidecar['file']!r}, not of {path.name!r}"
             )
         expected_shape = (sidecar["n_samples"], sidecar["n_features"])
     try:
