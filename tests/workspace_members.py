@@ -24,15 +24,15 @@ class Member:
 
 DOMAINS = (
     Member("packages/llm-efficiency", "mixlab-llm-efficiency", "llm_efficiency", "mixlab-llm",
-           ("transformers", "accelerate", "trl", "triton")),
+           ("transformers", "accelerate", "triton")),
     Member("packages/attention-arch", "mixlab-attention-arch", "attention_arch", "mixlab-attn",
-           ("timm", "open_clip", "torchvision", "einops", "mambapy")),
+           ("timm", "sklearn")),
     Member("packages/graphs", "mixlab-graphs", "graphs", "mixlab-graphs",
-           ("torch_geometric", "networkx", "rdkit", "mordred", "geoopt", "ot", "scipy")),
+           ("torch_geometric", "networkx", "scipy")),
     Member("packages/rl", "mixlab-rl", "rl", "mixlab-rl",
-           ("gymnasium", "pettingzoo", "stable_baselines3", "numba", "pyvrp")),
+           ("gymnasium", "pettingzoo", "numba", "scipy")),
     Member("packages/vision-mm", "mixlab-vision-mm", "vision_mm", "mixlab-vision",
-           ("diffusers", "peft", "open_clip", "torchvision", "skimage")),
+           ("diffusers", "peft", "PIL", "skimage", "scipy")),
     Member("packages/online", "mixlab-online", "online", "mixlab-online", ("numpy", "scipy", "sklearn")),
 )  # fmt: skip
 SHARED = Member(
