@@ -98,21 +98,21 @@ def test_petrels_tracks_a_stationary_subspace() -> None:
 
 def test_pretrained_experts_route_well_separated_subspaces_correctly() -> None:
     truth, labels, X_full, mask = union_samples(n_samples=900, observed=0.5, noise=1e-3)
-    model = MoSAIC(n_experts=3, rank=3, n_init=2, random_state=0).fit(X_full[:600], mask[:600])
+    model = MoSAIC(n_experts=3, rank=3, n_init=2, random_state=0).fit(X_full[:600], mask=mask[:600])
     assert routing_accuracy(model.labels_, labels[:600]) == 1.0
-    assert routing_accuracy(model.route(X_full[600:], mask[600:]), labels[600:]) == 1.0
+    assert routing_accuracy(model.route(X_full[600:], mask=mask[600:]), labels[600:]) == 1.0
     for basis in model.bases_:
         assert min(subspace_distance(basis, t) for t in truth) < 1e-2
-    assert model.score(X_full[600:], mask[600:], X_full[600:]) < 1e-2
+    assert model.completion_error(X_full[600:], X_full[600:], mask=mask[600:]) < 1e-2
 
 
 def test_partial_fit_one_by_one_equals_batched() -> None:
     _, _, X_full, mask = union_samples(n_samples=700, observed=0.6, noise=1e-3, seed=4)
-    start = MoSAIC(n_experts=3, rank=3, n_init=2, random_state=0).fit(X_full[:400], mask[:400])
+    start = MoSAIC(n_experts=3, rank=3, n_init=2, random_state=0).fit(X_full[:400], mask=mask[:400])
     one_by_one, batched = copy.deepcopy(start), copy.deepcopy(start)
     for i in range(400, 700):
-        one_by_one.partial_fit(X_full[i], mask[i])
-    batched.partial_fit(X_full[400:700], mask[400:700])
+        one_by_one.partial_fit(X_full[i : i + 1], mask=mask[i : i + 1])
+    batched.partial_fit(X_full[400:700], mask=mask[400:700])
     for a, b in zip(one_by_one.bases_, batched.bases_, strict=True):
         assert subspace_distance(a, b) < 1e-3
 
@@ -120,19 +120,23 @@ def test_partial_fit_one_by_one_equals_batched() -> None:
 def test_same_seed_same_model() -> None:
     _, _, X_full, mask = union_samples(seed=5)
     first = (
-        MoSAIC(3, 3, n_init=2, random_state=7).fit(X_full, mask).partial_fit(X_full[:50], mask[:50])
+        MoSAIC(3, 3, n_init=2, random_state=7)
+        .fit(X_full, mask=mask)
+        .partial_fit(X_full[:50], mask=mask[:50])
     )
     second = (
-        MoSAIC(3, 3, n_init=2, random_state=7).fit(X_full, mask).partial_fit(X_full[:50], mask[:50])
+        MoSAIC(3, 3, n_init=2, random_state=7)
+        .fit(X_full, mask=mask)
+        .partial_fit(X_full[:50], mask=mask[:50])
     )
     np.testing.assert_array_equal(first.bases_, second.bases_)
 
 
 def test_frozen_experts_do_not_move() -> None:
     _, _, X_full, mask = union_samples(seed=6)
-    model = MoSAIC(3, 3, n_init=1, adapt=False, random_state=0).fit(X_full[:300], mask[:300])
+    model = MoSAIC(3, 3, n_init=1, adapt=False, random_state=0).fit(X_full[:300], mask=mask[:300])
     before = model.bases_.copy()
-    model.partial_fit(X_full[300:], mask[300:])
+    model.partial_fit(X_full[300:], mask=mask[300:])
     np.testing.assert_array_equal(model.bases_, before)
 
 
@@ -141,17 +145,19 @@ def test_frozen_experts_do_not_move() -> None:
                          ids=lambda e: type(e).__name__)  # fmt: skip
 def test_save_and_load_round_trip(estimator, tmp_path: Path) -> None:
     _, _, X_full, mask = union_samples(seed=8)
-    estimator.fit(X_full[:300], mask[:300]).partial_fit(X_full[300:350], mask[300:350])
+    estimator.fit(X_full[:300], mask=mask[:300]).partial_fit(X_full[300:350], mask=mask[300:350])
     estimator.save(tmp_path / "model")
     loaded = type(estimator).load(tmp_path / "model")
     np.testing.assert_array_equal(
-        loaded.transform(X_full[350:], mask[350:]), estimator.transform(X_full[350:], mask[350:])
+        loaded.transform(X_full[350:], mask=mask[350:]),
+        estimator.transform(X_full[350:], mask=mask[350:]),
     )
     # both continue identically
-    estimator.partial_fit(X_full[350:400], mask[350:400])
-    loaded.partial_fit(X_full[350:400], mask[350:400])
+    estimator.partial_fit(X_full[350:400], mask=mask[350:400])
+    loaded.partial_fit(X_full[350:400], mask=mask[350:400])
     np.testing.assert_allclose(
-        loaded.transform(X_full[400:], mask[400:]), estimator.transform(X_full[400:], mask[400:])
+        loaded.transform(X_full[400:], mask=mask[400:]),
+        estimator.transform(X_full[400:], mask=mask[400:]),
     )
     with pytest.raises(ValueError, match="holds a"):
         (GROUSE if not isinstance(estimator, GROUSE) else PETRELS).load(tmp_path / "model")
@@ -160,17 +166,19 @@ def test_save_and_load_round_trip(estimator, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda m, X, M: m.fit(X, M[:, :-1]), "mask must be a boolean array of the shape of X"),
-        (lambda m, X, M: m.fit(X, M.astype(int)), "mask must be a boolean array"),
-        (lambda m, X, M: m.fit(X, np.zeros_like(M)), "at least one observed entry; samples \\[0, 1, 2, 3, 4\\]"),
-        (lambda m, X, M: m.fit(np.where(M, np.nan, X), M), "NaN or inf in observed entries"),
-        (lambda m, X, M: m.set_params(rank=40).fit(X, M), "rank must be smaller than the number of features \\(40\\)"),
-        (lambda m, X, M: m.set_params(rank=0).fit(X, M), "rank must be an integer >= 1"),
-        (lambda m, X, M: m.set_params(step_size=1.5).fit(X, M), "step_size must be in \\(0, 1\\]"),
-        (lambda m, X, M: m.set_params(n_experts=0).fit(X, M), "n_experts must be an integer >= 1"),
-        (lambda m, X, M: m.transform(X, M), "not fitted yet"),
-        (lambda m, X, M: m.fit(X, M).partial_fit(X[:, :10], M[:, :10]), "X has 10 features, but this estimator was fitted with 40"),
-        (lambda m, X, M: m.fit(X, M).partial_fit(X[:3], M[:3], experts=[0, 1, 9]), "experts must be one integer in \\[0, 3\\)"),
+        (lambda m, X, M: m.fit(X, mask=M[:, :-1]), "mask must be a boolean array of the shape of X"),
+        (lambda m, X, M: m.fit(X, mask=M.astype(int)), "mask must be a boolean array"),
+        (lambda m, X, M: m.fit(X, mask=np.zeros_like(M)), "at least one observed entry; samples \\[0, 1, 2, 3, 4\\]"),
+        (lambda m, X, M: m.fit(np.where(M, np.inf, X), mask=M), "Input X contains infinity"),
+        (lambda m, X, M: m.fit(np.where(M, np.nan, X), mask=M), "at least one observed entry"),  # NaN is missing, whatever the mask
+        (lambda m, X, M: m.fit(X[0], mask=M[0]), "Expected 2D array, got 1D array instead"),
+        (lambda m, X, M: m.set_params(rank=40).fit(X, mask=M), "rank must be smaller than the number of features \\(40\\)"),
+        (lambda m, X, M: m.set_params(rank=0).fit(X, mask=M), "rank must be an integer >= 1"),
+        (lambda m, X, M: m.set_params(step_size=1.5).fit(X, mask=M), "step_size must be in \\(0, 1\\]"),
+        (lambda m, X, M: m.set_params(n_experts=0).fit(X, mask=M), "n_experts must be an integer >= 1"),
+        (lambda m, X, M: m.transform(X, mask=M), "not fitted yet"),  # NotFittedError is a ValueError
+        (lambda m, X, M: m.fit(X, mask=M).partial_fit(X[:, :10], mask=M[:, :10]), "X has 10 features, but MoSAIC is expecting 40 features as input"),
+        (lambda m, X, M: m.fit(X, mask=M).partial_fit(X[:3], mask=M[:3], experts=[0, 1, 9]), "experts must be one integer in \\[0, 3\\)"),
     ],
 )  # fmt: skip
 def test_bad_input_is_named(call, message: str) -> None:
@@ -309,15 +317,15 @@ def test_scikit_learn_conventions() -> None:
     assert copied.get_params() == model.get_params()
     assert not hasattr(copied, "bases_")  # __init__ only stores parameters
     _, _, X_full, mask = union_samples(n_samples=200)
-    assert copied.fit(X_full, mask) is copied
-    assert copied.partial_fit(X_full[:5], mask[:5]) is copied
+    assert copied.fit(X_full, mask=mask) is copied
+    assert copied.partial_fit(X_full[:5], mask=mask[:5]) is copied
     assert copied.n_samples_seen_ == 205
     assert copied.bases_.shape == (3, 40, 3)
 
 
 def test_missing_entries_as_nan_equal_an_explicit_mask() -> None:
     _, _, X_full, mask = union_samples(n_samples=300, seed=9)
-    with_mask = MoSAIC(3, 3, n_init=1, random_state=0).fit(X_full, mask)
+    with_mask = MoSAIC(3, 3, n_init=1, random_state=0).fit(X_full, mask=mask)
     with_nan = MoSAIC(3, 3, n_init=1, random_state=0).fit(np.where(mask, X_full, np.nan))
     np.testing.assert_array_equal(with_mask.bases_, with_nan.bases_)
 
@@ -341,20 +349,20 @@ def test_petrels_matches_the_row_by_row_recursion() -> None:
         n_features=12, n_subspaces=1, rank=2, n_samples=60, observed=0.5, noise=1e-2
     )
     mask[:, :3] = True  # enough observed rows per sample for the least squares
-    tracker = PETRELS(rank=2, forgetting=0.9, random_state=0).partial_fit(X_full[:1], mask[:1])
+    tracker = PETRELS(rank=2, forgetting=0.9, random_state=0).partial_fit(X_full[:1], mask=mask[:1])
     start_basis, start_inverse = tracker.basis_.copy(), tracker.inverse_.copy()
     # the lazily-applied forgetting of rows unobserved in the first sample
     start_inverse *= (1 / 0.9) ** (tracker.steps_[0] - tracker.last_observed_)[:, None, None]
-    tracker.partial_fit(X_full[1:], mask[1:])
+    tracker.partial_fit(X_full[1:], mask=mask[1:])
     expected = _naive_petrels(start_basis, start_inverse, X_full[1:], mask[1:], 0.9)
     np.testing.assert_allclose(tracker.basis_, expected, rtol=1e-8, atol=1e-10)
 
 
 def test_only_the_routed_expert_moves() -> None:
     _, _, X_full, mask = union_samples(seed=10, noise=1e-3)
-    model = MoSAIC(3, 3, n_init=1, random_state=0).fit(X_full[:300], mask[:300])
+    model = MoSAIC(3, 3, n_init=1, random_state=0).fit(X_full[:300], mask=mask[:300])
     before = model.bases_.copy()
-    model.partial_fit(X_full[300], mask[300])
+    model.partial_fit(X_full[300:301], mask=mask[300:301])
     (routed,) = model.last_routes_
     assert not np.array_equal(model.bases_[routed], before[routed])
     for k in set(range(3)) - {int(routed)}:
@@ -384,16 +392,16 @@ def test_only_the_routed_expert_moves() -> None:
 def test_baselines_name_bad_parameters(make, message: str) -> None:
     _, _, X_full, mask = union_samples(n_samples=100)
     with pytest.raises(ValueError, match=message):
-        make().fit(X_full, mask)
+        make().fit(X_full, mask=mask)
 
 
 def test_parameters_changed_after_fit_are_checked() -> None:
     _, _, X_full, mask = union_samples(n_samples=100)
-    model = MoSAIC(3, 3, n_init=1, random_state=0).fit(X_full, mask)
+    model = MoSAIC(3, 3, n_init=1, random_state=0).fit(X_full, mask=mask)
     with pytest.raises(ValueError, match="step_decay must be None"):
-        model.set_params(step_decay=-1.0).partial_fit(X_full[:2], mask[:2])
+        model.set_params(step_decay=-1.0).partial_fit(X_full[:2], mask=mask[:2])
     # a small constant step needs no min_step
-    MoSAIC(3, 3, n_init=1, step_size=0.01, random_state=0).fit(X_full, mask)
+    MoSAIC(3, 3, n_init=1, step_size=0.01, random_state=0).fit(X_full, mask=mask)
 
 
 def test_experiment_config_is_checked() -> None:
@@ -417,9 +425,9 @@ def test_public_api_resolves() -> None:
 
 def test_changing_the_shape_after_fit_asks_for_a_refit() -> None:
     _, _, X_full, mask = union_samples(n_samples=100)
-    model = MoSAIC(3, 3, n_init=1, random_state=0).fit(X_full, mask)
+    model = MoSAIC(3, 3, n_init=1, random_state=0).fit(X_full, mask=mask)
     with pytest.raises(ValueError, match="call fit again after changing n_experts or rank"):
-        model.set_params(n_experts=4).partial_fit(X_full[:2], mask[:2])
+        model.set_params(n_experts=4).partial_fit(X_full[:2], mask=mask[:2])
     with pytest.raises(ValueError, match="routes must be non-negative integers"):
         routing_accuracy(np.array([-1, 0]), np.array([0, 0]))
 

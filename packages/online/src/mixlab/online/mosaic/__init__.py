@@ -1,16 +1,17 @@
 """MoSAIC: online matrix completion on a drifting union of subspaces with routed low-rank experts.
 
-Estimators (scikit-learn conventions, samples as rows, ``mask`` True where observed or NaN for missing):
-:class:`MoSAIC` (ours), and the baselines :class:`GROUSE`, :class:`PETRELS`,
-:class:`WindowedKSubspaces`. Streams: :class:`DriftingSubspaceStream`. Diagnostics:
-:func:`routing_accuracy`, :func:`match_experts`, :func:`subspace_distance`,
+Estimators (scikit-learn transformers that complete a matrix: samples as rows, NaN where missing,
+an optional ``mask`` True where observed): :class:`MoSAIC` (ours), and the baselines :class:`GROUSE`,
+:class:`PETRELS`, :class:`WindowedKSubspaces`. Streams: :class:`DriftingSubspaceStream`.
+Diagnostics: :func:`routing_accuracy`, :func:`match_experts`, :func:`subspace_distance`,
 :func:`contraction_exponent`.
 
     >>> from mixlab.online.mosaic import MoSAIC
     >>> model = MoSAIC(n_experts=4, rank=5, random_state=0).fit(X_source)   # NaN = missing
-    >>> for x in stream:
-    ...     completed = model.transform(x)
-    ...     model.partial_fit(x)
+    >>> for start in range(0, len(X_stream), 20):
+    ...     batch = X_stream[start : start + 20]
+    ...     completed = model.transform(batch)   # complete first (prequential) ...
+    ...     model.partial_fit(batch)             # ... then learn
 """
 
 from typing import TYPE_CHECKING

@@ -1,10 +1,23 @@
-"""Streaming matrix completion estimators with the scikit-learn conventions.
+"""Streaming matrix completion estimators with the scikit-learn conventions (they pass its
+estimator checks: ``tests/conformance/test_sklearn_mosaic.py``).
 
-All share one interface: ``fit(X, mask)`` pre-trains on a source batch, ``partial_fit(X, mask)``
-adapts on the stream (one sample or a batch), ``transform(X, mask)`` completes samples (observed
-entries kept), ``score(X, mask, X_full)`` is the completion error on the unobserved entries, and
-``save``/``load`` keep the state (safetensors + JSON). Missing entries are given by ``mask``
-(True = observed) or, with ``mask=None``, as NaN in ``X``. Samples are rows.
+All are transformers that complete a matrix, like scikit-learn's imputers: NaN marks a missing
+entry, samples are rows, and ``y`` is accepted everywhere and ignored (for pipelines).
+
+- ``fit(X, y=None, *, mask=None)`` pre-trains on a source batch (and forgets any earlier state);
+  ``partial_fit(X, y=None, *, mask=None)`` adapts on the stream, a batch at a time (a single sample
+  is ``X[t : t + 1]``).
+- ``transform(X, *, mask=None)`` returns the completed matrix: observed entries kept, missing ones
+  estimated; ``fit_transform`` is fit then transform on the same ``X``.
+- ``score(X, y=None, *, mask=None)`` is higher-is-better for model selection (``GridSearchCV``,
+  ``cross_val_score``): minus the completion error on a seeded share of the observed entries that
+  it hides (:data:`SCORE_HELD_OUT`). ``completion_error(X, X_full, *, mask=None)`` is the paper's
+  lower-is-better NRMSE against a known full matrix.
+- ``save``/``load`` keep the state (safetensors + JSON).
+
+``mask`` (True = observed) is optional: an entry is observed where ``X`` is not NaN and, if ``mask``
+is given, ``mask`` is True. So ``mask`` can hide entries that have values (a simulation's full
+matrix with its sampling mask), never reveal a NaN.
 
 - :class:`MoSAIC`: K routed rank-r experts, pre-trained by k-subspaces with missing data; each
   stream sample updates only the expert it is routed to (one GROUSE step).
@@ -21,7 +34,9 @@ from pathlib import Path
 from typing import Any, Self
 
 import numpy as np
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.validation import validate_data
 
 from mixlab.online.mosaic.subspace import (
     complete_routed,
@@ -37,15 +52,18 @@ from mixlab.shared.files import CheckpointError, checkpoint_errors
 
 __all__ = ["GROUSE", "PETRELS", "MoSAIC", "WindowedKSubspaces", "check_stream"]
 
+SCORE_HELD_OUT = 0.2
+"""share of each sample's observed entries that ``score`` hides and completes from the rest (drawn
+with a fixed seed, so the same mask gives the same held-out entries for every model)"""
 
-def check_stream(
-    X: Any, mask: Any = None, *, n_features: int | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Validate a batch of partially observed samples; return ``(X with zeros where missing, mask)``.
 
-    ``X`` is ``(n_samples, n_features)`` or one sample ``(n_features,)``. Without ``mask``, NaN marks
-    the missing entries. Raises ValueError naming the problem: shape mismatch, a sample with no
-    observed entry, NaN or inf in an observed entry, or a feature count other than the fitted one.
+def check_stream(X: Any, mask: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """Validate a batch of partially observed samples; return ``(X with zeros where missing, observed)``.
+
+    ``X`` is ``(n_samples, n_features)`` or one sample ``(n_features,)``. An entry is observed where
+    ``X`` is not NaN and, if ``mask`` (boolean, X's shape) is given, ``mask`` is True. Raises
+    ValueError naming the problem: shape mismatch, a sample with no observed entry, or inf in an
+    observed entry.
     """
     X = np.array(X, dtype=np.float64, copy=True)
     if X.ndim == 1:
@@ -59,13 +77,8 @@ def check_stream(
         "at least one sample of at least 2 features",
         X.shape,
     )
-    if n_features is not None and X.shape[1] != n_features:
-        raise ValueError(
-            f"X has {X.shape[1]} features, but this estimator was fitted with {n_features}"
-        )
-    if mask is None:
-        mask = ~np.isnan(X)
-    else:
+    observed = ~np.isnan(X)
+    if mask is not None:
         mask = np.asarray(mask)
         if mask.ndim == 1:
             mask = mask[None]
@@ -76,21 +89,47 @@ def check_stream(
             mask.shape,
         )
         require(mask.dtype == bool, "mask", "a boolean array (True = observed)", mask.dtype)
-    if not np.isfinite(X[mask]).all():
-        raise ValueError(
-            "X has NaN or inf in observed entries; mark missing entries in mask (or as NaN with mask=None)"
-        )
-    empty = np.flatnonzero(~mask.any(axis=1))
+        observed &= mask
+    if not np.isfinite(X[observed]).all():
+        raise ValueError("X has inf in observed entries; mark missing entries as NaN (or in mask)")
+    empty = np.flatnonzero(~observed.any(axis=1))
     if len(empty):
         raise ValueError(
             f"every sample needs at least one observed entry; samples {empty[:5].tolist()} have none"
         )
-    if n_features is not None and X.shape[1] != n_features:
-        raise ValueError(
-            f"X has {X.shape[1]} features, but this estimator was fitted with {n_features}"
-        )
-    X[~mask] = 0.0
-    return X, mask
+    X[~observed] = 0.0
+    return X, observed
+
+
+def _held_out(observed: np.ndarray) -> np.ndarray:
+    """The entries :meth:`~_StreamingCompleter.score` hides: a seeded :data:`SCORE_HELD_OUT` share
+    of the observed ones, leaving every sample at least one observed entry."""
+    hidden = observed & (np.random.default_rng(0).random(observed.shape) < SCORE_HELD_OUT)
+    emptied = np.flatnonzero(~(observed & ~hidden).any(axis=1))
+    hidden[emptied, hidden[emptied].argmax(axis=1)] = False  # give each its first entry back
+    require(
+        hidden.any(),
+        "X",
+        "samples with at least 2 observed entries (score completes held-out ones)",
+        f"{observed.sum(axis=1).max()} at most",
+    )
+    return hidden
+
+
+def _completion_error(completed: np.ndarray, observed: np.ndarray, X_full: Any) -> float:
+    """``‖(completed − X_full)_M‖ / ‖(X_full)_M‖`` on the unobserved entries M where X_full is not NaN."""
+    X_full = np.asarray(X_full, dtype=np.float64)
+    require(
+        X_full.shape == completed.shape,
+        "X_full",
+        f"an array of the shape of X {completed.shape}",
+        X_full.shape,
+    )
+    scored = ~observed & ~np.isnan(X_full)
+    require(bool(np.isfinite(X_full[scored]).all()), "X_full", "finite or NaN", "inf")
+    denominator = np.linalg.norm(X_full[scored])
+    require(denominator > 0, "X_full", "non-zero on some entry missing from X", "zeros or NaN")
+    return float(np.linalg.norm((completed - X_full)[scored]) / denominator)
 
 
 def require_count(estimator: Any, name: str, minimum: int = 1) -> None:
@@ -99,19 +138,40 @@ def require_count(estimator: Any, name: str, minimum: int = 1) -> None:
     require(is_count(value, minimum), name, f"an integer >= {minimum}", value)
 
 
-class _StreamingCompleter(BaseEstimator):
+class _StreamingCompleter(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     """The shared contract. Subclasses implement ``_pretrain`` (from a source batch), ``_start`` (from
     nothing, when ``partial_fit`` comes first), ``_update`` (one batch of the stream) and ``_estimate``
     (the model's values on all coordinates), and list their learned state in ``_state_attributes``."""
 
     _state_attributes: tuple[str, ...] = ()
 
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True  # NaN marks a missing entry
+        return tags
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "n_samples_seen_")
+
     def _validate_params(self) -> None:
         require_count(self, "rank")
 
-    def _check(self, X: Any, mask: Any) -> tuple[np.ndarray, np.ndarray]:
-        self._check_learned_shape()
-        X, mask = check_stream(X, mask, n_features=getattr(self, "n_features_in_", None))
+    def _check(self, X: Any, mask: Any, *, reset: bool) -> tuple[np.ndarray, np.ndarray]:
+        """scikit-learn's data checks (2-D, numeric, no inf, at least 2 features; with ``reset``
+        False, the fitted feature count and names), then the mask's (:func:`check_stream`)."""
+        if not reset:
+            self._check_learned_shape()
+        # after fit, any feature count other than the fitted one is an error that names both
+        min_features = 2 if reset else 1
+        X = validate_data(
+            self,
+            X,
+            reset=reset,
+            dtype=np.float64,
+            ensure_all_finite="allow-nan",
+            ensure_min_features=min_features,
+        )
+        X, mask = check_stream(X, mask)
         require(
             self.rank < X.shape[1],
             "rank",
@@ -120,56 +180,76 @@ class _StreamingCompleter(BaseEstimator):
         )
         return X, mask
 
-    def fit(self, X: Any, mask: Any = None) -> Self:
-        """Pre-train on a source batch (replaces any earlier state)."""
+    def fit(self, X: Any, y: Any = None, *, mask: Any = None) -> Self:
+        """Pre-train on a source batch ``(n_samples, n_features)``; any earlier state is forgotten.
+
+        ``y`` is ignored (it is there for pipelines); ``mask`` as in :func:`check_stream`.
+        """
         self._validate_params()
-        for name in ("n_features_in_", "n_samples_seen_"):
-            self.__dict__.pop(name, None)
-        X, mask = self._check(X, mask)
+        for name in [name for name in vars(self) if name.endswith("_")]:  # the learned state
+            delattr(self, name)
+        X, mask = self._check(X, mask, reset=True)
         self._rng = np.random.default_rng(self.random_state)
         self._pretrain(X, mask)
-        self.n_features_in_, self.n_samples_seen_ = X.shape[1], len(X)
+        self.n_samples_seen_ = len(X)
         return self
 
-    def partial_fit(self, X: Any, mask: Any = None, **options: Any) -> Self:
-        """Adapt on one sample or a batch of the stream, in order."""
+    def partial_fit(self, X: Any, y: Any = None, *, mask: Any = None, **options: Any) -> Self:
+        """Adapt on a batch of the stream ``(n_samples, n_features)``, in order (``y`` ignored)."""
         self._validate_params()  # set_params may have changed them since fit
-        X, mask = self._check(X, mask)
-        if not hasattr(self, "n_features_in_"):  # no pre-training: the stream is the only data
+        first = not self.__sklearn_is_fitted__()  # no pre-training: the stream is the only data
+        X, mask = self._check(X, mask, reset=first)
+        if first:
             self._rng = np.random.default_rng(self.random_state)
             self._start(X.shape[1])
-            self.n_features_in_, self.n_samples_seen_ = X.shape[1], 0
+            self.n_samples_seen_ = 0
         self._update(X, mask, **options)
         self.n_samples_seen_ += len(X)
         return self
 
     def _require_fitted(self) -> None:
-        if not hasattr(self, "n_features_in_"):
-            raise ValueError(
+        if not self.__sklearn_is_fitted__():
+            raise NotFittedError(
                 f"this {type(self).__name__} is not fitted yet: call fit or partial_fit first"
             )
 
-    def transform(self, X: Any, mask: Any = None) -> np.ndarray:
-        """Complete samples: the model's estimate on missing entries, the observed values kept."""
+    def _complete(self, X: Any, mask: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The completed samples and the observed entries."""
         self._require_fitted()
-        X, mask = self._check(X, mask)
-        return np.where(mask, X, self._estimate(X, mask))
+        X, mask = self._check(X, mask, reset=False)
+        return np.where(mask, X, self._estimate(X, mask)), mask
+
+    def transform(self, X: Any, *, mask: Any = None) -> np.ndarray:
+        """Complete samples: the model's estimate on missing entries, the observed values kept."""
+        return self._complete(X, mask)[0]
 
     predict = transform
 
-    def score(self, X: Any, mask: Any, X_full: Any) -> float:
-        """Normalised completion error on the unobserved entries, ``‖(X̂ − X_full)_Ωᶜ‖ / ‖(X_full)_Ωᶜ‖``.
+    def fit_transform(self, X: Any, y: Any = None, *, mask: Any = None) -> np.ndarray:
+        """:meth:`fit` on ``X``, then :meth:`transform` of the same ``X`` (with the same ``mask``)."""
+        return self.fit(X, mask=mask).transform(X, mask=mask)
 
-        Lower is better (unlike scikit-learn's higher-is-better ``score``): it is the paper's metric.
+    def completion_error(self, X: Any, X_full: Any, *, mask: Any = None) -> float:
+        """Normalised completion error ``‖(X̂ − X_full)_M‖ / ‖(X_full)_M‖`` on the entries M missing from
+        ``X`` whose true value ``X_full`` (X's shape) holds; NaN in ``X_full`` is an unknown truth.
+
+        Lower is better: it is the paper's metric. :meth:`score` is its negative on held-out entries.
+        """
+        completed, observed = self._complete(X, mask)
+        return _completion_error(completed, observed, X_full)
+
+    def score(self, X: Any, y: Any = None, *, mask: Any = None) -> float:
+        """Higher is better: minus the :meth:`completion_error` of a seeded :data:`SCORE_HELD_OUT`
+        share of each sample's observed entries, completed from the rest (no ground truth needed).
+
+        0 is a perfect completion. ``y`` is ignored; ``mask`` as in :func:`check_stream`.
         """
         self._require_fitted()
-        X, mask = self._check(X, mask)
-        completed = np.where(mask, X, self._estimate(X, mask))
-        X_full = np.asarray(X_full, dtype=np.float64).reshape(completed.shape)
-        missing = ~mask
-        denominator = np.linalg.norm(X_full[missing])
-        require(denominator > 0, "X_full", "non-zero on the unobserved entries", "all zeros")
-        return float(np.linalg.norm((completed - X_full)[missing]) / denominator)
+        X, observed = self._check(X, mask, reset=False)
+        kept = observed & ~_held_out(observed)
+        X_kept = np.where(kept, X, 0.0)
+        completed = np.where(kept, X, self._estimate(X_kept, kept))
+        return -_completion_error(completed, kept, np.where(observed, X, np.nan))
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Save parameters and learned state to ``path.safetensors`` + ``path.json`` (no pickle)."""
@@ -296,10 +376,10 @@ class _RoutedExperts:
         for name in ("n_experts", "n_init", "max_iter"):
             require_count(self, name)
 
-    def route(self, X: Any, mask: Any = None) -> np.ndarray:
+    def route(self, X: Any, *, mask: Any = None) -> np.ndarray:
         """The expert each sample is routed to: ``argmin_k ‖x_Ω − U_{k,Ω} w_k‖² / |Ω|``."""
         self._require_fitted()
-        return route(self.bases_, *self._check(X, mask))[0]
+        return route(self.bases_, *self._check(X, mask, reset=False))[0]
 
     def _estimate(self, X: np.ndarray, mask: np.ndarray) -> np.ndarray:
         return complete_routed(self.bases_, X, mask)
@@ -328,12 +408,13 @@ class MoSAIC(_GrouseSteps, _RoutedExperts, _StreamingCompleter):
         bases_: ``(K, n_features, r)`` orthonormal expert bases.
         updates_: ``(K,)`` updates of each expert since the last :meth:`reset_steps`.
         labels_: ``(n_samples,)`` expert of each sample of the :meth:`fit` batch.
+        n_iter_: k-subspaces rounds the :meth:`fit` ran (at most ``max_iter``; 0 without fit).
         last_routes_: expert of each sample of the last :meth:`partial_fit` batch.
 
     Example:
-        >>> model = MoSAIC(n_experts=4, rank=5, random_state=0).fit(X_source, mask_source)
-        >>> completed = model.transform(x, mask)  # complete first (prequential) ...
-        >>> model = model.partial_fit(x, mask)    # ... then adapt
+        >>> model = MoSAIC(n_experts=4, rank=5, random_state=0).fit(X_source)  # NaN = missing
+        >>> completed = model.transform(X_batch)  # complete first (prequential) ...
+        >>> model = model.partial_fit(X_batch)    # ... then adapt
     """
 
     _state_attributes = ("bases_", "updates_")
@@ -366,7 +447,7 @@ class MoSAIC(_GrouseSteps, _RoutedExperts, _StreamingCompleter):
         self._validate_steps()
 
     def _pretrain(self, X: np.ndarray, mask: np.ndarray) -> None:
-        self.bases_, self.labels_, _ = k_subspaces(
+        fitted = k_subspaces(
             X,
             mask,
             self.n_experts,
@@ -375,6 +456,7 @@ class MoSAIC(_GrouseSteps, _RoutedExperts, _StreamingCompleter):
             n_init=self.n_init,
             max_iter=self.max_iter,
         )
+        self.bases_, self.labels_, self.n_iter_ = fitted.bases, fitted.labels, fitted.n_iter
         self.updates_ = np.zeros(self.n_experts, dtype=np.int64)
 
     def _start(self, n_features: int) -> None:
@@ -382,8 +464,9 @@ class MoSAIC(_GrouseSteps, _RoutedExperts, _StreamingCompleter):
             [random_basis(n_features, self.rank, self._rng) for _ in range(self.n_experts)]
         )
         self.updates_ = np.zeros(self.n_experts, dtype=np.int64)
+        self.n_iter_ = 0
 
-    def partial_fit(self, X: Any, mask: Any = None, *, experts: Any = None) -> Self:
+    def partial_fit(self, X: Any, y: Any = None, *, mask: Any = None, experts: Any = None) -> Self:
         """Phase 2: route each sample and take one GROUSE step on its expert only.
 
         A batch is routed with the experts as they are at its start (one vectorised pass); the
@@ -391,7 +474,7 @@ class MoSAIC(_GrouseSteps, _RoutedExperts, _StreamingCompleter):
         batches differ only in routing decisions made with slightly older experts.
         ``experts`` forces the routing (the oracle baseline, or labelled data).
         """
-        return super().partial_fit(X, mask, experts=experts)
+        return super().partial_fit(X, mask=mask, experts=experts)
 
     def _update(self, X: np.ndarray, mask: np.ndarray, experts: Any = None) -> None:
         if experts is None:
@@ -544,6 +627,10 @@ class WindowedKSubspaces(_RoutedExperts, _StreamingCompleter):
             bases to start from (e.g. a fitted MoSAIC's ``bases_``) (default: "k-subspaces").
         n_init, max_iter: k-subspaces seedings and iterations (default: 2, 10).
         random_state: seed (default: None).
+
+    Attributes:
+        bases_: ``(K, n_features, r)`` orthonormal expert bases.
+        n_iter_: k-subspaces rounds of the last (re-)fit (0 before the first, or with an ``init`` array).
     """
 
     _state_attributes = ("bases_", "window_X_", "window_mask_", "since_refit_")
@@ -588,9 +675,9 @@ class WindowedKSubspaces(_RoutedExperts, _StreamingCompleter):
         return bases
 
     def _pretrain(self, X: np.ndarray, mask: np.ndarray) -> None:
-        self.bases_ = self._initial_bases(X.shape[1])
+        self.bases_, self.n_iter_ = self._initial_bases(X.shape[1]), 0
         if self.bases_ is None:
-            self.bases_ = k_subspaces(
+            fitted = k_subspaces(
                 X,
                 mask,
                 self.n_experts,
@@ -598,12 +685,13 @@ class WindowedKSubspaces(_RoutedExperts, _StreamingCompleter):
                 self._rng,
                 n_init=self.n_init,
                 max_iter=self.max_iter,
-            )[0]
+            )
+            self.bases_, self.n_iter_ = fitted.bases, fitted.n_iter
         self.window_X_, self.window_mask_ = X[-self.window :], mask[-self.window :]
         self.since_refit_ = 0
 
     def _start(self, n_features: int) -> None:
-        self.bases_ = self._initial_bases(n_features)
+        self.bases_, self.n_iter_ = self._initial_bases(n_features), 0
         if self.bases_ is None:
             self.bases_ = np.stack(
                 [random_basis(n_features, self.rank, self._rng) for _ in range(self.n_experts)]
@@ -620,11 +708,7 @@ class WindowedKSubspaces(_RoutedExperts, _StreamingCompleter):
             self.since_refit_ >= self.refit_every
             and len(self.window_X_) >= 2 * self.n_experts * self.rank
         ):
-            self.bases_ = self._refit()
+            self.bases_, _, self.n_iter_ = refine_subspaces(
+                self.bases_, self.window_X_, self.window_mask_, self._rng, max_iter=self.max_iter
+            )  # k-subspaces iterations on the window, from the current bases
             self.since_refit_ = 0
-
-    def _refit(self) -> np.ndarray:
-        """k-subspaces iterations on the window, from the current bases."""
-        return refine_subspaces(
-            self.bases_, self.window_X_, self.window_mask_, self._rng, max_iter=self.max_iter
-        )[0]

@@ -135,13 +135,13 @@ def run_stream(config: Config, observed_fraction: float, seed: int) -> dict[str,
             systems["mosaic_decreasing"].reset_steps()
         for name, model in systems.items():
             started = hasattr(model, "n_features_in_")
-            completed = model.transform(X, mask) if started else np.where(mask, X, 0.0)
+            completed = model.transform(X, mask=mask) if started else np.where(mask, X, 0.0)
             if name == "windowed":  # routes of the batch with the experts it was completed with
-                routes[name][batch] = model.route(X, mask)
+                routes[name][batch] = model.route(X, mask=mask)
             if name == "oracle":
-                model.partial_fit(X, mask, experts=oracle_expert[stream.labels[batch]])
+                model.partial_fit(X, mask=mask, experts=oracle_expert[stream.labels[batch]])
             else:
-                model.partial_fit(X, mask)
+                model.partial_fit(X, mask=mask)
             if name in routes and name != "windowed":
                 routes[name][batch] = model.last_routes_
             squared_error[name][batch] = (((completed - truth) * ~mask) ** 2).sum(axis=1)

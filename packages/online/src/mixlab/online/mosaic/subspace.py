@@ -8,6 +8,8 @@ with orthonormal columns; ``K`` experts stack to ``(K, n_features, rank)``.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 # Tikhonov term on U_Ωᵀ U_Ω: keeps the solve defined when a sample observes fewer than `rank`
@@ -128,6 +130,19 @@ def fit_basis(
     return basis
 
 
+class KSubspacesFit(NamedTuple):
+    """The result of :func:`k_subspaces`."""
+
+    bases: np.ndarray
+    """``(K, n, r)`` orthonormal bases"""
+    labels: np.ndarray
+    """``(B,)`` expert of each sample"""
+    objective: float
+    """mean residual per observed coordinate"""
+    n_iter: int
+    """rounds of routing and re-fitting run (at most ``max_iter``)"""
+
+
 def k_subspaces(
     X: np.ndarray,
     mask: np.ndarray,
@@ -138,7 +153,7 @@ def k_subspaces(
     n_init: int = 5,
     max_iter: int = 30,
     fit_iter: int = 5,
-) -> tuple[np.ndarray, np.ndarray, float]:
+) -> KSubspacesFit:
     """k-subspaces with missing data (Balzano, Szlam, Recht, Nowak, SSP 2012): alternate routing every
     sample to its best expert and re-fitting each expert on its samples, from ``n_init`` seedings.
 
@@ -146,17 +161,19 @@ def k_subspaces(
     experts so far explain worst, then re-fitted on the fraction of those it explains best, so that
     it locks onto one subspace of the union instead of averaging several.
 
-    Returns bases ``(K, n, r)``, labels ``(B,)`` and the mean residual per observed coordinate.
+    Returns the best seeding's :class:`KSubspacesFit`.
     """
     counts = np.maximum(mask.sum(axis=1), 1)
-    best: tuple[np.ndarray, np.ndarray, float] | None = None
+    best: KSubspacesFit | None = None
     for _ in range(n_init):
         bases = _trimmed_seeding(X, mask, n_experts, rank, rng, counts)
-        bases, labels = refine_subspaces(bases, X, mask, rng, max_iter=max_iter, fit_iter=fit_iter)
+        bases, labels, n_iter = refine_subspaces(
+            bases, X, mask, rng, max_iter=max_iter, fit_iter=fit_iter
+        )
         residual = route(bases, X, mask)[1]
         objective = float((residual.min(axis=1) / counts).mean())
-        if best is None or objective < best[2]:
-            best = (bases.copy(), labels, objective)
+        if best is None or objective < best.objective:
+            best = KSubspacesFit(bases.copy(), labels, objective, n_iter)
     assert best is not None
     return best
 
@@ -169,22 +186,23 @@ def refine_subspaces(
     *,
     max_iter: int,
     fit_iter: int = 5,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, int]:
     """The k-subspaces iterations from ``bases``: route every sample to its best expert, re-fit each
     expert on its samples, until the routing stops changing (or ``max_iter``). An expert left with
     fewer than ``rank`` samples is reseeded on a disjoint slice of the worst-explained samples.
 
-    Returns the new bases ``(K, n, r)`` and the final routing ``(B,)``.
+    Returns the new bases ``(K, n, r)``, the final routing ``(B,)`` and the rounds of re-fits run.
     """
     bases = bases.copy()
     n_samples, (n_experts, _, rank) = len(X), bases.shape
     counts = np.maximum(mask.sum(axis=1), 1)
     labels = np.full(n_samples, -1)
+    n_iter = 0
     for _ in range(max_iter):
         new_labels, residual = route(bases, X, mask)
         if np.array_equal(new_labels, labels):
             break
-        labels = new_labels
+        labels, n_iter = new_labels, n_iter + 1
         worst_first = np.argsort(residual.min(axis=1) / counts)[::-1]
         reseed_size = max(4 * rank, n_samples // (4 * n_experts))
         reseeded = 0
@@ -195,7 +213,7 @@ def refine_subspaces(
                 members[worst_first[reseeded * reseed_size : (reseeded + 1) * reseed_size]] = True
                 reseeded += 1
             bases[k] = fit_basis(X[members], mask[members], rank, rng, n_iter=fit_iter)
-    return bases, route(bases, X, mask)[0]
+    return bases, route(bases, X, mask)[0], n_iter
 
 
 def _trimmed_seeding(
