@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import pytest
 import torch
 import torch.nn.functional as F
+from timm.layers import AttentionRope
 from timm.models.vision_transformer import Attention, VisionTransformer
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -57,12 +59,17 @@ def test_routed_only_with_k_equal_n_is_full_attention():
     torch.testing.assert_close(routed(x), full(x), atol=1e-5, rtol=1e-5)
 
 
-def test_full_attention_matches_timm_attention():
+@pytest.mark.parametrize("fused_attn", [True, False])
+def test_full_attention_matches_timm_attention(fused_attn):
     torch.manual_seed(0)
     reference = Attention(16, 2, qkv_bias=True)
+    reference.fused_attn = fused_attn  # timm's explicit path, and ours
     ours = FullAttention.from_attention(reference, num_prefix_tokens=1)
     x = torch.randn(2, 65, 16)
     torch.testing.assert_close(ours(x), reference(x))
+    causal = ours(x, is_causal=True)  # the other path agrees (timm < 1.0.2x has no is_causal)
+    ours.fused_attn = not fused_attn
+    torch.testing.assert_close(ours(x, is_causal=True), causal)
 
 
 def test_mita_equals_a_direct_joint_softmax():
@@ -228,6 +235,17 @@ def test_forward_accepts_timm_arguments_and_refuses_masks_it_cannot_honour():
         (lambda: layer("moba", block_size=32, top_blocks=4)(torch.randn(1, 65, 16)), "top_blocks"),
         (lambda: layer("mita", shared=False, routed=False), "both be False"),
         (lambda: replace_attention(torch.nn.Linear(2, 2)), "no timm"),
+        (lambda: MiTAAttention.from_attention(torch.nn.Linear(2, 2)), "attention must be a timm"),
+        pytest.param(
+            lambda: MiTAAttention.from_attention(
+                AttentionRope(16, 4, qkv_fused=False, num_kv_heads=2)
+            ),
+            "num_kv_heads=2",
+            marks=pytest.mark.skipif(
+                "num_kv_heads" not in inspect.signature(AttentionRope).parameters,
+                reason="this timm has no grouped-query AttentionRope",
+            ),
+        ),
         (lambda: layer("mita", pool_size=2, top_k=4, impl="flash"), "impl"),
         (
             lambda: pruned(torch.nn.Linear(2, 2), torch.ones(1, 2, dtype=torch.bool)).__enter__(),

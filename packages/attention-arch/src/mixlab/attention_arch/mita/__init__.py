@@ -4,7 +4,9 @@
   (``dwc=True``, ``router_top=2``, ``shared=False`` / ``routed=False`` for the variants and
   ablations), and the baselines :class:`FullAttention` (SDPA), :class:`MoBAAttention`,
   :class:`TopKAttention` and :class:`AgentAttention`.
-- :func:`replace_attention` swaps them into a timm ViT in place (``ATTENTION_KINDS`` names them).
+- :func:`replace_attention` swaps them into a timm ViT or EVA in place (``ATTENTION_KINDS`` names
+  them); the patch grid follows the model's input (:class:`PatchGrid`), and timm's ``fused_attn``
+  picks SDPA or explicit weights (:func:`softmax_attention`).
 - Introspection: :func:`coverage`, :func:`selections`, :func:`selected_tokens`, :func:`pruned`,
   :func:`pruned_logits`.
 - The experiment's pieces: :func:`cluttered_digits`, :func:`build_vit`, :func:`train`.
@@ -26,6 +28,7 @@ _MODULE_OF = {
     "FullAttention": "attention",
     "MiTAAttention": "attention",
     "MoBAAttention": "baselines",
+    "PatchGrid": "attention",
     "TokenAttention": "attention",
     "TopKAttention": "baselines",
     "TrainSpec": "training",
@@ -45,6 +48,7 @@ _MODULE_OF = {
     "replace_attention": "swap",
     "selected_tokens": "introspection",
     "selections": "introspection",
+    "softmax_attention": "attention",
     "sparse_attention": "attention",
     "train": "training",
 }
@@ -57,6 +61,7 @@ __all__ = [
     "FullAttention",
     "MiTAAttention",
     "MoBAAttention",
+    "PatchGrid",
     "TokenAttention",
     "TopKAttention",
     "TrainSpec",
@@ -76,6 +81,7 @@ __all__ = [
     "replace_attention",
     "selected_tokens",
     "selections",
+    "softmax_attention",
     "sparse_attention",
     "train",
 ]
@@ -84,9 +90,11 @@ if TYPE_CHECKING:
     from mixlab.attention_arch.mita.attention import (
         FullAttention,
         MiTAAttention,
+        PatchGrid,
         TokenAttention,
         gather_tokens,
         gathered_attention,
+        softmax_attention,
         sparse_attention,
     )
     from mixlab.attention_arch.mita.baselines import AgentAttention, MoBAAttention, TopKAttention

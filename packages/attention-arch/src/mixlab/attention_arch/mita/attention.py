@@ -1,9 +1,13 @@
-"""MiTA attention and full attention as drop-ins for ``timm.models.vision_transformer.Attention``.
+"""MiTA attention and full attention as drop-ins for timm's ViT and EVA attention modules.
 
-Every module here *is* a timm ``Attention`` (same constructor, same ``qkv`` / ``q_norm`` /
-``k_norm`` / ``norm`` / ``gate`` / ``proj`` submodules), so a standard checkpoint loads with
-``strict=True`` and :meth:`TokenAttention.from_attention` swaps a trained block without copying a
-weight. Only how queries meet keys differs: subclasses implement :meth:`TokenAttention.attend`.
+Every module here *is* a timm ``Attention`` and, once swapped in by :meth:`TokenAttention.
+from_attention`, holds the swapped module's own projections: ``qkv`` / ``q_norm`` / ``k_norm`` /
+``norm`` / ``gate`` / ``proj`` of a ViT ``Attention``, and for the EVA family (``EvaAttention``,
+``AttentionRope``) also ``q_bias`` / ``k_bias`` / ``v_bias`` or ``q_proj`` / ``k_proj`` / ``v_proj``
+and the rotary embedding ``rope`` the block passes in. A standard checkpoint therefore loads with
+``strict=True``, and no weight is copied. Only how queries meet keys differs: subclasses implement
+:meth:`TokenAttention.attend`. Where a kind computes a dense softmax it follows timm's
+``fused_attn``: one SDPA call, or the explicit weights through ``attn_drop`` (:func:`softmax_attention`).
 
 MiTA (Wen et al., arXiv 2602.01219, read from the authors' ``mita/mita_attention.py``), per head,
 with q, k, v ∈ ℝ^{N×d}:
@@ -16,8 +20,12 @@ with q, k, v ∈ ℝ^{N×d}:
    routed keys (logits q·k/√d):  o_i = Σ_m α_im V_s[m] + Σ_{j∈S_e(i)} β_ij v_j.
 
 The algorithm costs O(N·(M + k)·d) per head (``impl="gather"``); the default fused path runs one
-SDPA call over all M·k' expert keys with a routing mask, O(N·M·k'·d). Both are linear in N: no
+softmax over all M·k' expert keys with a routing mask, O(N·M·k'·d). Both are linear in N: no
 N×N matrix is ever built.
+
+The patch grid the landmarks pool over is read per forward pass: from a :class:`PatchGrid` that
+follows the model's patch embedding (``set_input_size``, ``dynamic_img_size=True``), a fixed
+``grid_size``, or a square grid inferred from the token count.
 """
 
 from __future__ import annotations
@@ -28,11 +36,20 @@ from typing import Any, Self
 
 import torch
 import torch.nn.functional as F
+from timm.layers import AttentionRope, apply_rot_embed_cat
+from timm.models.eva import EvaAttention
 from timm.models.vision_transformer import Attention
 from torch import nn
 
 Grid = tuple[int, int]
-_SUBMODULES = ("qkv", "q_norm", "k_norm", "attn_drop", "norm", "gate", "proj", "proj_drop")
+SWAPPABLE = (Attention, EvaAttention, AttentionRope)
+"""the timm attention modules :meth:`TokenAttention.from_attention` (and so ``replace_attention``)
+swaps: ViT ``Attention`` (ViT, DeiT, DINOv2, ...) and the EVA family's (EVA-02, PE, RoPE-ViT)"""
+_ADOPTED = (
+    *("qkv", "q_proj", "k_proj", "v_proj", "q_bias", "k_bias", "v_bias"),
+    *("q_norm", "k_norm", "attn_drop", "norm", "gate", "proj", "proj_drop"),
+)
+"""what a swapped module takes over from the one it replaces (those it has)"""
 
 
 def pool_grid(pool_size: int | Grid) -> Grid:
@@ -43,13 +60,66 @@ def pool_grid(pool_size: int | Grid) -> Grid:
     return int(grid[0]), int(grid[1])
 
 
+class PatchGrid:
+    """The (h, w) patch grid of the image a timm model embeds now, shared by its swapped attention.
+
+    A forward pre-hook on ``patch_embed`` records ``patch_embed.dynamic_feat_size`` of each input
+    image, so the grid follows ``set_input_size`` and, with ``dynamic_img_size=True``, every
+    batch's own size, non-square ones included (a token count alone cannot tell 4×6 from 6×4).
+    Before the first forward it is ``patch_embed.grid_size``.
+    """
+
+    def __init__(self, patch_embed: nn.Module) -> None:
+        self.size: Grid = tuple(int(s) for s in patch_embed.grid_size)
+        patch_embed.register_forward_pre_hook(self._record)
+
+    def _record(self, patch_embed: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+        self.size = tuple(int(s) for s in patch_embed.dynamic_feat_size(args[0].shape[-2:]))
+
+
+def softmax_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    fused: bool = True,
+    attn_drop: nn.Module | None = None,
+    is_causal: bool = False,
+) -> torch.Tensor:
+    """softmax(q·kᵀ/√d + mask)·v as timm's ``Attention`` computes it, (B, H, N, d) queries over
+    (B, H, Nk, d) keys and values. ``fused`` (timm's ``fused_attn``): one
+    ``F.scaled_dot_product_attention`` call; else the explicit (B, H, N, Nk) weights, passed
+    through ``attn_drop`` like timm's unfused path (so a hook there, e.g. timm's
+    ``AttentionExtract(method="hook")``, sees them). ``mask``: bool (True attends) or additive.
+    """
+    if fused:
+        dropout_p = attn_drop.p if attn_drop is not None and attn_drop.training else 0.0
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal
+        )
+    logits = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+    if is_causal:
+        future = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu(1)
+        logits = logits.masked_fill(future, float("-inf"))
+    if mask is not None:
+        logits = (
+            logits.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else logits + mask
+        )
+    weights = logits.softmax(dim=-1)
+    return (weights if attn_drop is None else attn_drop(weights)) @ v
+
+
 class TokenAttention(Attention, ABC):
     """timm ``Attention`` with a pluggable :meth:`attend` and the token layout sparse kinds need.
 
     Args:
         num_prefix_tokens: leading tokens (CLS, registers) that sit outside the patch grid. They
-            query and are keyed like any token but are never pooled into landmarks.
-        grid_size: ``(h, w)`` of the patch grid; ``None`` infers a square grid from N.
+            query and are keyed like any token but are never pooled into landmarks (nor rotated
+            by EVA's rotary embedding).
+        grid_size: the patch grid: a fixed ``(h, w)``; a :class:`PatchGrid` that follows the
+            model's input (what :func:`~mixlab.attention_arch.mita.replace_attention` passes);
+            or ``None``, a square grid inferred from N.
         **attention_kwargs: timm ``Attention`` arguments (``qkv_bias``, ``qk_norm``, ...).
 
     ``key_mask`` (``(B, N)`` bool, set by :func:`~mixlab.attention_arch.mita.pruned`) removes keys:
@@ -65,16 +135,24 @@ class TokenAttention(Attention, ABC):
         num_heads: int = 8,
         *,
         num_prefix_tokens: int = 1,
-        grid_size: int | Grid | None = None,
+        grid_size: int | Grid | PatchGrid | None = None,
         **attention_kwargs: Any,
     ) -> None:
         super().__init__(dim, num_heads, **attention_kwargs)
+        if not hasattr(self, "attn_dim"):  # timm 1.0.18 to 1.0.22 at least has neither
+            self.attn_dim = self.num_heads * self.head_dim
+        if not hasattr(self, "gate"):
+            self.gate = None
+        # The EVA family's projections, set by from_attention when it swaps one of theirs.
+        self.q_proj = self.k_proj = self.v_proj = None
+        self.q_bias = self.k_bias = self.v_bias = None
+        self.qkv_bias_separate = self.rotate_half = False
         if not (isinstance(num_prefix_tokens, int) and num_prefix_tokens >= 0):
             raise ValueError(
                 f"num_prefix_tokens must be an integer >= 0, got {num_prefix_tokens!r}"
             )
         self.num_prefix_tokens = num_prefix_tokens
-        if grid_size is not None:
+        if grid_size is not None and not isinstance(grid_size, PatchGrid):
             grid_size = (grid_size, grid_size) if isinstance(grid_size, int) else tuple(grid_size)
             if len(grid_size) != 2 or min(grid_size) < 1:
                 raise ValueError(f"grid_size must be a positive (h, w), got {grid_size!r}")
@@ -85,37 +163,56 @@ class TokenAttention(Attention, ABC):
         self.last_selection: torch.Tensor | None = None
 
     @classmethod
-    def from_attention(cls, attention: Attention, **config: Any) -> Self:
-        """A ``cls`` that reuses ``attention``'s projections (the same tensors, not copies)."""
-        qkv, proj = attention.qkv, attention.proj
-        with torch.random.fork_rng(devices=[]):  # the throw-away init must not move the RNG
-            module = cls(
-                qkv.in_features,
-                attention.num_heads,
-                attn_head_dim=attention.head_dim,
-                dim_out=proj.out_features,
-                qkv_bias=qkv.bias is not None,
-                proj_bias=proj.bias is not None,
-                **config,
+    def from_attention(cls, attention: nn.Module, **config: Any) -> Self:
+        """A ``cls`` that takes over ``attention``'s projections, norms and dropouts (the same
+        tensors, not copies) and its ``fused_attn``; ``attention`` is one of :data:`SWAPPABLE`."""
+        if not isinstance(attention, SWAPPABLE):
+            raise ValueError(
+                f"attention must be a timm {' / '.join(c.__name__ for c in SWAPPABLE)}, got "
+                f"{type(attention).__name__}"
             )
-        for name in _SUBMODULES:
-            if hasattr(attention, name):
-                setattr(module, name, getattr(attention, name))
-        module.fused_attn = getattr(attention, "fused_attn", True)
-        return module.to(qkv.weight.device, qkv.weight.dtype).train(attention.training)
+        if getattr(attention, "num_kv_heads", attention.num_heads) != attention.num_heads:
+            raise ValueError(
+                f"grouped-query attention (num_kv_heads={attention.num_kv_heads} < num_heads="
+                f"{attention.num_heads}) is not supported"
+            )
+        proj = attention.proj
+        with torch.random.fork_rng(devices=[]):  # the throw-away init must not move the RNG
+            # Built at the inner width heads·head_dim: every projection is replaced below.
+            module = cls(proj.in_features, attention.num_heads, **config)
+        saved = attention.state_dict(keep_vars=True)
+        for name in _ADOPTED:
+            if not hasattr(attention, name):
+                continue
+            value = getattr(attention, name)
+            if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
+                delattr(module, name)  # EVA's k_bias: a buffer, not saved in the state dict
+                module.register_buffer(name, value, persistent=name in saved)
+            else:
+                setattr(module, name, value)
+        module.fused_attn = attention.fused_attn
+        module.qkv_bias_separate = getattr(attention, "qkv_bias_separate", False)
+        module.rotate_half = getattr(attention, "rotate_half", False)
+        return module.to(proj.weight.device, proj.weight.dtype).train(attention.training)
 
     # --- token grid ------------------------------------------------------------------------
+    @property
+    def current_grid(self) -> Grid | None:
+        """The patch grid ``(h, w)`` now (a :class:`PatchGrid`'s latest), or None: inferred."""
+        return self.grid_size.size if isinstance(self.grid_size, PatchGrid) else self.grid_size
+
     def token_grid(self, num_tokens: int) -> Grid:
         """``(h, w)`` of the patch grid behind ``num_tokens`` tokens (prefix included)."""
         patches = num_tokens - self.num_prefix_tokens
-        if self.grid_size is not None:
-            if self.grid_size[0] * self.grid_size[1] != patches:
+        if (grid := self.current_grid) is not None:
+            if grid[0] * grid[1] != patches:
+                follows = isinstance(self.grid_size, PatchGrid)
+                source = " (the patch grid of the model's last input image)" if follows else ""
                 raise ValueError(
-                    f"grid_size={self.grid_size} holds {self.grid_size[0] * self.grid_size[1]} "
-                    f"patches, but the input has {patches} ({num_tokens} tokens minus "
-                    f"{self.num_prefix_tokens} prefix)"
+                    f"grid_size={grid}{source} holds {grid[0] * grid[1]} patches, but the input "
+                    f"has {patches} ({num_tokens} tokens minus {self.num_prefix_tokens} prefix)"
                 )
-            return self.grid_size
+            return grid
         side = math.isqrt(max(patches, 0))
         if side * side != patches or patches == 0:
             raise ValueError(
@@ -184,22 +281,72 @@ class TokenAttention(Attention, ABC):
         prefix = local.new_zeros(batch, self.num_prefix_tokens, heads * dim)
         return torch.cat([prefix, local], dim=1)
 
+    def project(
+        self, x: torch.Tensor, rope: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(B, N, C) tokens → q, k, v (B, H, N, d), as the swapped timm module computed them: the
+        fused ``qkv`` (plus EVA's ``q_bias`` / ``k_bias`` / ``v_bias``) or EVA's separate
+        ``q_proj`` / ``k_proj`` / ``v_proj``, then ``q_norm`` / ``k_norm``, then the rotary
+        embedding ``rope`` (EVA) on the patch tokens of q and k."""
+        batch, num_tokens, _ = x.shape
+        if self.qkv is None:
+            q, k, v = (
+                proj(x).reshape(batch, num_tokens, self.num_heads, -1).transpose(1, 2)
+                for proj in (self.q_proj, self.k_proj, self.v_proj)
+            )
+        else:
+            if self.q_bias is None:
+                qkv = self.qkv(x)
+            else:
+                bias = torch.cat((self.q_bias, self.k_bias, self.v_bias))
+                separate = self.qkv_bias_separate
+                qkv = self.qkv(x) + bias if separate else F.linear(x, self.qkv.weight, bias)
+            qkv = qkv.reshape(batch, num_tokens, 3, self.num_heads, self.head_dim)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        q, k = self.q_norm(q), self.k_norm(k)
+        if rope is not None:
+            q, k = self.rotate(q, rope).type_as(v), self.rotate(k, rope).type_as(v)
+        return q, k, v
+
+    def rotate(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+        """EVA's rotary embedding on the patch tokens of (B, H, N, d) ``x``; prefix tokens as
+        they are."""
+        prefix = self.num_prefix_tokens
+        half = {"half": True} if self.rotate_half else {}  # timm < 1.0.20 has no half layout
+        rotated = apply_rot_embed_cat(x[:, :, prefix:], rope, **half)
+        return torch.cat([x[:, :, :prefix], rotated], dim=2)
+
+    def softmax_attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+    ) -> torch.Tensor:
+        """:func:`softmax_attention` with this module's ``fused_attn`` and ``attn_drop``."""
+        return softmax_attention(
+            q, k, v, mask, fused=self.fused_attn, attn_drop=self.attn_drop, is_causal=is_causal
+        )
+
     def forward(
         self,
         x: torch.Tensor,
         attn_mask: torch.Tensor | None = None,
         is_causal: bool = False,
+        *,
+        rope: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """timm's ``Attention.forward`` (ViT blocks) and ``EvaAttention.forward`` (EVA blocks pass
+        ``rope=``): (B, N, C) → (B, N, C_out)."""
         if not self.supports_masks and (attn_mask is not None or is_causal):
             raise ValueError(
                 f"{type(self).__name__} routes tokens bidirectionally: attn_mask and is_causal "
                 "are not supported (use FullAttention for masked attention)"
             )
         batch, num_tokens, _ = x.shape
-        gate = self.gate(x).sigmoid() if getattr(self, "gate", None) is not None else None
-        qkv = self.qkv(x).reshape(batch, num_tokens, 3, self.num_heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-        q, k = self.q_norm(q), self.k_norm(k)
+        gate = self.gate(x).sigmoid() if self.gate is not None else None
+        q, k, v = self.project(x, rope)
         out = self.attend(q, k, v, attn_mask, is_causal)
         out = out.transpose(1, 2).reshape(batch, num_tokens, -1)
         if (local := self.local_term(v)) is not None:
@@ -215,11 +362,6 @@ class TokenAttention(Attention, ABC):
         products for one image, as the algorithm defines them: the part that differs between
         attention kinds (``qkv`` and ``proj`` are the same for all)."""
 
-    @property
-    def dropout_p(self) -> float:
-        """The attention-weight dropout to apply now (none in eval mode)."""
-        return self.attn_drop.p if self.training else 0.0
-
     def executed_flops(self, num_tokens: int, batch: int = 1) -> int:
         """FLOPs of the path this implementation takes for ``batch`` images of ``num_tokens``
         tokens, per image (masked products included); the algorithm's by default."""
@@ -231,13 +373,13 @@ class TokenAttention(Attention, ABC):
 
 
 class FullAttention(TokenAttention):
-    """Full softmax attention through ``F.scaled_dot_product_attention`` (timm's fused path)."""
+    """Full softmax attention, as timm's ``Attention`` (SDPA, or explicit when not ``fused_attn``)."""
 
     supports_masks = True
 
     def attend(self, q, k, v, attn_mask, is_causal):
         if (dropped := self.masked_keys(q.shape[0], q.device)) is not None:
-            # Fold the dropped keys into an additive mask SDPA accepts beside the caller's.
+            # Fold the dropped keys into one additive mask beside the caller's.
             bias = torch.zeros(dropped.shape, dtype=q.dtype, device=q.device)
             bias = bias.masked_fill(dropped, float("-inf"))
             if is_causal:
@@ -250,9 +392,7 @@ class FullAttention(TokenAttention):
                 attn_mask = bias.masked_fill(~attn_mask, float("-inf"))
             else:
                 attn_mask = attn_mask + bias
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=self.dropout_p, is_causal=is_causal
-        )
+        return self.softmax_attention(q, k, v, attn_mask, is_causal)
 
     def attention_flops(self, num_tokens: int) -> int:
         return 4 * self.num_heads * num_tokens * num_tokens * self.head_dim
@@ -277,14 +417,16 @@ def sparse_attention(
     index: torch.Tensor,
     *,
     allowed: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
+    fused: bool = True,
+    attn_drop: nn.Module | None = None,
     dense_limit: int = 1 << 27,
 ) -> torch.Tensor:
     """Each query attends to its own K keys ``index`` (B, H, N, K); ``allowed`` (B, Nk) bool, if
     given, forbids some keys.
 
-    Two exact paths: up to ``dense_limit`` mask entries (B·H·N·Nk), one SDPA call with a boolean
-    N×Nk mask (fast on small inputs); beyond it, :func:`gathered_attention`.
+    Two exact paths: up to ``dense_limit`` mask entries (B·H·N·Nk), one :func:`softmax_attention`
+    (``fused``: SDPA) with a boolean N×Nk mask (fast on small inputs); beyond it,
+    :func:`gathered_attention`. ``attn_drop`` (none: no dropout) drops attention weights.
     """
     batch, heads, num_queries, _ = q.shape
     num_keys = k.shape[2]
@@ -293,8 +435,8 @@ def sparse_attention(
         mask.scatter_(3, index, True)
         if allowed is not None:
             mask &= allowed[:, None, None, :]
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-    return gathered_attention(q, k, v, index, allowed=allowed, dropout_p=dropout_p)
+        return softmax_attention(q, k, v, mask, fused=fused, attn_drop=attn_drop)
+    return gathered_attention(q, k, v, index, allowed=allowed, attn_drop=attn_drop)
 
 
 def gathered_attention(
@@ -306,11 +448,12 @@ def gathered_attention(
     allowed: torch.Tensor | None = None,
     extra_logits: torch.Tensor | None = None,
     extra_values: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
+    attn_drop: nn.Module | None = None,
 ) -> torch.Tensor:
     """Each query attends to its own K keys ``index`` (B, H, N, K), gathered (O(N·K·d) memory,
     never N×N), and to optional extra slots (logits (B, H, N, S) over values (B, H, S, d)) in
-    the same softmax; ``allowed`` (B, Nk) bool forbids keys."""
+    the same softmax; ``allowed`` (B, Nk) bool forbids keys. The explicit weights go through
+    ``attn_drop`` (none: no dropout)."""
     logits = torch.einsum("bhnd,bhnkd->bhnk", q, gather_tokens(k, index)) * q.shape[-1] ** -0.5
     if allowed is not None:
         per_head = allowed[:, None, :, None].expand(-1, q.shape[1], -1, 1)
@@ -318,7 +461,8 @@ def gathered_attention(
     slots = 0 if extra_logits is None else extra_logits.shape[-1]
     if extra_logits is not None:
         logits = torch.cat([extra_logits, logits], dim=-1)
-    weights = F.dropout(logits.softmax(dim=-1), dropout_p)
+    weights = logits.softmax(dim=-1)
+    weights = weights if attn_drop is None else attn_drop(weights)
     out = torch.einsum("bhnk,bhnkd->bhnd", weights[..., slots:], gather_tokens(v, index))
     return out if extra_logits is None else out + weights[..., :slots] @ extra_values
 
@@ -337,10 +481,12 @@ class MiTAAttention(TokenAttention):
             variant). Its weights are new and start at zero, so a swapped-in module starts as
             plain MiTA; a standard checkpoint then loads with ``strict=False`` (only ``dwc.*``
             missing).
-        impl: ``"fused"`` (default): one SDPA call over the M shared slots and all M·k' expert
-            keys with a routing mask, O(N·M·k') memory, fast on CPUs while M·k' is small next to
-            N; ``"gather"``: each query gathers its own k keys, O(N·k·d) memory and the
-            algorithm's O(N·(M + k)·d) FLOPs. Both compute Eq. (5) exactly.
+        impl: ``"fused"`` (default): one softmax over the M shared slots and all M·k' expert
+            keys with a routing mask (an SDPA call when ``fused_attn``, timm's flag; the explicit
+            weights through ``attn_drop`` when not), O(N·M·k') memory, fast on CPUs while M·k'
+            is small next to N; ``"gather"``: each query gathers its own k keys, O(N·k·d)
+            memory and the algorithm's O(N·(M + k)·d) FLOPs (always explicit weights). Both
+            compute Eq. (5) exactly.
     """
 
     def __init__(
@@ -374,13 +520,10 @@ class MiTAAttention(TokenAttention):
             raise ValueError(f"top_k must be divisible by router_top={router_top}, got {top_k}")
         self.top_k, self.router_top = top_k, router_top
         self.shared, self.routed = shared, routed
-        if self.grid_size is not None:
-            num_tokens = self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
-            self._check_sizes(num_tokens)
-            if self.pool_size[0] > self.grid_size[0] or self.pool_size[1] > self.grid_size[1]:
-                raise ValueError(
-                    f"pool_size={self.pool_size} is larger than the token grid {self.grid_size}"
-                )
+        if (grid := self.current_grid) is not None:  # the grid it is built for; checked per input
+            self._check_sizes(self.num_prefix_tokens + grid[0] * grid[1])
+            if self.pool_size[0] > grid[0] or self.pool_size[1] > grid[1]:
+                raise ValueError(f"pool_size={self.pool_size} is larger than the token grid {grid}")
         if dwc:
             self.dwc = nn.Conv2d(self.attn_dim, self.attn_dim, 3, padding=1, groups=self.attn_dim)
             nn.init.zeros_(self.dwc.weight)
@@ -411,9 +554,8 @@ class MiTAAttention(TokenAttention):
         if empty is not None:  # a pool cell with no kept token is no expert
             shared_logits = shared_logits.masked_fill(empty, float("-inf"))
         agent_values = gate.softmax(dim=-1) @ v if self.shared else None  # V_s: (B, H, M, d)
-        dropout = self.dropout_p
         if not self.routed:
-            return F.dropout(shared_logits.softmax(dim=-1), dropout, self.training) @ agent_values
+            return self.attn_drop(shared_logits.softmax(dim=-1)) @ agent_values
         per_expert = self.top_k // self.router_top
         selected = gate.topk(per_expert, dim=-1).indices  # S_m: (B, H, M, k')
         if self.record_selection:  # the union ∪_m S_m per head, for coverage and pruning
@@ -436,10 +578,10 @@ class MiTAAttention(TokenAttention):
                 allowed=None if dropped is None else ~dropped.reshape(q.shape[0], -1),
                 extra_logits=shared_logits if self.shared else None,
                 extra_values=agent_values,
-                dropout_p=dropout,
+                attn_drop=self.attn_drop,
             )
         # Fused: the experts are shared by all queries, so their keys are gathered once (M·k'
-        # rows) and every query meets all of them in one SDPA call; a boolean mask keeps the M
+        # rows) and every query meets all of them in one softmax; a boolean mask keeps the M
         # shared slots and the keys of the query's own expert(s) e(i). Memory O(N·M·(1 + k')),
         # linear in N, but M× the routed products of the algorithm (see attention_flops).
         routed_to = torch.zeros_like(shared_logits, dtype=torch.bool).scatter_(3, experts, True)
@@ -457,7 +599,7 @@ class MiTAAttention(TokenAttention):
             if empty is not None:
                 slots = slots & ~empty
             allowed = torch.cat([slots, allowed], dim=-1)
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed, dropout_p=dropout)
+        return self.softmax_attention(q, keys, values, allowed)
 
     def attention_flops(self, num_tokens: int) -> int:
         """The algorithm's FLOPs (what the authors' varlen kernel and ``impl="gather"`` run):

@@ -6,8 +6,9 @@
 - :class:`TopKAttention`: each query keeps its own top-k keys of the full q·Kᵀ row. Selection is
   O(N²) compute (in query chunks); attention is O(N·k).
 
-Both take the attended keys through :func:`sparse_attention`: a masked SDPA call while the mask
-is small (``dense_limit``; O(N²) there, and fast), a gather beyond it (O(N·k) memory).
+Both take the attended keys through :func:`sparse_attention`: a masked SDPA call (explicit
+weights when not ``fused_attn``) while the mask is small (``dense_limit``; O(N²) there, and fast),
+a gather beyond it (O(N·k) memory).
 ``attention_flops`` counts the algorithm, not the masked products of the small-input path.
 - :class:`AgentAttention`: Agent Attention (Han et al., ECCV 2024): pooled-query agents A,
   O = softmax(Q Aᵀ/√d) softmax(A Kᵀ/√d) V plus a depthwise convolution of V. The agent position
@@ -83,7 +84,8 @@ class MoBAAttention(TokenAttention):
             v_pad,
             index,
             allowed=valid,
-            dropout_p=self.dropout_p,
+            fused=self.fused_attn,
+            attn_drop=self.attn_drop,
             dense_limit=self.dense_limit,
         )
 
@@ -139,7 +141,14 @@ class TopKAttention(TokenAttention):
             index = torch.cat(picks, dim=2)
         allowed = None if dropped is None else ~dropped.reshape(batch, -1)
         return sparse_attention(
-            q, k, v, index, allowed=allowed, dropout_p=self.dropout_p, dense_limit=self.dense_limit
+            q,
+            k,
+            v,
+            index,
+            allowed=allowed,
+            fused=self.fused_attn,
+            attn_drop=self.attn_drop,
+            dense_limit=self.dense_limit,
         )
 
     def executed_flops(self, num_tokens: int, batch: int = 1) -> int:

@@ -128,7 +128,8 @@ def swap(
         typer.Option(help="write the swapped state dict here (.safetensors, with a .json sidecar)"),
     ] = None,
 ) -> None:
-    """Swap every attention block of a timm ViT, check a forward pass, report attention FLOPs."""
+    """Swap every attention block of a timm ViT or EVA, check a forward pass, report attention
+    FLOPs."""
     budget, config = _kind_config(attention, pool_size, top_k)
     if img_size is not None:
         check_count(img_size, "--img-size")

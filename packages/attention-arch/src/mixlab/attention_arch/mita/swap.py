@@ -1,14 +1,20 @@
-"""Swapping the attention of a timm vision transformer in place, and the named attention kinds."""
+"""Swapping the attention of a timm vision transformer (ViT family or EVA family) in place, and
+the named attention kinds."""
 
 from __future__ import annotations
 
 from functools import partial
 from typing import Any
 
-from timm.models.vision_transformer import Attention
 from torch import nn
 
-from mixlab.attention_arch.mita.attention import FullAttention, MiTAAttention, TokenAttention
+from mixlab.attention_arch.mita.attention import (
+    SWAPPABLE,
+    FullAttention,
+    MiTAAttention,
+    PatchGrid,
+    TokenAttention,
+)
 from mixlab.attention_arch.mita.baselines import AgentAttention, MoBAAttention, TopKAttention
 from mixlab.attention_arch.mita.config import ATTENTION_KIND_NAMES, budget_grid, matched_config
 
@@ -44,7 +50,7 @@ def attention_class(kind: str | type[TokenAttention] | partial) -> Any:
     return kind
 
 
-def _build(kind: Any, attention: Attention, config: dict[str, Any]) -> TokenAttention:
+def _build(kind: Any, attention: nn.Module, config: dict[str, Any]) -> TokenAttention:
     if isinstance(kind, partial):
         return kind.func.from_attention(attention, **{**kind.keywords, **config})
     return kind.from_attention(attention, **config)
@@ -53,12 +59,16 @@ def _build(kind: Any, attention: Attention, config: dict[str, Any]) -> TokenAtte
 def replace_attention(
     model: nn.Module, attention: str | type[TokenAttention] | partial = "mita", **config: Any
 ) -> nn.Module:
-    """Swap every timm ``Attention`` in ``model`` for ``attention`` (a name from
-    :data:`ATTENTION_KINDS` or a :class:`TokenAttention` subclass), in place, and return ``model``.
+    """Swap every timm attention module in ``model`` (ViT ``Attention``, ``EvaAttention``,
+    ``AttentionRope``: :data:`~mixlab.attention_arch.mita.attention.SWAPPABLE`) for
+    ``attention`` (a name from :data:`ATTENTION_KINDS` or a :class:`TokenAttention` subclass), in
+    place, and return ``model``.
 
     The new modules reuse the old projections, so the state dict keeps its keys and tensors.
-    ``num_prefix_tokens`` and ``grid_size`` default to the model's (``model.num_prefix_tokens``,
-    ``model.patch_embed.grid_size``); other ``config`` goes to the attention class::
+    ``num_prefix_tokens`` defaults to ``model.num_prefix_tokens``, and ``grid_size`` to a
+    :class:`~mixlab.attention_arch.mita.attention.PatchGrid` that follows ``model.patch_embed``
+    (so ``set_input_size`` and ``dynamic_img_size=True`` work); other ``config`` goes to the
+    attention class::
 
         model = timm.create_model("vit_small_patch16_224", checkpoint_path="deit_s.pth")
         replace_attention(model, "mita", pool_size=5, top_k=25)
@@ -66,21 +76,32 @@ def replace_attention(
     kind = attention_class(attention)
     if "num_prefix_tokens" not in config and hasattr(model, "num_prefix_tokens"):
         config["num_prefix_tokens"] = model.num_prefix_tokens
-    patch_embed = getattr(model, "patch_embed", None)
-    if "grid_size" not in config and getattr(patch_embed, "grid_size", None) is not None:
-        config["grid_size"] = tuple(patch_embed.grid_size)
+    if "grid_size" not in config:
+        config["grid_size"] = _model_grid(model)
     swapped = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if isinstance(child, Attention):
+            if isinstance(child, SWAPPABLE):
                 setattr(parent, name, _build(kind, child, dict(config)))
                 swapped += 1
     if swapped == 0:
-        raise ValueError(
-            f"model has no timm.models.vision_transformer.Attention module to replace "
-            f"({type(model).__name__})"
-        )
+        names = " / ".join(c.__name__ for c in SWAPPABLE)
+        raise ValueError(f"model has no timm {names} module to replace ({type(model).__name__})")
     return model
+
+
+def _model_grid(model: nn.Module) -> PatchGrid | tuple[int, int] | None:
+    """The patch grid of ``model``: the :class:`PatchGrid` its swapped modules already follow,
+    a new one on ``model.patch_embed``, its fixed ``grid_size`` (a patch embedding without
+    ``dynamic_feat_size``), or None (no patch embedding: square grids inferred)."""
+    for module in attention_modules(model):
+        if isinstance(module.grid_size, PatchGrid):  # swapped before: one hook per model
+            return module.grid_size
+    patch_embed = getattr(model, "patch_embed", None)
+    if hasattr(patch_embed, "dynamic_feat_size") and hasattr(patch_embed, "grid_size"):
+        return PatchGrid(patch_embed)
+    grid = getattr(patch_embed, "grid_size", None)
+    return None if grid is None else tuple(grid)
 
 
 def attention_modules(model: nn.Module) -> list[TokenAttention]:
