@@ -53,9 +53,12 @@ class LaplacianNSDConv(NSDConv):
         super().__init__(channels, stalk_dim, maps="general")
         self.dense = dense
 
-    def operator(self, x, edge_index, reverse):
+    def operator(self, x, edge_index, reverse, weight):
         laplacian = sheaf_laplacian(
-            edge_index, edge_maps=self.sheaf(x, edge_index), normalization="augmented"
+            edge_index,
+            edge_maps=self.sheaf(x, edge_index),
+            edge_weight=weight,
+            normalization="augmented",
         )
         matrix = laplacian.to_dense() if self.dense else laplacian
         n, d = x.size(0), self.stalk_dim

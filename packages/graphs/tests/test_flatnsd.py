@@ -247,7 +247,8 @@ def test_layer_operator_is_the_normalised_sheaf_laplacian(sheaf, update):
     else:
         dense = sheaf_laplacian(edge_index, edge_maps=maps, normalization="augmented").to_dense()
     y = torch.randn(n, 2, 4, dtype=torch.float64)
-    applied = conv.operator(x, edge_index, reverse)(y)
+    ones = torch.ones(edge_index.size(1), dtype=torch.float64)
+    applied = conv.operator(x, edge_index, reverse, ones)(y)
     torch.testing.assert_close(applied.reshape(n * 2, 4), dense @ y.reshape(n * 2, 4))
 
 
@@ -327,16 +328,50 @@ def test_gradients_reach_the_map_learner(sheaf):
     [
         (lambda c, x: c(x, torch.tensor([[0, 9], [9, 0]])), "outside"),
         (lambda c, x: c(x, torch.tensor([[0, 1], [1, 2]])), "both directions"),
-        (lambda c, x: c(x, torch.tensor([[0, 1, 1], [1, 0, 1]])), "self-loops"),
+        (
+            lambda c, x: FlatNSDConv(4, 2, remove_self_loops=False)(
+                x, torch.tensor([[0, 1, 1], [1, 0, 1]])
+            ),
+            "self-loops",
+        ),
         (lambda c, x: c(x, torch.tensor([[0, 1, 0], [1, 0, 1]])), "duplicate"),
         (lambda c, x: c(x, torch.tensor([[0.0, 1.0], [1.0, 0.0]])), "integer"),
         (lambda c, x: c(x[:, :3], torch.tensor([[0, 1], [1, 0]])), "stalk_dim"),
+        (lambda c, x: c((x, x), torch.tensor([[0, 1], [1, 0]])), "bipartite"),
+        (lambda c, x: c(x, torch.tensor([[0, 1], [1, 0]]), torch.ones(3)), "edge_weight"),
+        (lambda c, x: c(x, torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0])), "both"),
     ],
 )
 def test_bad_input_is_named(call, match):
     conv = FlatNSDConv(4, 2)
     with pytest.raises(ValueError, match=match):
         call(conv, torch.randn(5, 8))
+
+
+@pytest.mark.parametrize("sheaf", SHEAVES)
+def test_edge_weight_zero_removes_the_edge_and_self_loops_are_dropped(sheaf):
+    """A weight scales an edge's term of L_F (w = 0: the graph without it); a self-loop's
+    coboundary is zero, so removing it leaves L_F and its normalisation as they were."""
+    edge_index, n = graph(nx.barbell_graph(4, 1))
+    conv = _conv(sheaf, "heat")
+    x = torch.randn(n, 8, dtype=torch.float64)
+    source, target = edge_index
+    cut = ((source == 0) & (target == 1)) | ((source == 1) & (target == 0))
+    expected = conv(x, edge_index[:, ~cut])
+    torch.testing.assert_close(conv(x, edge_index, (~cut).double()), expected)
+    loops = torch.arange(n).repeat(2, 1)
+    with_loops = torch.cat([edge_index[:, ~cut], loops], dim=1)
+    torch.testing.assert_close(conv(x, with_loops), expected)
+
+
+def test_flat_sheaf_weights_are_the_learned_ones_times_edge_weight():
+    edge_index, n = graph(nx.cycle_graph(5))
+    conv = _conv("flat")
+    x = torch.randn(n, 8, dtype=torch.float64)
+    maps, learned = conv.sheaf(x, edge_index)
+    _, weighted = conv.sheaf(x, edge_index, torch.full((edge_index.size(1),), 0.5).double())
+    torch.testing.assert_close(weighted, learned / 2)
+    assert maps.shape == (n, 2, 2)
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GATConv, GCNConv, GINConv, MessagePassing
 from torch_geometric.nn.pool import global_add_pool, global_max_pool, global_mean_pool
+from torch_geometric.utils import is_sparse
 
 from mixlab.graphs.flatnsd.maps import (
     EDGE_MAP_KINDS,
@@ -36,7 +37,12 @@ from mixlab.graphs.flatnsd.maps import (
     NodeMapLearner,
     check_kind,
 )
-from mixlab.graphs.flatnsd.sheaf import as_matrices, check_edge_index, inverse_sqrt_spd
+from mixlab.graphs.flatnsd.sheaf import (
+    as_matrices,
+    check_edge_index,
+    check_edge_weight,
+    inverse_sqrt_spd,
+)
 
 UPDATES = ("discrete", "heat")
 MAX_DIFFUSION_TIME = 2.0  # λ(Δ_F) < 2, so tλ < 4: 12 Taylor terms are within 0.011 of e^{-tλ}
@@ -51,7 +57,16 @@ def _check_positive(value: int, name: str) -> None:
 
 
 class SheafDiffusionConv(MessagePassing):
-    """The update shared by every sheaf layer; subclasses build the operator y ↦ Δ_F y."""
+    """The update shared by every sheaf layer; subclasses build the operator y ↦ Δ_F y.
+
+    ``forward(x, edge_index, edge_weight=None)`` follows PyG's convs: ``edge_index`` [2, E] of
+    any integer dtype, listing every edge in both directions; ``edge_weight`` [E] scales each
+    edge's term of L_F = δᵀWδ (messages and degrees alike), so a weight of 0 removes the edge.
+    It must be non-negative and equal on both directions. A self-loop's coboundary
+    F_{v⊴e}x_v − F_{v⊴e}x_v is zero, so it adds nothing to L_F and would only inflate the degree
+    in the normalisation (D+I)^{-1/2}: ``remove_self_loops=True`` gives self-loops weight 0,
+    the same as dropping them (so ``AddSelfLoops`` pipelines work); ``False`` refuses them.
+    """
 
     def __init__(
         self,
@@ -60,14 +75,19 @@ class SheafDiffusionConv(MessagePassing):
         *,
         update: str = "discrete",
         taylor_terms: int = 12,
+        remove_self_loops: bool = True,
     ) -> None:
         super().__init__(aggr="add")
         _check_positive(channels, "channels")
         _check_positive(stalk_dim, "stalk_dim")
         _check_positive(taylor_terms, "taylor_terms")
         check_kind(update, UPDATES, "update")
+        if not isinstance(remove_self_loops, bool):
+            raise ValueError(f"remove_self_loops must be True or False, got {remove_self_loops!r}")
         self.channels, self.stalk_dim = channels, stalk_dim
+        self.in_channels = self.out_channels = stalk_dim * channels  # PyG's names for the width
         self.update_rule, self.taylor_terms = update, taylor_terms
+        self.remove_self_loops = remove_self_loops
         self.left = nn.Parameter(torch.empty(stalk_dim, stalk_dim))
         self.right = nn.Parameter(torch.empty(channels, channels))
         discrete = update == "discrete"
@@ -93,22 +113,29 @@ class SheafDiffusionConv(MessagePassing):
             return None
         return MAX_DIFFUSION_TIME * torch.sigmoid(self.time_logit)
 
-    def operator(self, x: Tensor, edge_index: Tensor, reverse: Tensor) -> Operator:
+    def operator(self, x: Tensor, edge_index: Tensor, reverse: Tensor, weight: Tensor) -> Operator:
+        """y [N, d, f] ↦ Δ_F y, with ``weight`` [E] the input edge weights (0 on self-loops)."""
         raise NotImplementedError
 
-    def forward(self, x: Tensor, edge_index: Tensor, reverse: Tensor | None = None) -> Tensor:
-        """``reverse`` (from :func:`check_edge_index`) may be passed to skip re-validating the
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        edge_weight: Tensor | None = None,
+        *,
+        reverse: Tensor | None = None,
+    ) -> Tensor:
+        """x [N, d·f], edge_index [2, E], edge_weight [E] or None → [N, d·f].
+
+        ``reverse`` (from :func:`check_edge_index`) may be passed to skip re-validating the
         same ``edge_index`` in every layer."""
-        num_nodes, width = x.shape
-        if width != self.stalk_dim * self.channels:
-            raise ValueError(
-                f"x must have stalk_dim·channels = {self.stalk_dim * self.channels} features, "
-                f"got {width}"
-            )
+        self._check_x(x)
         if reverse is None:
-            reverse = check_edge_index(edge_index, num_nodes)
-        laplacian = self.operator(x, edge_index, reverse)
-        stalks = x.view(num_nodes, self.stalk_dim, self.channels)
+            reverse = self.check_edges(edge_index, x.size(0))
+        edge_index = edge_index.long()
+        weight = self._input_weight(edge_weight, edge_index, reverse, x)
+        laplacian = self.operator(x, edge_index, reverse, weight)
+        stalks = x.view(x.size(0), self.stalk_dim, self.channels)
         mixed = self.left @ stalks @ self.right
         if self.epsilon is not None:
             out = (1 + torch.tanh(self.epsilon))[:, None] * stalks - F.elu(laplacian(mixed))
@@ -120,15 +147,50 @@ class SheafDiffusionConv(MessagePassing):
                 term = -(time / k) * laplacian(term)
                 heat = heat + term
             out = F.elu(heat)
-        return out.reshape(num_nodes, -1)
+        return out.reshape(x.size(0), -1)
+
+    def _check_x(self, x: Tensor) -> None:
+        if isinstance(x, tuple | list):
+            raise ValueError(
+                "x must be one [num_nodes, features] tensor: bipartite graphs (x_src, x_dst) are "
+                "not supported, since a sheaf needs one node set with a stalk at both ends of "
+                "every edge"
+            )
+        width = self.stalk_dim * self.channels
+        if not isinstance(x, Tensor) or x.dim() != 2 or x.size(1) != width:
+            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x)
+            raise ValueError(f"x must be [num_nodes, stalk_dim·channels = {width}], got {shape}")
+
+    def check_edges(self, edge_index: Tensor, num_nodes: int) -> Tensor:
+        """Validate ``edge_index`` for this layer and return its reverse-edge permutation."""
+        if is_sparse(edge_index):
+            raise ValueError(
+                "edge_index must be a [2, num_edges] tensor: a SparseTensor or sparse adjacency "
+                "(adj_t, T.ToSparseTensor) is not supported; pass data.edge_index, or convert "
+                "with torch_geometric.utils.to_edge_index"
+            )
+        return check_edge_index(edge_index, num_nodes, self_loops=self.remove_self_loops)
+
+    def _input_weight(
+        self, edge_weight: Tensor | None, edge_index: Tensor, reverse: Tensor, x: Tensor
+    ) -> Tensor:
+        """``edge_weight`` as [E] in x's dtype (ones where None), 0 on self-loops."""
+        weight = check_edge_weight(edge_weight, edge_index, reverse, x)
+        if self.remove_self_loops:
+            weight = weight * (edge_index[0] != edge_index[1])
+        return weight
 
     def _neighbour_sum(self, edge_index: Tensor, values: Tensor, **edge_data: Tensor) -> Tensor:
         num_nodes = values.size(0)
         summed = self.propagate(edge_index, value=values.reshape(num_nodes, -1), **edge_data)
         return summed.view_as(values)
 
-    def extra_repr(self) -> str:
-        return f"channels={self.channels}, stalk_dim={self.stalk_dim}, update={self.update_rule}"
+    def __repr__(self) -> str:  # PyG's style, as GATConv(16, 32, heads=2)
+        return (
+            f"{type(self).__name__}({self.in_channels}, {self.out_channels}, "
+            f"channels={self.channels}, stalk_dim={self.stalk_dim}, maps={self.maps!r}, "
+            f"update={self.update_rule!r})"
+        )
 
 
 class FlatNSDConv(SheafDiffusionConv):
@@ -138,10 +200,13 @@ class FlatNSDConv(SheafDiffusionConv):
     so one layer costs one graph propagation of d·f numbers per edge plus N small d×d products.
     ``maps="orthogonal"`` (O(d), the paper's flat bundle) or ``"general"`` (invertible, exp of a
     matrix); ``edge_weights=True`` learns w_e = σ(W[x_i ‖ x_j]), the only part of a flat sheaf
-    that can move its effective resistance (see :func:`sheaf_effective_resistance`).
+    that can move its effective resistance (see :func:`sheaf_effective_resistance`); a given
+    ``edge_weight`` multiplies it. ``torch.compile(conv, fullgraph=True)`` works with the
+    orthogonal maps (the general maps' inverse square root branches on the data).
 
         >>> conv = FlatNSDConv(channels=16, stalk_dim=2)
         >>> out = conv(x, edge_index)       # x: [N, 32], edge_index undirected
+        >>> out = conv(x, edge_index, edge_weight)
     """
 
     def __init__(
@@ -153,8 +218,15 @@ class FlatNSDConv(SheafDiffusionConv):
         edge_weights: bool = True,
         update: str = "discrete",
         taylor_terms: int = 12,
+        remove_self_loops: bool = True,
     ) -> None:
-        super().__init__(channels, stalk_dim, update=update, taylor_terms=taylor_terms)
+        super().__init__(
+            channels,
+            stalk_dim,
+            update=update,
+            taylor_terms=taylor_terms,
+            remove_self_loops=remove_self_loops,
+        )
         check_kind(maps, NODE_MAP_KINDS, "maps")
         self.maps = maps
         width = stalk_dim * channels
@@ -163,20 +235,26 @@ class FlatNSDConv(SheafDiffusionConv):
         self.reset_parameters()
 
     def sheaf(
-        self, x: Tensor, edge_index: Tensor, reverse: Tensor | None = None
+        self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
-        """The flat sheaf this layer builds from ``x``: node maps [N, d, d] and edge weights [E]."""
-        if reverse is None:
-            reverse = check_edge_index(edge_index, x.size(0))
+        """The flat sheaf this layer builds from ``x``: node maps [N, d, d] and the edge weights
+        [E] it diffuses with (learned × ``edge_weight``, 0 on self-loops)."""
+        self._check_x(x)
+        reverse = self.check_edges(edge_index, x.size(0))
+        edge_index = edge_index.long()
+        weight = self._input_weight(edge_weight, edge_index, reverse, x)
+        return self._sheaf(x, edge_index, reverse, weight)
+
+    def _sheaf(
+        self, x: Tensor, edge_index: Tensor, reverse: Tensor, weight: Tensor
+    ) -> tuple[Tensor, Tensor]:
         node_maps = self.map_learner(x)
-        if self.weight_learner is None:
-            weight = x.new_ones(edge_index.size(1))
-        else:
-            weight = self.weight_learner(x, edge_index, reverse)
+        if self.weight_learner is not None:
+            weight = self.weight_learner(x, edge_index, reverse) * weight
         return node_maps, weight
 
-    def operator(self, x: Tensor, edge_index: Tensor, reverse: Tensor) -> Operator:
-        node_maps, weight = self.sheaf(x, edge_index, reverse)
+    def operator(self, x: Tensor, edge_index: Tensor, reverse: Tensor, weight: Tensor) -> Operator:
+        node_maps, weight = self._sheaf(x, edge_index, reverse, weight)
         degree = x.new_zeros(x.size(0)).index_add_(0, edge_index[1], weight)
         if self.maps == "orthogonal":  # A_vᵀA_v = I: the normaliser is a scalar per node
             lift = node_maps * (degree + 1).rsqrt()[:, None, None]
@@ -209,29 +287,35 @@ class NSDConv(SheafDiffusionConv):
         maps: str = "diag",
         update: str = "discrete",
         taylor_terms: int = 12,
+        remove_self_loops: bool = True,
     ) -> None:
-        super().__init__(channels, stalk_dim, update=update, taylor_terms=taylor_terms)
+        super().__init__(
+            channels,
+            stalk_dim,
+            update=update,
+            taylor_terms=taylor_terms,
+            remove_self_loops=remove_self_loops,
+        )
         check_kind(maps, EDGE_MAP_KINDS, "maps")
         self.maps = maps
         self.map_learner = EdgeMapLearner(stalk_dim * channels, stalk_dim, maps)
         self.reset_parameters()
 
-    def sheaf(self, x: Tensor, edge_index: Tensor, reverse: Tensor | None = None) -> Tensor:
+    def sheaf(self, x: Tensor, edge_index: Tensor) -> Tensor:
         """Per-edge maps [E, d, d] (or [E, d] for ``"diag"``) this layer builds from ``x``."""
         return self.map_learner(x, edge_index)
 
-    def operator(self, x: Tensor, edge_index: Tensor, reverse: Tensor) -> Operator:
+    def operator(self, x: Tensor, edge_index: Tensor, reverse: Tensor, weight: Tensor) -> Operator:
         target_maps = as_matrices(self.sheaf(x, edge_index))
-        transport = target_maps.transpose(-1, -2) @ target_maps[reverse]  # F_{i⊴e}ᵀ F_{j⊴e}
+        # w_e F_{i⊴e}ᵀ F_{j⊴e}
+        transport = weight[:, None, None] * (target_maps.transpose(-1, -2) @ target_maps[reverse])
         d = self.stalk_dim
         eye = torch.eye(d, dtype=x.dtype, device=x.device)
         if self.maps == "orthogonal":  # FᵀF = I on every edge: D = deg·I exactly
-            degree = x.new_zeros(x.size(0)).index_add_(
-                0, edge_index[1], x.new_ones(edge_index.size(1))
-            )
+            degree = x.new_zeros(x.size(0)).index_add_(0, edge_index[1], weight)
             diagonal = degree[:, None, None] * eye
         else:
-            gram = target_maps.transpose(-1, -2) @ target_maps
+            gram = weight[:, None, None] * (target_maps.transpose(-1, -2) @ target_maps)
             diagonal = x.new_zeros(x.size(0), d, d).index_add_(0, edge_index[1], gram)
         scale = inverse_sqrt_spd(diagonal + eye)
 
@@ -317,19 +401,19 @@ class SheafDiffusionNet(_NodeOrGraphModel):
 
     def layer_inputs(self, x: Tensor, edge_index: Tensor) -> list[Tensor]:
         """The input of every layer (what each layer's map learner reads)."""
-        reverse = check_edge_index(edge_index, x.size(0))
+        reverse = self.convs[0].check_edges(edge_index, x.size(0))  # once for every layer
         h = F.elu(self.lin_in(x))
         inputs = []
         for conv in self.convs:
             inputs.append(h)
-            h = conv(F.dropout(h, self.dropout, self.training), edge_index, reverse)
+            h = conv(F.dropout(h, self.dropout, self.training), edge_index, reverse=reverse)
         return inputs
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None) -> Tensor:
-        reverse = check_edge_index(edge_index, x.size(0))
+        reverse = self.convs[0].check_edges(edge_index, x.size(0))  # once for every layer
         h = F.elu(self.lin_in(x))
         for conv in self.convs:
-            h = conv(F.dropout(h, self.dropout, self.training), edge_index, reverse)
+            h = conv(F.dropout(h, self.dropout, self.training), edge_index, reverse=reverse)
         return self.readout(h, batch)
 
 

@@ -24,9 +24,16 @@ DENSE_LIMIT = 6000
 """largest n·d for which resistances are computed with a dense pseudo-inverse"""
 
 
-def check_edge_index(edge_index: Tensor, num_nodes: int, *, name: str = "edge_index") -> Tensor:
-    """Validate an undirected ``edge_index`` and return the reverse-edge permutation ``rev``
-    (``edge_index[:, rev[k]]`` is edge k reversed)."""
+def check_edge_index(
+    edge_index: Tensor, num_nodes: int, *, name: str = "edge_index", self_loops: bool = False
+) -> Tensor:
+    """Validate an undirected ``edge_index`` (any integer dtype) and return the reverse-edge
+    permutation ``rev`` (``edge_index[:, rev[k]]`` is edge k reversed).
+
+    ``self_loops=True`` lets self-loops through (a self-loop is its own reverse). Under
+    ``torch.compile`` only the shape and dtype are checked: the value checks branch on the data,
+    which would break the graph, so validate a graph once in eager mode.
+    """
     if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2:
         shape = tuple(edge_index.shape) if isinstance(edge_index, Tensor) else type(edge_index)
         raise ValueError(f"{name} must be a [2, num_edges] integer tensor, got {shape}")
@@ -36,6 +43,14 @@ def check_edge_index(edge_index: Tensor, num_nodes: int, *, name: str = "edge_in
         raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
     if edge_index.numel() == 0:
         return torch.zeros(0, dtype=torch.long, device=edge_index.device)
+    source, target = edge_index.long()
+    key = target * num_nodes + source
+    order = torch.argsort(key)
+    sorted_key = key[order]
+    reverse_key = source * num_nodes + target
+    position = torch.searchsorted(sorted_key, reverse_key).clamp_max(key.numel() - 1)
+    if torch.compiler.is_compiling():  # the value checks below branch on data: eager only
+        return order[position]
     low, high = int(edge_index.min()), int(edge_index.max())
     if low < 0 or high >= num_nodes:
         bad = low if low < 0 else high
@@ -43,27 +58,40 @@ def check_edge_index(edge_index: Tensor, num_nodes: int, *, name: str = "edge_in
             f"{name} has node index {bad} outside [0, num_nodes={num_nodes}); "
             "pass num_nodes or fix the indices"
         )
-    source, target = edge_index.long()
-    if bool((source == target).any()):
+    if not self_loops and bool((source == target).any()):
         raise ValueError(
             f"{name} has self-loops, which carry no sheaf information; "
             "remove them (torch_geometric.utils.remove_self_loops)"
         )
-    key = target * num_nodes + source
-    order = torch.argsort(key)
-    sorted_key = key[order]
     if bool((sorted_key[1:] == sorted_key[:-1]).any()):
         raise ValueError(
             f"{name} has duplicate edges; coalesce it (torch_geometric.utils.coalesce)"
         )
-    reverse_key = source * num_nodes + target
-    position = torch.searchsorted(sorted_key, reverse_key).clamp_max(key.numel() - 1)
     if not bool((sorted_key[position] == reverse_key).all()):
         raise ValueError(
             f"{name} must list every edge in both directions (sheaf diffusion is undirected); "
             "use torch_geometric.utils.to_undirected"
         )
     return order[position]
+
+
+def check_edge_weight(
+    edge_weight: Tensor | None, edge_index: Tensor, reverse: Tensor, like: Tensor
+) -> Tensor:
+    """``edge_weight`` [E] in ``like``'s dtype (ones where None), checked to be non-negative and
+    equal on both directions of every edge (L_F = δᵀWδ has one weight per undirected edge).
+    Under ``torch.compile`` only the shape is checked."""
+    num_edges = edge_index.size(1)
+    if edge_weight is None:
+        return like.new_ones(num_edges)
+    if not isinstance(edge_weight, Tensor) or edge_weight.shape != (num_edges,):
+        shape = tuple(edge_weight.shape) if isinstance(edge_weight, Tensor) else type(edge_weight)
+        raise ValueError(f"edge_weight must have shape ({num_edges},), got {shape}")
+    if not torch.compiler.is_compiling() and (
+        bool((edge_weight < 0).any()) or not torch.allclose(edge_weight, edge_weight[reverse])
+    ):
+        raise ValueError("edge_weight must be non-negative and equal on both directions of an edge")
+    return edge_weight.to(like.dtype)
 
 
 def as_matrices(edge_maps: Tensor) -> Tensor:
@@ -76,21 +104,6 @@ def as_matrices(edge_maps: Tensor) -> Tensor:
         f"edge_maps must be [E, d, d] or [E, d] (diagonal) with d >= 1, "
         f"got {tuple(edge_maps.shape)}"
     )
-
-
-def _edge_weight(
-    edge_weight: Tensor | None, edge_index: Tensor, rev: Tensor, like: Tensor
-) -> Tensor:
-    num_edges = edge_index.size(1)
-    if edge_weight is None:
-        return like.new_ones(num_edges)
-    if edge_weight.shape != (num_edges,):
-        raise ValueError(
-            f"edge_weight must have shape ({num_edges},), got {tuple(edge_weight.shape)}"
-        )
-    if bool((edge_weight < 0).any()) or not torch.allclose(edge_weight, edge_weight[rev]):
-        raise ValueError("edge_weight must be non-negative and equal on both directions of an edge")
-    return edge_weight.to(like.dtype)
 
 
 def _restriction_maps(
@@ -147,7 +160,7 @@ def laplacian_blocks(
         edge_index, edge_maps, node_maps, num_nodes
     )
     d = target_maps.size(-1)
-    weight = _edge_weight(edge_weight, edge_index, rev, target_maps)
+    weight = check_edge_weight(edge_weight, edge_index, rev, target_maps)
     gram = weight[:, None, None] * target_maps.transpose(-1, -2) @ target_maps
     diagonal = target_maps.new_zeros(num_nodes, d, d).index_add_(0, edge_index[1], gram)
     off = -weight[:, None, None] * target_maps.transpose(-1, -2) @ source_maps
