@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numba
 
-from mixlab.rl.curb import LogitBertrand, QLearner, train_sessions
+from mixlab.rl.curb import LogitBertrand, QLearner, RepeatedMarketEnv, train_sessions
 from mixlab.shared import Claim, bar_plot
 from mixlab.shared.result import write_benchmark
 
@@ -45,20 +45,20 @@ def main() -> None:
     parser.add_argument("--periods", type=int, default=20_000, help="periods per capped session")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "curb")
     args = parser.parse_args()
-    market = LogitBertrand()
+    env = RepeatedMarketEnv(LogitBertrand())
     threads = numba.get_num_threads()
     start = time.perf_counter()
     metrics: dict[str, dict[str, float]] = {}
     for name, learner in LEARNERS.items():
         capped = dataclasses.replace(learner, max_periods=args.periods)
-        train_sessions(market, learner, 2, seed=99)  # warm-up: compile
-        python_s = timed(lambda c=capped: train_sessions(market, c, 1, python=True), repeats=1)
+        train_sessions(env, learner, 2, seed=99)  # warm-up: compile
+        python_s = timed(lambda c=capped: train_sessions(env, c, 1, python=True), repeats=1)
         numba.set_num_threads(1)
-        capped_s = timed(lambda c=capped: train_sessions(market, c, 1))
-        full_1 = timed(lambda lrn=learner: train_sessions(market, lrn, args.sessions))
+        capped_s = timed(lambda c=capped: train_sessions(env, c, 1))
+        full_1 = timed(lambda lrn=learner: train_sessions(env, lrn, args.sessions))
         numba.set_num_threads(threads)
-        full_all = timed(lambda lrn=learner: train_sessions(market, lrn, args.sessions))
-        periods = train_sessions(market, learner, args.sessions).periods.mean()
+        full_all = timed(lambda lrn=learner: train_sessions(env, lrn, args.sessions))
+        periods = train_sessions(env, learner, args.sessions).periods.mean()
         python_rate = args.periods / python_s
         compiled_rate = args.periods / capped_s
         rows = {

@@ -111,11 +111,19 @@ def test_profit_table_and_collusion_index(bertrand):
         (lambda: QLearner(delta=-0.1), "delta"),
         (lambda: QLearner(alpha=0), "alpha"),
         (lambda: QLearner.curb(memory=2), "memory"),
-        (lambda: train_sessions(LogitBertrand(), n_sessions=0), "n_sessions"),
-        (lambda: train_sessions(LogitBertrand(n_firms=3), QLearner.curb(), 1), "n_firms"),
+        (lambda: train_sessions(RepeatedMarketEnv(), n_sessions=0), "n_sessions"),
+        (
+            lambda: train_sessions(RepeatedMarketEnv(LogitBertrand(n_firms=3)), QLearner.curb()),
+            "possible_agents",
+        ),
         (lambda: DQNConfig(gamma=1.0), "gamma"),
-        (lambda: train_sessions(LogitBertrand(), QLearner(memory=3), 4), "memory"),
-        (lambda: train_dqn(LogitBertrand(n_firms=3), [DQNConfig()]), "n_firms"),
+        (lambda: train_sessions(RepeatedMarketEnv(memory=3), QLearner(memory=3), 4), "memory"),
+        (lambda: train_sessions(RepeatedMarketEnv(), QLearner(memory=2)), "learner.memory"),
+        (lambda: train_sessions(LogitBertrand()), "possible_agents"),
+        (
+            lambda: train_dqn(RepeatedMarketEnv(LogitBertrand(n_firms=3)), [DQNConfig(penalty=1)]),
+            "CurbShaping",
+        ),
     ],
 )
 def test_bad_input_names_the_parameter(build, message):
@@ -144,9 +152,9 @@ def test_initial_q_is_calvano_eq8(bertrand):
     ids=["q-learning", "curb", "no-memory"],
 )
 def test_compiled_loop_equals_the_plain_python_reference(learner):
-    market = LinearCournot()
-    compiled = train_sessions(market, learner, 2, seed=3)
-    reference = train_sessions(market, learner, 2, seed=3, python=True)
+    env = RepeatedMarketEnv(LinearCournot())
+    compiled = train_sessions(env, learner, 2, seed=3)
+    reference = train_sessions(env, learner, 2, seed=3, python=True)
     np.testing.assert_array_equal(compiled.q, reference.q)
     np.testing.assert_array_equal(compiled.greedy, reference.greedy)
     np.testing.assert_array_equal(compiled.last_state, reference.last_state)
@@ -156,15 +164,15 @@ def test_compiled_loop_equals_the_plain_python_reference(learner):
 
 
 def test_seeded_sessions_are_deterministic_on_any_thread_count():
-    market, learner = LogitBertrand(), QLearner(beta=1e-4, stable_periods=2000)
+    env, learner = RepeatedMarketEnv(), QLearner(beta=1e-4, stable_periods=2000)
     threads = numba.get_num_threads()
-    first = train_sessions(market, learner, 3, seed=7)
+    first = train_sessions(env, learner, 3, seed=7)
     numba.set_num_threads(1)
     try:
-        single = train_sessions(market, learner, 3, seed=7)
+        single = train_sessions(env, learner, 3, seed=7)
     finally:
         numba.set_num_threads(threads)
-    other = train_sessions(market, learner, 3, seed=8)
+    other = train_sessions(env, learner, 3, seed=8)
     np.testing.assert_array_equal(first.q, single.q)
     np.testing.assert_array_equal(first.periods, single.periods)
     assert not np.array_equal(first.q, other.q)
@@ -173,17 +181,16 @@ def test_seeded_sessions_are_deterministic_on_any_thread_count():
 
 
 def test_convergence_rule_and_cap():
-    capped = train_sessions(LogitBertrand(), QLearner(max_periods=500), 2)
+    capped = train_sessions(RepeatedMarketEnv(), QLearner(max_periods=500), 2)
     assert capped.periods.tolist() == [500, 500]
     assert not capped.converged.any()
-    fast = train_sessions(LogitBertrand(), QLearner(beta=1e-3, stable_periods=1000), 2)
+    fast = train_sessions(RepeatedMarketEnv(), QLearner(beta=1e-3, stable_periods=1000), 2)
     assert fast.converged.all()
     assert (fast.periods < 1_000_000).all()
 
 
 def test_q_learning_lands_in_calvanos_range_and_punishes(bertrand):
-    market = bertrand[0]
-    sessions = train_sessions(market, QLearner(), 20, seed=0)
+    sessions = train_sessions(RepeatedMarketEnv(bertrand[0]), QLearner(), 20, seed=0)
     assert sessions.converged.all()
     outcomes = analyse_sessions(sessions)
     collusion = np.mean([o.collusion for o in outcomes])
@@ -192,14 +199,14 @@ def test_q_learning_lands_in_calvanos_range_and_punishes(bertrand):
 
 
 def test_curb_unwinds_collusion_on_a_small_batch(bertrand):
-    market = bertrand[0]
-    sessions = train_sessions(market, QLearner.curb(), 10, seed=0)
+    sessions = train_sessions(RepeatedMarketEnv(bertrand[0]), QLearner.curb(), 10, seed=0)
     collusion = [o.collusion for o in analyse_sessions(sessions)]
     assert np.mean(collusion) < 0.4
 
 
 def test_three_firm_market_runs():
-    sessions = train_sessions(LinearCournot(n_firms=3), QLearner(beta=1e-3, stable_periods=500), 2)
+    env = RepeatedMarketEnv(LinearCournot(n_firms=3))
+    sessions = train_sessions(env, QLearner(beta=1e-3, stable_periods=500), 2)
     assert sessions.greedy.shape == (2, 3, 15**3)
     policy = sessions.greedy[0]
     cycle = converged_cycle(policy, int(sessions.last_state[0]), 15)
@@ -341,17 +348,23 @@ def test_dqn_and_curb_dqn_train_deterministically(bertrand):
             belief=True,
         )
     )
-    first = train_dqn(market, configs, seed=1, trace_every=100)
-    second = train_dqn(market, configs, seed=1, trace_every=100)
+    env = RepeatedMarketEnv(market)
+    first = train_dqn(env, configs, seed=1, trace_every=100)
+    second = train_dqn(env, configs, seed=1, trace_every=100)
     assert first.greedy.shape == (2, 2, M * M)
     np.testing.assert_array_equal(first.greedy, second.greedy)
-    np.testing.assert_array_equal(first.profit_trace, second.profit_trace)
-    assert first.profit_trace.shape == (2, 4)
+    np.testing.assert_array_equal(first.reward_trace, second.reward_trace)
+    assert first.reward_trace.shape == (2, 4)
+    # act() plays the greedy tables: the action after history (a_0, a_1) is greedy[a_0·m + a_1].
+    assert first.act({"firm_0": np.array([3, 9]), "firm_1": np.array([3, 9])}, session=1) == {
+        "firm_0": first.greedy[1, 0, 3 * M + 9],
+        "firm_1": first.greedy[1, 1, 3 * M + 9],
+    }
     outcome = analyse_policy(
         first.greedy[1],
         int(first.last_state[1]),
-        first.table,
-        first.grid,
+        env.payoff_table,
+        env.grid,
         eq,
         delta=0.95,
         competitive_direction=-1,
@@ -378,6 +391,7 @@ def test_env_rewards_are_the_profit_table(bertrand):
     assert observations["firm_0"].shape == (2,)
     observations, rewards, _, truncations, infos = env.step({"firm_0": 4, "firm_1": 9})
     assert rewards["firm_1"] == pytest.approx(table[4 * M + 9, 1])
+    np.testing.assert_array_equal(env.payoff_table, table)
     assert observations["firm_1"].tolist() == [4, 9]
     assert "prices" in infos["firm_0"]
     assert not truncations["firm_0"]

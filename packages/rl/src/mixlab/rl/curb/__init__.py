@@ -2,15 +2,19 @@
 
 - Markets: :class:`LogitBertrand` (Calvano et al. 2020) and :class:`LinearCournot` stage games,
   :func:`equilibria` (static Nash, joint monopoly), :func:`action_grid`, :func:`profit_table`, and
-  :class:`RepeatedMarketEnv`, the repeated game as a PettingZoo ``ParallelEnv``.
-- Learners: :func:`train_sessions` plays many seeded tabular Q-learning sessions in parallel
-  (:class:`QLearner`, with CURB's penalty and belief injection as switches: ``QLearner.curb()``);
+  :class:`RepeatedMarketEnv`, the repeated game as a PettingZoo ``ParallelEnv`` (a
+  :class:`RepeatedGame`: it exposes its payoff table to the compiled learners).
+- Learners, on any PettingZoo ``ParallelEnv`` with ``Discrete`` actions: :func:`train_sessions`
+  plays many seeded tabular Q-learning sessions (:class:`QLearner`, with CURB's penalty and belief
+  injection as switches: ``QLearner.curb()``), compiled and in parallel on a repeated game;
   :func:`train_dqn` trains DQN and CURB-DQN agents (:class:`DQNConfig`).
+- Outside learners: :class:`CurbShaping` adds CURB's penalty to any env's rewards;
+  :class:`SingleAgentView` is one agent as a ``gymnasium.Env`` (for Stable-Baselines3).
 - Analysis: :func:`analyse_policy` (collusion index over the converged cycle, impulse response,
   TV dependence), :func:`impulse_response`, :func:`tv_dependence`, :func:`dependence_penalty`.
 
-    from mixlab.rl.curb import LogitBertrand, QLearner, train_sessions, analyse_policy, equilibria
-    sessions = train_sessions(LogitBertrand(), QLearner.curb(), n_sessions=20, seed=0)
+    from mixlab.rl.curb import LogitBertrand, QLearner, RepeatedMarketEnv, train_sessions
+    sessions = train_sessions(RepeatedMarketEnv(LogitBertrand()), QLearner.curb(), 20, seed=0)
 """
 
 from typing import TYPE_CHECKING
@@ -18,6 +22,7 @@ from typing import TYPE_CHECKING
 from mixlab.shared.lazy import lazy_exports
 
 _MODULE_OF = {
+    "CurbShaping": "wrappers",
     "DQNConfig": "dqn",
     "DQNSessions": "dqn",
     "Dependence": "analysis",
@@ -26,9 +31,11 @@ _MODULE_OF = {
     "LinearCournot": "markets",
     "LogitBertrand": "markets",
     "QLearner": "qlearning",
+    "RepeatedGame": "env",
     "RepeatedMarketEnv": "env",
     "SessionOutcome": "analysis",
     "Sessions": "qlearning",
+    "SingleAgentView": "wrappers",
     "action_grid": "markets",
     "analyse_policy": "analysis",
     "analyse_sessions": "analysis",
@@ -54,6 +61,7 @@ _MODULE_OF = {
 __getattr__, __dir__ = lazy_exports(__name__, _MODULE_OF)
 
 __all__ = [
+    "CurbShaping",
     "DQNConfig",
     "DQNSessions",
     "Dependence",
@@ -62,9 +70,11 @@ __all__ = [
     "LinearCournot",
     "LogitBertrand",
     "QLearner",
+    "RepeatedGame",
     "RepeatedMarketEnv",
     "SessionOutcome",
     "Sessions",
+    "SingleAgentView",
     "action_grid",
     "analyse_policy",
     "analyse_sessions",
@@ -108,7 +118,7 @@ if TYPE_CHECKING:
         tv_dependence,
     )
     from mixlab.rl.curb.dqn import DQNConfig, DQNSessions, train_dqn
-    from mixlab.rl.curb.env import RepeatedMarketEnv
+    from mixlab.rl.curb.env import RepeatedGame, RepeatedMarketEnv
     from mixlab.rl.curb.markets import (
         Equilibria,
         LinearCournot,
@@ -120,3 +130,4 @@ if TYPE_CHECKING:
         profit_table,
     )
     from mixlab.rl.curb.qlearning import QLearner, Sessions, initial_q, train_sessions
+    from mixlab.rl.curb.wrappers import CurbShaping, SingleAgentView

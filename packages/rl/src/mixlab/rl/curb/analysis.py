@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from mixlab.rl.curb.env import RepeatedMarketEnv
 from mixlab.rl.curb.markets import Equilibria, best_response_table, collusion_index, equilibria
 from mixlab.shared import is_count, require
 
@@ -299,18 +300,34 @@ def analyse_sessions(
     played: Any, *, delta: float = 0.95, periods: int = 25
 ) -> list[SessionOutcome]:
     """:func:`analyse_policy` for every session of ``played`` (the result of
-    :func:`~mixlab.rl.curb.train_sessions` or :func:`~mixlab.rl.curb.train_dqn`). Deviations are
-    valued at ``delta`` (Calvano's δ by default, also for myopic learners)."""
-    eq = equilibria(played.market)
+    :func:`~mixlab.rl.curb.train_sessions` or :func:`~mixlab.rl.curb.train_dqn` on a
+    :class:`~mixlab.rl.curb.RepeatedMarketEnv`, possibly wrapped). Deviations are valued at
+    ``delta`` (Calvano's δ by default, also for myopic learners)."""
+    market_env = getattr(played.env, "unwrapped", played.env)
+    require(
+        isinstance(market_env, RepeatedMarketEnv),
+        "played.env",
+        "a RepeatedMarketEnv, possibly wrapped (collusion is measured against its market's "
+        "Nash and monopoly profits)",
+        type(market_env).__name__,
+    )
+    require(
+        played.greedy is not None,
+        "played.greedy",
+        "tabular greedy policies (train_dqn gives them on 2-firm markets only)",
+        None,
+    )
+    market = market_env.market
+    eq = equilibria(market)
     return [
         analyse_policy(
             policy,
             int(last),
-            played.table,
-            played.grid,
+            market_env.payoff_table,
+            market_env.grid,
             eq,
             delta=delta,
-            competitive_direction=played.market.competitive_direction,
+            competitive_direction=market.competitive_direction,
             periods=periods,
         )
         for policy, last in zip(played.greedy, played.last_state, strict=True)

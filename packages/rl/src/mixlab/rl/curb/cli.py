@@ -167,12 +167,13 @@ def simulate(
         check_output_folder(out, "--out")
 
     from mixlab.rl.curb.analysis import analyse_sessions
+    from mixlab.rl.curb.env import RepeatedMarketEnv
     from mixlab.rl.curb.experiment import learner as build_learner
     from mixlab.rl.curb.qlearning import train_sessions
 
-    game = _market(market, n_firms)
+    env = RepeatedMarketEnv(_market(market, n_firms), n_actions=n_actions)
     q_learner = build_learner(learner, alpha, beta, penalty)
-    played = train_sessions(game, q_learner, sessions, seed=seed, n_actions=n_actions)
+    played = train_sessions(env, q_learner, sessions, seed=seed)
     records, summary = _records(analyse_sessions(played), played.periods, played.converged)
     _report(f"{market} {learner} ({sessions} sessions)", summary)
     _write(out, summary, records, played.greedy)
@@ -209,12 +210,11 @@ def dqn(
 
     from mixlab.rl.curb.analysis import analyse_sessions
     from mixlab.rl.curb.dqn import DQNConfig, train_dqn
-    from mixlab.rl.curb.markets import LogitBertrand
+    from mixlab.rl.curb.env import RepeatedMarketEnv
 
     beta = beta or 4.6 / (0.6 * steps)  # ε = exp(−βt) reaches 0.01 at 60% of training
     config = DQNConfig(steps=steps, beta=beta, penalty=penalty if curb else 0.0, belief=curb)
-    game = LogitBertrand()
-    trained = train_dqn(game, [config] * seeds, seed=seed, device=torch_device)
+    trained = train_dqn(RepeatedMarketEnv(), [config] * seeds, seed=seed, device=torch_device)
     records, summary = _records(analyse_sessions(trained), [steps] * seeds, [None] * seeds)
     _report(f"bertrand {'curb-dqn' if curb else 'dqn'} ({seeds} sessions, {steps} steps)", summary)
     _write(out, summary, records, trained.greedy)

@@ -1,32 +1,43 @@
-"""Independent DQN pricing agents on a discretised 2-firm market, and CURB-DQN.
+"""Independent DQN agents on any PettingZoo ``ParallelEnv`` with ``Discrete`` actions, and CURB-DQN
+on 2-firm repeated pricing games.
 
 CleanRL-style: one file, one training loop. Every agent of every session is one member of a
 batched ensemble (weights carry a leading member axis and every layer is a ``baddbmm``), so many
 seeded sessions and both systems train in one loop; members never share data or gradients
 (the loss is a sum over members and Adam is element-wise).
 
-Each agent sees the last prices of both firms, its own first, scaled to [0, 1]; it chooses one
-of the m grid prices; MLP 2→h→h→m, Adam, Huber loss, replay buffer, target network synced every
-``target_every`` updates, ε_t = max(ε_min, exp(−βt)) (Hettich 2021's setup, in PyTorch). The
-state space is the m² price pairs, so at every sync the target network's max_a Q over all states
-is tabulated once and targets become lookups.
+On a 2-player repeated game (an unwrapped :class:`~mixlab.rl.curb.RepeatedGame`, e.g. a duopoly
+:class:`~mixlab.rl.curb.RepeatedMarketEnv`) each agent sees the last prices of both firms, its own
+first, scaled to [0, 1]; it chooses one of the m grid prices; MLP 2→h→h→m, Adam, Huber loss,
+replay buffer, target network synced every ``target_every`` updates, ε_t = max(ε_min, exp(−βt))
+(Hettich 2021's setup, in PyTorch). The state space is the m² price pairs, so the game is played
+from its payoff table and at every sync the target network's max_a Q over all states is tabulated
+once and targets become lookups.
 
 CURB-DQN (per member, so DQN and CURB-DQN share one loop):
 - penalty: r̃ = π − λ_t·(1 − p̄_i(a_t | p_i⁻)) with p̄_i(·|p_i⁻) = Σ_{p'} b_i(p')·softmax(Q(p_i⁻, p')/τ)
   and λ_t = λ_max·(1 − ε_t);
 - belief injection: y = r̃ + γ·Σ_{p'} b_i(p')·max_a Q_target((a_t, p'), a),
 with b_i the empirical marginal of the rival's prices.
+
+Any other env is stepped, one copy per session (:func:`_train_stepping`): plain DQN on flattened
+observations; CURB's penalty through :class:`~mixlab.rl.curb.CurbShaping`.
 """
 
 from __future__ import annotations
 
+import copy
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
+from gymnasium import spaces
+from pettingzoo import ParallelEnv
 
-from mixlab.rl.curb.markets import Market, action_grid, profit_table
+from mixlab.rl.curb.env import discrete_actions, repeated_game
 from mixlab.shared import is_count, progress, require
 
 
@@ -96,32 +107,63 @@ class EnsembleMLP(torch.nn.Module):
 
 @dataclass
 class DQNSessions:
-    """Trained sessions: ``greedy`` [B, 2, m²] policies in the tabular state encoding (firm 0's
-    previous action is the high digit), ``last_state`` [B], and per-step mean profit traces."""
+    """Trained sessions on ``env``. ``network`` holds every agent of every session (member b·n + i
+    is session b's agent i) and :meth:`act` plays them; ``reward_trace`` [B, steps // trace_every]
+    is each session's mean reward per step and agent. On a 2-player repeated game also ``greedy``
+    [B, 2, m²], the policies in the tabular state encoding (firm 0's previous action is the high
+    digit), and ``last_state`` [B]; None elsewhere."""
 
-    market: Market
+    env: ParallelEnv
     configs: list[DQNConfig]
-    grid: np.ndarray
-    table: np.ndarray
-    greedy: np.ndarray
-    last_state: np.ndarray
-    profit_trace: np.ndarray
+    network: EnsembleMLP
+    reward_trace: np.ndarray
+    greedy: np.ndarray | None
+    last_state: np.ndarray | None
+    encode: Callable[[int, Any], np.ndarray] = field(repr=False)
+    """agent index, observation → the network's input"""
+    invalid: torch.Tensor = field(repr=False)
+    """[members, m]: True where an agent has fewer than m actions"""
+
+    def act(self, observations: dict[str, Any], session: int = 0) -> dict[str, int]:
+        """Greedy actions of session ``session``'s agents for their ``observations``."""
+        agents = list(self.env.possible_agents)
+        require(
+            0 <= session < len(self.configs), "session", f"in [0, {len(self.configs)})", session
+        )
+        members = self.network.weights[0].shape[0]
+        device = self.network.weights[0].device
+        inputs = torch.zeros(members, 1, self.network.weights[0].shape[1], device=device)
+        chosen = {}
+        for agent, observation in observations.items():
+            require(agent in agents, "observations", f"keyed by agents of {agents}", agent)
+            i = agents.index(agent)
+            chosen[agent] = session * len(agents) + i
+            inputs[chosen[agent], 0] = torch.as_tensor(self.encode(i, observation), device=device)
+        with torch.no_grad():
+            q = self.network(inputs)[:, 0].masked_fill(self.invalid, -torch.inf)
+        return {agent: int(q[member].argmax()) for agent, member in chosen.items()}
 
 
 def train_dqn(
-    market: Market,
+    env: ParallelEnv,
     configs: list[DQNConfig],
     *,
     seed: int = 0,
-    n_actions: int = 15,
-    xi: float = 0.1,
     trace_every: int = 1000,
     device: str | torch.device = "cpu",
 ) -> DQNSessions:
-    """Train one 2-agent DQN session per entry of ``configs`` (all with the same ``steps``,
-    ``hidden``, ``lr``, batch, buffer and target schedule) in one batched loop (CURB's switches, λ, τ, β, ε_min and γ may differ). One generator seeded with ``seed`` drives the whole batch, so a session's draws depend on
-    ``seed`` and on the batch (its configs and their order); the same call gives the same result."""
-    require(market.n_firms == 2, "market.n_firms", "2 (DQN agents play duopolies)", market.n_firms)
+    """Train one DQN session per entry of ``configs`` on ``env`` (all with the same ``steps``,
+    ``hidden``, ``lr``, batch, buffer and target schedule) in one batched loop (CURB's switches,
+    λ, τ, β, ε_min and γ may differ). One generator seeded with ``seed`` drives the whole batch, so
+    a session's draws depend on ``seed`` and on the batch (its configs and their order); the same
+    call gives the same result.
+
+    ``env`` is any PettingZoo ``ParallelEnv`` whose action spaces are ``Discrete``. A 2-player
+    unwrapped :class:`~mixlab.rl.curb.RepeatedGame` (such as a duopoly
+    :class:`~mixlab.rl.curb.RepeatedMarketEnv`) is played from its payoff table, with CURB-DQN's
+    penalty and belief available; any other env is stepped (:func:`_train_stepping`: plain DQN,
+    CURB's penalty through :class:`~mixlab.rl.curb.CurbShaping`).
+    """
     require(len(configs) >= 1, "configs", "one or more DQNConfig", configs)
     shared = {
         (c.steps, c.hidden, c.lr, c.batch_size, c.buffer_size, c.target_every, c.learning_starts)
@@ -133,13 +175,22 @@ def train_dqn(
         "the same steps, hidden, lr, batch_size, buffer_size, target_every and learning_starts",
         shared,
     )
+    sizes = discrete_actions(env)
+    game = repeated_game(env)
+    device = torch.device(device)
+    if game is None or len(sizes) != 2:
+        return _train_stepping(env, configs, seed=seed, trace_every=trace_every, device=device)
+    m = sizes[0]
+    table = np.asarray(game.payoff_table, dtype=np.float64)
+    require(
+        sizes[1] == m and table.shape == (m * m, 2),
+        "env.payoff_table",
+        f"shape [{m * m}, 2] for two agents with Discrete({m})",
+        table.shape,
+    )
     first = configs[0]
-    grid = action_grid(market, n_actions, xi)
-    table = profit_table(market, grid)
-    m = grid.size
     sessions = len(configs)
     members = 2 * sessions
-    device = torch.device(device)
     generator = torch.Generator(device="cpu").manual_seed(seed)
     torch.manual_seed(seed)
 
@@ -256,12 +307,170 @@ def train_dqn(
     greedy = agent_greedy.reshape(sessions, 2, m, m)
     greedy[:, 1] = greedy[:, 1].transpose(0, 2, 1)
     last = prices.cpu().numpy()
+    scaled_values = scaled.cpu().numpy()
+
+    def encode(agent: int, observation: Any) -> np.ndarray:
+        """The repeated game's observation (newest profile last) → (own, rival) scaled prices."""
+        profile = np.asarray(observation)[-2:]
+        return scaled_values[[profile[agent], profile[1 - agent]]]
+
     return DQNSessions(
-        market=market,
+        env=env,
         configs=list(configs),
-        grid=grid,
-        table=table,
+        network=online,
+        reward_trace=np.array(trace).T if trace else np.zeros((sessions, 0)),
         greedy=greedy.reshape(sessions, 2, m * m),
         last_state=last[:, 0] * m + last[:, 1],
-        profit_trace=np.array(trace).T if trace else np.zeros((sessions, 0)),
+        encode=encode,
+        invalid=torch.zeros(members, m, dtype=torch.bool, device=device),
+    )
+
+
+# --- any ParallelEnv: the same DQN, stepping one copy of the env per session ----------------------
+
+
+def _train_stepping(
+    env: ParallelEnv,
+    configs: list[DQNConfig],
+    *,
+    seed: int,
+    trace_every: int,
+    device: torch.device,
+) -> DQNSessions:
+    """Independent DQN agents on any ``ParallelEnv`` with ``Discrete`` actions.
+
+    Session b plays its own copy of ``env`` (session 0 ``env`` itself), reset with seed
+    ``seed·2^20 + b`` and again whenever every agent is done. An agent's input is its flattened
+    observation (``gymnasium.spaces.flatten``: one-hot for discrete spaces), zero-padded to the
+    largest; actions an agent does not have are masked. The target is y = r + γ·max_a Q_target(s', a)
+    with no continuation after termination. Everything else is :func:`train_dqn`'s loop.
+    """
+    require(
+        all(c.penalty == 0 and not c.belief for c in configs),
+        "configs",
+        "DQNConfigs without penalty or belief on an env that is not a 2-player unwrapped "
+        "RepeatedGame (CURB-DQN's parts read the stage game's payoffs); wrap the env in "
+        "CurbShaping(env, penalty=...) for CURB's penalty instead",
+        [(c.penalty, c.belief) for c in configs],
+    )
+    sizes = discrete_actions(env)
+    agents = list(env.possible_agents)
+    index = {agent: i for i, agent in enumerate(agents)}
+    n, m = len(agents), max(sizes)
+    observation_spaces = [env.observation_space(agent) for agent in agents]
+    in_dim = max(spaces.flatdim(space) for space in observation_spaces)
+
+    def encode(agent: int, observation: Any) -> np.ndarray:
+        flat = spaces.flatten(observation_spaces[agent], observation)
+        padded = np.zeros(in_dim, np.float32)
+        padded[: flat.size] = flat
+        return padded
+
+    first = configs[0]
+    sessions = len(configs)
+    members = n * sessions
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    torch.manual_seed(seed)
+
+    def per_member(values: list[float]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.float32, device=device).repeat_interleave(n)
+
+    gamma = per_member([c.gamma for c in configs])
+    beta = per_member([c.beta for c in configs])
+    eps_min = per_member([c.epsilon_min for c in configs])
+    n_choices = torch.tensor(sizes * sessions, device=device)
+    invalid = torch.arange(m, device=device)[None, :] >= n_choices[:, None]  # [members, m]
+
+    online = EnsembleMLP(members, in_dim, first.hidden, m).to(device)
+    target = EnsembleMLP(members, in_dim, first.hidden, m).to(device)
+    target.load_state_dict(online.state_dict())
+    optimizer = torch.optim.Adam(online.parameters(), lr=first.lr, foreach=True)
+
+    # Replay per member; agents that leave early fill theirs more slowly.
+    capacity = first.buffer_size
+    buf_obs = np.zeros((members, capacity, in_dim), np.float32)
+    buf_next = np.zeros((members, capacity, in_dim), np.float32)
+    buf_action = np.zeros((members, capacity), np.int64)
+    buf_reward = np.zeros((members, capacity), np.float32)
+    buf_done = np.zeros((members, capacity), np.float32)
+    written = np.zeros(members, np.int64)
+    rows = np.arange(members)[:, None]
+
+    envs = [env] + [copy.deepcopy(env) for _ in range(sessions - 1)]
+    inputs = np.zeros((members, in_dim), np.float32)
+    for b, session_env in enumerate(envs):
+        observations, _ = session_env.reset(seed=seed * 2**20 + b)
+        for agent, observation in observations.items():
+            inputs[b * n + index[agent]] = encode(index[agent], observation)
+    trace = []
+    running = np.zeros(sessions)
+    updates = 0
+    with progress(first.steps, "dqn steps") as bar:
+        for t in range(first.steps):
+            epsilon = torch.maximum(eps_min, torch.exp(-beta * t))
+            with torch.no_grad():
+                q = online(torch.from_numpy(inputs).to(device)[:, None])[:, 0]
+            greedy = q.masked_fill(invalid, -torch.inf).argmax(dim=-1)
+            explore = torch.rand(members, generator=generator).to(device) < epsilon
+            uniform = torch.rand(members, generator=generator).to(device)
+            random_action = (uniform * n_choices).long().clamp(max=n_choices - 1)
+            action = torch.where(explore, random_action, greedy).cpu().numpy()
+            following = inputs.copy()
+            for b, session_env in enumerate(envs):
+                live = {agent: b * n + index[agent] for agent in session_env.agents}
+                step = session_env.step({agent: int(action[k]) for agent, k in live.items()})
+                observations, rewards, terminations, _, _ = step
+                for agent, k in live.items():
+                    slot = written[k] % capacity
+                    buf_obs[k, slot] = inputs[k]
+                    buf_action[k, slot] = action[k]
+                    buf_reward[k, slot] = rewards[agent]
+                    if agent in observations:
+                        following[k] = encode(index[agent], observations[agent])
+                    buf_next[k, slot] = following[k]
+                    buf_done[k, slot] = float(terminations[agent])
+                    written[k] += 1
+                running[b] += np.mean([rewards[agent] for agent in live])
+                if not session_env.agents:
+                    observations, _ = session_env.reset()
+                    for agent, observation in observations.items():
+                        following[b * n + index[agent]] = encode(index[agent], observation)
+            inputs = following
+            if (t + 1) % trace_every == 0:
+                trace.append(running / trace_every)
+                running = np.zeros(sessions)
+
+            if t + 1 >= max(first.learning_starts, first.batch_size):
+                filled = np.minimum(written, capacity)
+                draws = torch.rand(members, first.batch_size, generator=generator).numpy()
+                sample = (draws * np.maximum(filled, 1)[:, None]).astype(np.int64)
+
+                s, a, r, s_next, done = (
+                    torch.from_numpy(buffer[rows, sample]).to(device)
+                    for buffer in (buf_obs, buf_action, buf_reward, buf_next, buf_done)
+                )
+                with torch.no_grad():
+                    next_q = target(s_next).masked_fill(invalid[:, None], -torch.inf)
+                    y = r + gamma[:, None] * (1 - done) * next_q.max(dim=-1).values
+                q_sa = online(s).gather(2, a[..., None])[..., 0]
+                per_member_loss = torch.nn.functional.huber_loss(q_sa, y, reduction="none")
+                has_data = torch.from_numpy(filled > 0).to(device)
+                loss = (per_member_loss.mean(dim=1) * has_data).sum()
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                updates += 1
+                if updates % first.target_every == 0:
+                    target.load_state_dict(online.state_dict())
+            if (t + 1) % 1000 == 0:
+                bar.advance(1000)
+    return DQNSessions(
+        env=env,
+        configs=list(configs),
+        network=online,
+        reward_trace=np.array(trace).T if trace else np.zeros((sessions, 0)),
+        greedy=None,
+        last_state=None,
+        encode=encode,
+        invalid=invalid,
     )

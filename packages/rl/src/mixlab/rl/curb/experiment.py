@@ -42,6 +42,7 @@ from mixlab.rl.curb.config import (
     Config,
 )
 from mixlab.rl.curb.dqn import DQNConfig, train_dqn
+from mixlab.rl.curb.env import RepeatedMarketEnv
 from mixlab.rl.curb.markets import MARKETS
 from mixlab.rl.curb.qlearning import QLearner, train_sessions
 from mixlab.shared import Claim, Result, resolve_device, run_cells, save_figure
@@ -109,13 +110,11 @@ def _cells(config: Config) -> list[dict[str, Any]]:
 
 
 def run_tabular(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
-    market = MARKETS[cell["game"]]()
+    env = RepeatedMarketEnv(MARKETS[cell["game"]](), n_actions=config.n_actions)
     q_learner = learner(cell["system"], cell["alpha"], cell["beta"], cell["penalty"])
     start = time.perf_counter()
     n_sessions = config.grid_sessions if cell["kind"] == "grid" else config.n_sessions
-    sessions = train_sessions(
-        market, q_learner, n_sessions, seed=config.seed, n_actions=config.n_actions
-    )
+    sessions = train_sessions(env, q_learner, n_sessions, seed=config.seed)
     seconds = time.perf_counter() - start
     outcomes = [
         session_record(outcome, periods, converged)
@@ -127,19 +126,13 @@ def run_tabular(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_dqn(config: Config, cell: dict[str, Any]) -> list[dict[str, Any]]:
-    market = MARKETS["bertrand"]()
+    env = RepeatedMarketEnv(MARKETS["bertrand"](), n_actions=config.n_actions)
     common = {"steps": config.dqn_steps, "beta": config.dqn_beta}
     configs = [DQNConfig(**common)] * config.dqn_seeds + [
         DQNConfig(**common, penalty=config.penalty, belief=True)
     ] * config.dqn_seeds
     start = time.perf_counter()
-    trained = train_dqn(
-        market,
-        configs,
-        seed=config.seed,
-        n_actions=config.n_actions,
-        device=resolve_device(config.device),
-    )
+    trained = train_dqn(env, configs, seed=config.seed, device=resolve_device(config.device))
     seconds = time.perf_counter() - start
     outcomes = [session_record(o, config.dqn_steps, None) for o in analyse_sessions(trained)]
     results = []
@@ -152,7 +145,7 @@ def run_dqn(config: Config, cell: dict[str, Any]) -> list[dict[str, Any]]:
                 "system": system,
                 "seconds": seconds / 2,
                 "dqn": asdict(configs[offset * config.dqn_seeds]),
-                "profit_trace": trained.profit_trace[mine].mean(axis=0).tolist(),
+                "profit_trace": trained.reward_trace[mine].mean(axis=0).tolist(),
                 "sessions": outcomes[mine],
             }
         )

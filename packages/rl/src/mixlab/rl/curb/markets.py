@@ -62,6 +62,7 @@ class LogitBertrand(_Oligopoly):
 
     name: str = field(default="bertrand", init=False)
     action_name: str = field(default="price", init=False)
+    action_plural: str = field(default="prices", init=False)
     competitive_direction: int = field(default=-1, init=False)
     """the sign of a move towards competition: Bertrand punishes by cutting prices"""
 
@@ -106,6 +107,7 @@ class LinearCournot(_Oligopoly):
 
     name: str = field(default="cournot", init=False)
     action_name: str = field(default="quantity", init=False)
+    action_plural: str = field(default="quantities", init=False)
     competitive_direction: int = field(default=1, init=False)
     """the sign of a move towards competition: Cournot punishes by raising quantities"""
 

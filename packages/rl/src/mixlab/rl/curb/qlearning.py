@@ -22,24 +22,32 @@ CURB (a reconstruction of the paper from its abstract; see ``seeds/curb.md``) ch
   y = r̃ + δ·Σ_{a'} b_i(a')·max_a Q_i((a_i,t, a'), a). This cuts the credit assignment
   "my price now → the rival's reaction → my future profit" that sustains punishments.
 
-The session loop is one numba function. Sessions run in parallel (``prange``), each drawing from
-its own splitmix64 stream, so a seed gives the same session on any number of threads; the same
-function run by the interpreter (:func:`train_sessions` with ``python=True``) is the plain-Python
-reference loop that the benchmark and the tests compare against.
+:func:`train_sessions` takes a PettingZoo ``ParallelEnv``. On a repeated stage game (an unwrapped
+:class:`~mixlab.rl.curb.RepeatedGame`: Calvano's protocol needs the payoff table for Eq. 8 and the
+state encoding for belief injection) the session loop is one numba function. Sessions run in
+parallel (``prange``), each drawing from its own splitmix64 stream, so a seed gives the same
+session on any number of threads; the same function run by the interpreter
+(:func:`train_sessions` with ``python=True``) is the plain-Python reference loop that the
+benchmark and the tests compare against. Any other env with ``Discrete`` actions is stepped by
+:func:`_stepped_sessions` (plain Q-learning; CURB's penalty through
+:class:`~mixlab.rl.curb.CurbShaping`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numba
 import numpy as np
+from gymnasium import spaces
+from pettingzoo import ParallelEnv
 
 from mixlab.rl.curb.config import MAX_TABLE_BYTES, q_table_bytes
-from mixlab.rl.curb.markets import Market, action_grid, profit_table
+from mixlab.rl.curb.env import discrete_actions, repeated_game
 from mixlab.shared import is_count, require
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -273,13 +281,12 @@ class QLearner:
 
 @dataclass
 class Sessions:
-    """Converged sessions: Q tables [B, n, S, m], greedy policies [B, n, S], periods, converged
-    flags and last states [B], and the game they were played on."""
+    """Converged sessions on ``env``: Q tables [B, n, S, m], greedy policies [B, n, S], periods,
+    converged flags and last states [B] (the first agent's state; on a repeated game everyone's).
+    Actions an agent does not have (fewer than m) hold Q = −inf."""
 
-    market: Market
+    env: ParallelEnv
     learner: QLearner
-    grid: np.ndarray
-    table: np.ndarray
     seeds: np.ndarray
     q: np.ndarray
     greedy: np.ndarray
@@ -289,7 +296,7 @@ class Sessions:
 
     @property
     def n_actions(self) -> int:
-        return self.grid.size
+        return self.q.shape[-1]
 
 
 def initial_q(table: np.ndarray, n_actions: int, n_firms: int, delta: float) -> np.ndarray:
@@ -310,39 +317,46 @@ def session_seeds(n_sessions: int, seed: int) -> np.ndarray:
 
 
 def train_sessions(
-    market: Market,
+    env: ParallelEnv,
     learner: QLearner | None = None,
     n_sessions: int = 1,
     *,
     seed: int = 0,
-    n_actions: int = 15,
-    xi: float = 0.1,
-    grid: np.ndarray | None = None,
     python: bool = False,
 ) -> Sessions:
-    """Play ``n_sessions`` independent seeded sessions of ``market`` to convergence.
+    """Play ``n_sessions`` independent seeded sessions on ``env`` to convergence.
 
-    ``grid`` overrides Calvano's grid of ``n_actions`` actions (``xi`` beyond Nash and monopoly).
-    ``python=True`` runs the same loop in the interpreter, one session after another (the
-    reference for tests and benchmarks; about two orders of magnitude slower).
+    ``env`` is any PettingZoo ``ParallelEnv`` whose action spaces are ``Discrete``. On an
+    unwrapped :class:`~mixlab.rl.curb.RepeatedGame` (such as
+    :class:`~mixlab.rl.curb.RepeatedMarketEnv`) this is Calvano's protocol, compiled, with CURB's
+    penalty and belief injection available; the learner's ``memory`` is at most the env's. Any
+    other env is stepped: plain Q-learning by the same rules (:func:`_stepped_sessions`), CURB's
+    penalty then coming from :class:`~mixlab.rl.curb.CurbShaping`. ``python=True`` runs the
+    compiled loop in the interpreter, one session after another (the reference for tests and
+    benchmarks; about two orders of magnitude slower).
     """
     learner = learner or QLearner()
     require(is_count(n_sessions), "n_sessions", "an integer >= 1", n_sessions)
     require(is_count(seed, 0), "seed", "an integer >= 0", seed)
-    grid = action_grid(market, n_actions, xi) if grid is None else np.asarray(grid, np.float64)
-    table = profit_table(market, grid)
-    m, n = grid.size, market.n_firms
-    if learner.belief:
-        require(n == 2, "market.n_firms", "2 when CURB's belief injection is on", n)
-    n_states = m ** (n * learner.memory)
-    table_bytes = q_table_bytes(n_sessions, n, m, learner.memory)
+    sizes = discrete_actions(env)
+    game = repeated_game(env)
+    if game is None:
+        return _stepped_sessions(env, learner, n_sessions, seed)
+    n, m = len(sizes), sizes[0]
+    require(len(set(sizes)) == 1, "env", "a RepeatedGame whose agents share one Discrete(m)", sizes)
+    table = np.asarray(game.payoff_table, dtype=np.float64)
+    require(table.shape == (m**n, n), "env.payoff_table", f"shape [{m**n}, {n}]", table.shape)
     require(
-        table_bytes <= MAX_TABLE_BYTES,
-        "memory",
-        f"small enough that the Q tables fit in {MAX_TABLE_BYTES / 2**30:.0f} GiB "
-        f"(m^(n·memory) states × m actions × n firms × n_sessions × 8 bytes = "
-        f"{table_bytes / 2**30:.1f} GiB; lower memory, n_firms, n_actions or n_sessions)",
+        learner.memory <= game.memory,
+        "learner.memory",
+        f"at most the env's memory {game.memory} (a learner remembers only what it observes)",
         learner.memory,
+    )
+    if learner.belief:
+        require(n == 2, "env.possible_agents", "2 agents when CURB's belief injection is on", n)
+    n_states = m ** (n * learner.memory)
+    _check_table_bytes(
+        q_table_bytes(n_sessions, n, m, learner.memory), "learner.memory", learner.memory
     )
     q0 = initial_q(table, m, n, learner.delta)
     q = np.broadcast_to(q0[None, :, None, :], (n_sessions, n, n_states, m)).copy()
@@ -372,4 +386,141 @@ def train_sessions(
                 )
     else:
         _sessions(*args, seeds, q, greedy, periods, converged, last_state)
-    return Sessions(market, learner, grid, table, seeds, q, greedy, periods, converged, last_state)
+    return Sessions(env, learner, seeds, q, greedy, periods, converged, last_state)
+
+
+def _check_table_bytes(table_bytes: int, parameter: str, value: object) -> None:
+    require(
+        table_bytes <= MAX_TABLE_BYTES,
+        parameter,
+        f"small enough that the Q tables fit in {MAX_TABLE_BYTES / 2**30:.0f} GiB "
+        f"(states × actions × agents × n_sessions × 8 bytes = {table_bytes / 2**30:.1f} GiB; "
+        "lower the memory, agents, actions or n_sessions)",
+        value,
+    )
+
+
+# --- any ParallelEnv: the same Q-learning, stepping the env ---------------------------------------
+
+
+def _state_index(space: spaces.Space, agent: str) -> tuple[int, Callable[[Any], int]]:
+    """Number of states of a finite observation space, and observation → state index (a
+    ``MultiDiscrete`` history is read as digits, the last one least significant)."""
+    if isinstance(space, spaces.Discrete):
+        start = int(space.start)
+        return int(space.n), lambda observation: int(observation) - start
+    if isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1:
+        nvec, start = space.nvec, space.start
+        return int(np.prod(nvec)), lambda observation: int(
+            np.ravel_multi_index(tuple(np.asarray(observation) - start), nvec)
+        )
+    require(
+        False,
+        f"env.observation_space({agent!r})",
+        "Discrete or 1-D MultiDiscrete (tabular Q-learning needs finitely many states; "
+        "train_dqn learns from any observation)",
+        space,
+    )
+    raise AssertionError  # unreachable: require raised
+
+
+def _stepped_sessions(env: ParallelEnv, learner: QLearner, n_sessions: int, seed: int) -> Sessions:
+    """Independent Q-learners on any ``ParallelEnv`` with ``Discrete`` actions, by stepping it.
+
+    The rules are :class:`QLearner`'s (ε_t = exp(−βt), ties to the lowest action, the same update
+    and convergence rule); the state is the agent's observation (``Discrete`` or ``MultiDiscrete``;
+    ``memory=0``: one state), Q starts at 0, a terminated agent's target has no continuation, and
+    the env is reset whenever every agent is done. Session b resets the env with seed
+    ``seed·2^20 + b`` and draws its exploration from a generator with that seed. CURB's penalty
+    comes from wrapping the env in :class:`~mixlab.rl.curb.CurbShaping`; the learner's own penalty
+    and belief injection need the stage game (an unwrapped :class:`~mixlab.rl.curb.RepeatedGame`).
+    """
+    require(
+        learner.penalty == 0 and not learner.belief,
+        "learner",
+        "a QLearner without penalty or belief on an env that is not an unwrapped RepeatedGame "
+        "(CURB's built-in parts read the stage game's payoff table); wrap the env in "
+        "CurbShaping(env, penalty=...) for CURB's penalty instead",
+        learner,
+    )
+    require(
+        learner.memory <= 1,
+        "learner.memory",
+        "0 (one state) or 1 (the observation is the state) on an env that is not a RepeatedGame",
+        learner.memory,
+    )
+    sizes = discrete_actions(env)
+    agents = list(env.possible_agents)
+    n, m = len(agents), max(sizes)
+    if learner.memory == 0:
+        encoders = [(1, lambda observation: 0)] * n
+    else:
+        encoders = [_state_index(env.observation_space(agent), agent) for agent in agents]
+    n_states = max(size for size, _ in encoders)
+    _check_table_bytes(n_sessions * n * n_states * m * 8, "env.observation_space", n_states)
+    q = np.zeros((n_sessions, n, n_states, m))
+    for i, size in enumerate(sizes):
+        q[:, i, :, size:] = -np.inf
+    greedy = np.zeros((n_sessions, n, n_states), np.int64)
+    seeds = session_seeds(n_sessions, seed)
+    periods = np.zeros(n_sessions, np.int64)
+    converged = np.zeros(n_sessions, np.bool_)
+    last_state = np.zeros(n_sessions, np.int64)
+    for b in range(n_sessions):
+        periods[b], converged[b], last_state[b] = _env_session(
+            env, learner, int(seeds[b]), q[b], greedy[b], sizes, encoders
+        )
+    return Sessions(env, learner, seeds, q, greedy, periods, converged, last_state)
+
+
+def _env_session(
+    env: ParallelEnv,
+    learner: QLearner,
+    seed: int,
+    q: np.ndarray,
+    greedy: np.ndarray,
+    sizes: list[int],
+    encoders: list[tuple[int, Callable[[Any], int]]],
+) -> tuple[int, bool, int]:
+    """One session on ``q`` [n, S, m] and ``greedy`` [n, S] in place; (periods, converged, the
+    first agent's last state)."""
+    index = {agent: i for i, agent in enumerate(env.possible_agents)}
+    rng = np.random.default_rng(seed)
+
+    def states_of(observations: dict[str, Any]) -> dict[str, int]:
+        return {a: encoders[index[a]][1](obs) for a, obs in observations.items() if a in index}
+
+    observations, _ = env.reset(seed=seed)
+    states = states_of(observations)
+    alpha, delta = learner.alpha, learner.delta
+    stable = t = 0
+    while t < learner.max_periods and stable < learner.stable_periods:
+        epsilon = math.exp(-learner.beta * t)
+        actions = {}
+        for agent in env.agents:
+            i = index[agent]
+            explore = rng.random() < epsilon
+            actions[agent] = (
+                int(rng.integers(sizes[i])) if explore else int(greedy[i, states[agent]])
+            )
+        observations, rewards, terminations, _, _ = env.step(actions)
+        following = states_of(observations)
+        changed = False
+        for agent, a in actions.items():
+            i, s = index[agent], states[agent]
+            alive = not terminations[agent] and agent in following
+            continuation = q[i, following[agent]].max() if alive else 0.0
+            q[i, s, a] = (1.0 - alpha) * q[i, s, a] + alpha * (
+                rewards[agent] + delta * continuation
+            )
+            best = int(q[i, s].argmax())  # ties go to the lowest action
+            if best != greedy[i, s]:
+                greedy[i, s] = best
+                changed = True
+        states = following
+        if not env.agents:
+            observations, _ = env.reset()
+            states = states_of(observations)
+        stable = 0 if changed else stable + 1
+        t += 1
+    return t, stable >= learner.stable_periods, states.get(env.possible_agents[0], 0)
