@@ -323,17 +323,21 @@ def upper_threshold(scores: torch.Tensor, share: float) -> float:
 class MoBiRouter(nn.Module):
     """MoBiRoute: a per-token score from the block's input hidden state; at an average of
     ``base + share`` slices, the top ``share`` of tokens by score read ``base + 1`` slices and
-    the others ``base`` (the threshold is the score quantile, placed by set_budget)."""
+    the others ``base`` (the threshold is the score quantile, placed by set_budget).
+
+    Always float32, whatever the model's dtype or torch's default dtype, so that a bf16 model
+    rebuilt by ``from_pretrained`` (which builds under the model's dtype) gets the router it saved.
+    """
 
     def __init__(self, hidden_size: int, slices: int, hidden: int = 32, bits: int = 2) -> None:
         super().__init__()
         if slices < 2:
             raise ValueError(f"a router needs slices >= 2 to choose from, got {slices}")
         self.slices, self.bits = slices, bits
-        self.up = nn.Linear(hidden_size, hidden)
-        self.down = nn.Linear(hidden, 1)
-        self.register_buffer("threshold", torch.tensor(math.inf))
-        self.register_buffer("base_depth", torch.tensor(slices))
+        self.up = nn.Linear(hidden_size, hidden, dtype=torch.float32)
+        self.down = nn.Linear(hidden, 1, dtype=torch.float32)
+        self.register_buffer("threshold", torch.tensor(math.inf, dtype=torch.float32))
+        self.register_buffer("base_depth", torch.tensor(slices, dtype=torch.long))
         self.fit_to: float | None = None  # set_budget: place the threshold on the next batch
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:

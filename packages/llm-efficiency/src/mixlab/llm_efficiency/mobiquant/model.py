@@ -6,6 +6,8 @@
     set_budget(model, 3.0)        # the routers pick each token's depth, 3 code bits on average
     set_precision(model, 2)       # or: every token reads 2 slices (4 bits)
     save_quantized(model, "out/")  # safetensors + JSON; load_quantized("out/") gives equal logits
+    model.save_pretrained("hf/")   # or the transformers way (see .hf):
+    AutoModelForCausalLM.from_pretrained("hf/")  # the same model, equal logits
 
 Every ``nn.Linear`` / ``Conv1D`` inside the decoder blocks becomes a :class:`MoBiLinear` (the
 embeddings and the LM head stay as they are, as in GPTQ, AWQ and OmniQuant); ``target_modules``
@@ -41,15 +43,19 @@ __all__ = [
     "average_bits",
     "block_linears",
     "decoder_blocks",
+    "finish_loading",
     "load_quantized",
     "mobi_layers",
     "quantize_",
     "read_quantized_config",
+    "rebuild",
     "reset_bit_counts",
+    "run_settings",
     "save_quantized",
     "set_budget",
     "set_precision",
     "storage_bits",
+    "stored_shapes",
 ]
 
 CONFIG_FILE = "mobiquant_config.json"
@@ -189,7 +195,10 @@ def _route(block: nn.Module, args: tuple, kwargs: dict) -> None:
 
 
 def _attach(model: nn.Module, config: MoBiQuantConfig) -> None:
-    """Routers (when configured) and the routing hooks; idempotent."""
+    """Routers (when configured), the routing hooks and the transformers quantizer (so that
+    ``save_pretrained`` writes a folder ``from_pretrained`` rebuilds); idempotent."""
+    from mixlab.llm_efficiency.mobiquant.hf import attach_quantizer
+
     hidden_size = model.config.hidden_size
     for block in decoder_blocks(model):
         if config.router and not hasattr(block, "mobi_router"):
@@ -200,6 +209,7 @@ def _attach(model: nn.Module, config: MoBiQuantConfig) -> None:
             block.register_forward_pre_hook(_route, with_kwargs=True)
             block._mobi_hooked = True
     model.mobiquant_config = config
+    attach_quantizer(model)
 
 
 def quantize_(
@@ -336,15 +346,73 @@ _SIDECAR_TYPES: dict[str, type | tuple[type, ...]] = {
 """the keys of ``mobiquant_config.json`` and their JSON types"""
 
 
+def run_settings(model: nn.Module) -> dict[str, Any]:
+    """The run-time setting to save with ``model``: ``precision``, the depth :func:`set_precision`
+    set (or None), and, for a router-free model at a :func:`set_budget` budget, ``budget`` and
+    ``budget_seed`` (else None; a routed budget lives in the routers' buffers)."""
+    blocks = decoder_blocks(model)
+    precisions = {layer.precision for block in blocks for layer in mobi_layers(block)}
+    if len(precisions) > 1:
+        raise ValueError(
+            f"model: its layers read different precisions {sorted(precisions, key=str)}; call "
+            "set_precision(model, depth) (or None) before saving"
+        )
+    settings = {"precision": precisions.pop(), "budget": None, "budget_seed": None}
+    random_depth = getattr(blocks[0], "mobi_random_depth", None)
+    if random_depth is not None:
+        low, p_up, generator = random_depth
+        settings["budget"] = (low + p_up) * model.mobiquant_config.bits
+        settings["budget_seed"] = generator.initial_seed()
+    return settings
+
+
+def rebuild(
+    model: nn.Module, config: MoBiQuantConfig, stored_tokens: tuple[int, ...] | None
+) -> None:
+    """Turn a freshly built Hugging Face model into an empty MoBiQuant model of ``config``, ready
+    for the saved tensors (``stored_tokens``: the shape of the saved calibration tokens, if any)."""
+    spec, blocks = config.spec(), decoder_blocks(model)
+    for index, name, module in block_linears(model, config.target_modules):
+        _replace(blocks[index], name, MoBiLinear.shaped_like(module, spec, name=name))
+    if stored_tokens is not None:
+        model.register_buffer(CALIBRATION_BUFFER, torch.zeros(stored_tokens, dtype=torch.long))
+    _attach(model, config)
+
+
+def finish_loading(
+    model: nn.Module,
+    precision: int | None = None,
+    budget: float | None = None,
+    budget_seed: int | None = None,
+) -> None:
+    """After the tensors are in: freeze the quantized layers and routers (as calibration leaves
+    them) and restore the saved :func:`run_settings`. A router-free model's random depths restart
+    from their seed."""
+    for module in model.modules():
+        if isinstance(module, MoBiLinear | MoBiRouter):
+            module.requires_grad_(False)
+    if precision is not None:
+        set_precision(model, precision)
+    elif budget is not None:
+        set_budget(model, budget, seed=budget_seed or 0)
+
+
 def save_quantized(model: nn.Module, out_dir: str | Path) -> Path:
     """Write the model's HF config, ``model.safetensors`` and, last, ``mobiquant_config.json``: the
-    MoBiQuant config with the SHA-256 of the other two files (checked by :func:`load_quantized`)."""
+    MoBiQuant config with the SHA-256 of the other two files (checked by :func:`load_quantized`).
+
+    The HF config records the model's dtype and, in its ``quantization_config``, the MoBiQuant
+    config and :func:`run_settings`, so that ``from_pretrained`` loads this folder too."""
     from safetensors.torch import save_model
+
+    from mixlab.llm_efficiency.mobiquant.hf import MoBiQuantHfConfig
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     sidecar = out_dir / CONFIG_FILE
     sidecar.unlink(missing_ok=True)  # a folder with a sidecar is a complete one
+    model.config.quantization_config = MoBiQuantHfConfig.of(model)
+    model.config.dtype = model.dtype  # as save_pretrained does: from_config builds in it
     model.config.save_pretrained(out_dir)
     weights = out_dir / WEIGHTS_FILE
     partial = out_dir / f"{WEIGHTS_FILE}.partial"
@@ -361,7 +429,10 @@ def read_quantized_config(path: str | Path) -> MoBiQuantConfig:
     path = Path(path)
     sidecar = path / CONFIG_FILE
     if not sidecar.is_file():
-        raise ValueError(f"--model: {path} holds no MoBiQuant model (no {CONFIG_FILE})")
+        raise ValueError(
+            f"--model: {path} holds no MoBiQuant model (no {CONFIG_FILE}; a folder written by "
+            "save_pretrained loads with AutoModelForCausalLM.from_pretrained)"
+        )
     data = read_sidecar(sidecar, expect=_SIDECAR_TYPES)
     if data["format"] != QUANTIZED_FORMAT:
         raise CheckpointError(f"{sidecar}: not a MoBiQuant model (format {data['format']!r})")
@@ -375,7 +446,8 @@ def load_quantized(
     *,
     config: MoBiQuantConfig | None = None,
 ) -> nn.Module:
-    """A model :func:`save_quantized` wrote, with its routers and thresholds (eval mode).
+    """A model :func:`save_quantized` wrote, in its saved dtype, with its routers, thresholds and
+    run-time setting (eval mode).
 
     ``config``: what :func:`read_quantized_config` returned for ``path`` (saves checking the
     folder twice); by default it is read and checked here.
@@ -383,33 +455,37 @@ def load_quantized(
     from safetensors.torch import load_model
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from mixlab.llm_efficiency.mobiquant.hf import MoBiQuantHfConfig
+
     path = Path(path)
     if config is None:
         config = read_quantized_config(path)
     with checkpoint_errors(path / "config.json", "Hugging Face model config"):
         hf_config = AutoConfig.from_pretrained(path, local_files_only=True)
-        model = AutoModelForCausalLM.from_config(hf_config)
-    with checkpoint_errors(path / CONFIG_FILE, "MoBiQuant config for this model"):
-        spec, blocks = config.spec(), decoder_blocks(model)
-        for index, name, module in block_linears(model, config.target_modules):
-            layer = MoBiLinear.shaped_like(module, spec, name=name)
-            _replace(blocks[index], name, layer)
-        _attach(model, config)
+        saved = getattr(hf_config, "quantization_config", None)  # absent in older folders
+        settings = MoBiQuantHfConfig.from_dict(saved).run_settings() if saved else {}
+        model = AutoModelForCausalLM.from_config(hf_config, dtype=hf_config.dtype)
     weights = path / WEIGHTS_FILE
     with checkpoint_errors(weights, "MoBiQuant weights file"):
-        stored = _tensor_from(weights, CALIBRATION_BUFFER)
-        if stored is not None:  # the calibration tokens: a buffer of checkpoint-given shape
-            model.register_buffer(CALIBRATION_BUFFER, stored)
+        stored_tokens = stored_shapes([weights]).get(CALIBRATION_BUFFER)
+    with checkpoint_errors(path / CONFIG_FILE, "MoBiQuant config for this model"):
+        rebuild(model, config, stored_tokens)
+    with checkpoint_errors(weights, "MoBiQuant weights file"):
         try:
             load_model(model, str(weights))
         except RuntimeError as error:  # missing, unexpected or mis-shaped tensors
             raise ValueError(" ".join(str(error).split())[:300]) from error
+    finish_loading(model, **settings)
     return model.to(device).eval()
 
 
-def _tensor_from(file: Path, key: str) -> torch.Tensor | None:
+def stored_shapes(files: list[str] | list[Path]) -> dict[str, tuple[int, ...]]:
+    """The shape of every tensor in the safetensors ``files``, read from their headers."""
     from safetensors import safe_open
 
-    with safe_open(str(file), framework="pt") as handle:
-        # a safe_open handle has keys() but no __contains__
-        return handle.get_tensor(key) if key in handle.keys() else None  # noqa: SIM118
+    shapes = {}
+    for file in files:
+        with safe_open(str(file), framework="pt") as handle:
+            for key in handle.keys():  # noqa: SIM118 (a safe_open handle has no __iter__)
+                shapes[key] = tuple(handle.get_slice(key).get_shape())
+    return shapes
