@@ -150,7 +150,8 @@ class SheafDiffusionConv(MessagePassing):
         return out.reshape(x.size(0), -1)
 
     def _check_x(self, x: Tensor) -> None:
-        if isinstance(x, tuple | list):
+        # a tuple of types, not `tuple | list`: dynamo in torch 2.4 cannot trace a types.UnionType
+        if isinstance(x, (tuple, list)):
             raise ValueError(
                 "x must be one [num_nodes, features] tensor: bipartite graphs (x_src, x_dst) are "
                 "not supported, since a sheaf needs one node set with a stalk at both ends of "
