@@ -233,9 +233,11 @@ def connected_components(edge_index: Tensor, num_nodes: int) -> Tensor:
     from scipy.sparse import coo_array
     from scipy.sparse.csgraph import connected_components as components
 
-    source, target = edge_index.cpu().numpy()
+    # int32 indices: scipy 1.11's csgraph rejects int64 ones (and returns labels of -9999)
+    source, target = edge_index.cpu().numpy().astype(np.int32)
     adjacency = coo_array((np.ones(len(source)), (source, target)), shape=(num_nodes, num_nodes))
-    return torch.as_tensor(components(adjacency, directed=False)[1], device=edge_index.device)
+    labels = components(adjacency.tocsr(), directed=False)[1]
+    return torch.as_tensor(labels, dtype=torch.long, device=edge_index.device)
 
 
 def pseudo_inverse(laplacian: Tensor, tol: float = 1e-9) -> Tensor:
