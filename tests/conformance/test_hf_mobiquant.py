@@ -31,8 +31,6 @@ from mixlab.llm_efficiency.mobiquant import (
 from mixlab.llm_efficiency.mobiquant.model import mobi_layers
 from mixlab.shared.files import CheckpointError
 
-torch.set_num_threads(1)
-
 FAST = {"group_size": 32, "calib_steps": 4, "router_steps": 4, "calib_batch": 2}
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 

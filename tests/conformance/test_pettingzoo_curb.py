@@ -13,7 +13,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
-import torch
 from gymnasium import spaces
 from gymnasium.utils.env_checker import check_env
 from pettingzoo import ParallelEnv
@@ -33,8 +32,6 @@ from mixlab.rl.curb import (
     train_dqn,
     train_sessions,
 )
-
-torch.set_num_threads(1)
 
 
 class TargetEnv(ParallelEnv):

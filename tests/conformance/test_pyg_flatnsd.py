@@ -27,14 +27,6 @@ STALK, CHANNELS = 2, 2
 WIDTH = STALK * CHANNELS
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def undirected(*pairs: tuple[int, int]) -> torch.Tensor:
     return to_undirected(torch.tensor(pairs).T)
 

@@ -42,14 +42,6 @@ MODELS = {
 MITA = {"pool_size": 2, "top_k": 4}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def build(name: str, seed: int = 0, **kwargs) -> torch.nn.Module:
     """The timm model ``name`` with two blocks and random weights (biases and norms included)."""
     model_name, options = MODELS[name]
