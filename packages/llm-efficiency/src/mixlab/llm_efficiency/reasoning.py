@@ -1,0 +1,374 @@
+"""A reasoning toy: mod-10 chains with a think scratchpad, for early-exit and other LLM methods.
+
+A problem is a start digit and 3–8 KEYED steps, each a letter, an operator and an operand digit;
+every result is taken mod 10 (keyed steps were learnable by a 0.9 M-parameter model in a pilot,
+finding the next operator by counting positions was not)::
+
+    6 a+5 b*8 =                               the prompt: 6, then (6+5)%10 = 1, then (1*8)%10 = 8
+
+A trace is the prompt, ``<think>``, a scratchpad, ``</think>``, a space, the answer digit and
+``<eos>``. The scratchpad restates each step as ``<key><previous value><op><operand>=<result>.``
+and ends each derivation with ``answer=<digit>.``::
+
+    6 a+5 b*8 = <think>a6+5=3.wait a6+5=1.b1*8=8.answer=8.hmm a6+5=1.b1*8=2.answer=2.</think> 2<eos>
+                       ^ wrong, then corrected  ^ first answer ^ overthinking round, a wrong step
+
+- **Main-line errors** (``p_step_error`` per step): a wrong result that the chain carries on from.
+- **Productive self-corrections** (``p_correction`` per step): a wrong result, ``wait ``, then
+  the same step done right (a benign transition before the first answer).
+- **Overthinking** (``p_overthink``): after each stated answer, another round starts with this
+  probability (at most ``max_rounds``): a transition word (``wait ``/``hmm ``) and a
+  re-derivation from the start whose steps err with ``p_overthink_error``, so it can flip the
+  answer. The final answer is the last stated one.
+- **Cut traces** (``p_cut``, traces with overthinking only): the scratchpad ends at a step or
+  answer boundary inside the overthinking, closed by ``</think>`` and the last stated answer, so
+  a model learns that a forced ``</think>`` is followed by the last answer it stated.
+
+The tokenizer (:func:`reasoning_tokenizer`) keeps ids 0–255 as the bytes (as :mod:`.lm`) and adds
+``<pad>`` 256, ``<eos>`` 257, ``<think>`` 258, ``</think>`` 259.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import numbers
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from mixlab.shared import require
+
+__all__ = [
+    "EOS",
+    "PAD",
+    "SPECIAL_TOKENS",
+    "THINK",
+    "THINK_END",
+    "Problem",
+    "Trace",
+    "TraceConfig",
+    "generate_trace",
+    "generate_traces",
+    "pack_traces",
+    "parse_answer",
+    "problems",
+    "reasoning_tokenizer",
+]
+
+PAD, EOS, THINK, THINK_END = "<pad>", "<eos>", "<think>", "</think>"
+SPECIAL_TOKENS = (PAD, EOS, THINK, THINK_END)
+"""ids 256, 257, 258, 259, in this order"""
+OPS = "+-*"
+KEYS = "abcdefghijklmnopqrstuvwxyz"
+CORRECTION = "wait "
+
+
+# ------------------------------------------------------------------------------------------------
+# tokenizer
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's printable stand-in character for every byte (what ``ByteLevel`` works on)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    printable += range(ord("®"), ord("ÿ") + 1)
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return chars
+
+
+def reasoning_tokenizer(padding_side: str = "left") -> Any:
+    """A byte-level ``PreTrainedTokenizerFast`` built locally: ids 0–255 are the bytes, then
+    ``<pad>``, ``<eos>``, ``<think>``, ``</think>`` (256–259) as single special tokens. It adds no
+    BOS/EOS when encoding and decodes back to the exact text. ``padding_side``: ``"left"`` (for
+    batched generation) or ``"right"``."""
+    require(padding_side in ("left", "right"), "padding_side", "'left' or 'right'", padding_side)
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {char: b for b, char in _bytes_to_unicode().items()}
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))  # no merges: one token per byte
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens(list(SPECIAL_TOKENS))  # appended in order: 256, 257, 258, 259
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token=PAD,
+        eos_token=EOS,
+        additional_special_tokens=[THINK, THINK_END],
+        clean_up_tokenization_spaces=False,
+        padding_side=padding_side,
+    )
+
+
+def _token_count(text: str) -> int:
+    """How many tokens :func:`reasoning_tokenizer` gives ``text`` (bytes, specials count one)."""
+    count = len(text.encode())
+    for special in SPECIAL_TOKENS:
+        count -= text.count(special) * (len(special) - 1)
+    return count
+
+
+# ------------------------------------------------------------------------------------------------
+# problems and traces
+
+
+@dataclass(frozen=True)
+class TraceConfig:
+    """How traces are drawn. Probabilities are per main-line step (errors, corrections), per
+    stated answer (another overthinking round), per re-derivation step (overthinking errors)
+    and per trace with overthinking (a cut)."""
+
+    min_steps: int = 3
+    max_steps: int = 8  # at most 26 (one key letter per step)
+    p_step_error: float = 0.02
+    p_correction: float = 0.05
+    p_overthink: float = 0.6
+    p_overthink_error: float = 0.12
+    max_rounds: int = 3
+    p_cut: float = 0.2
+    transitions: tuple[str, ...] = ("wait", "hmm")  # words that open an overthinking round
+
+    def __post_init__(self) -> None:
+        def integer(value: object) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        require(
+            integer(self.min_steps) and self.min_steps >= 1,
+            "min_steps",
+            "an integer >= 1",
+            self.min_steps,
+        )
+        require(
+            integer(self.max_steps) and self.min_steps <= self.max_steps <= len(KEYS),
+            "max_steps",
+            f"an integer from min_steps ({self.min_steps}) to {len(KEYS)}",
+            self.max_steps,
+        )
+        for name in ("p_step_error", "p_correction", "p_overthink", "p_overthink_error", "p_cut"):
+            value = getattr(self, name)
+            require(
+                isinstance(value, numbers.Real)
+                and not isinstance(value, bool)
+                and math.isfinite(value)
+                and 0 <= value <= 1,
+                name,
+                "a probability in [0, 1]",
+                value,
+            )
+        require(
+            self.p_step_error + self.p_correction <= 1,
+            "p_correction",
+            f"at most 1 - p_step_error = {1 - self.p_step_error}",
+            self.p_correction,
+        )
+        require(
+            integer(self.max_rounds) and self.max_rounds >= 0,
+            "max_rounds",
+            "an integer >= 0",
+            self.max_rounds,
+        )
+        require(
+            isinstance(self.transitions, tuple)
+            and len(self.transitions) >= 1
+            and all(
+                isinstance(w, str) and re.fullmatch(r"[a-z]+", w) and not w.startswith("answer")
+                for w in self.transitions
+            ),
+            "transitions",
+            "a non-empty tuple of lowercase words (a-z)",
+            self.transitions,
+        )
+
+    def key(self) -> str:
+        """A digest of the config (with the trace format's version) for cache keys."""
+        data = {"format": 1, **asdict(self)}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A chain: ``start`` then ``steps`` of ``(key, op, operand)``."""
+
+    start: int
+    steps: tuple[tuple[str, str, int], ...]
+
+    @property
+    def prompt(self) -> str:
+        """``"6 a+5 b*8 ="``"""
+        return " ".join([str(self.start), *(f"{k}{op}{d}" for k, op, d in self.steps), "="])
+
+    @property
+    def model_input(self) -> str:
+        """What a model is given to generate from: the prompt, a space and ``<think>``."""
+        return f"{self.prompt} {THINK}"
+
+    @property
+    def answer(self) -> int:
+        value = self.start
+        for _, op, operand in self.steps:
+            value = _apply(value, op, operand)
+        return value
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One generated trace and what an experiment needs to know about it.
+
+    Character indices are into ``text``; token indices count :func:`reasoning_tokenizer` tokens
+    of ``text`` (a special token is one). ``exit_char``/``exit_token`` are just after the first
+    ``answer=<digit>.``: where to force ``</think>`` to get the first stated answer."""
+
+    text: str
+    problem: Problem
+    answer: int  # the correct answer
+    first_answer: int  # the first stated answer=
+    final_answer: int  # the digit after </think>
+    productive_wait: bool  # a main-line wrong step followed by "wait " and its correction
+    rounds: int  # overthinking rounds in the text (started, possibly cut)
+    cut: bool  # closed early at a step inside the overthinking
+    first_answer_char: int  # where the first "answer=" starts
+    first_answer_token: int
+    exit_char: int
+    exit_token: int
+    error_chars: tuple[int, ...]  # where each deliberately wrong step starts
+
+    @property
+    def prompt(self) -> str:
+        return self.problem.prompt
+
+
+def _apply(value: int, op: str, operand: int) -> int:
+    if op == "+":
+        return (value + operand) % 10
+    if op == "-":
+        return (value - operand) % 10
+    return (value * operand) % 10
+
+
+def _problem(rng: np.random.Generator, min_steps: int, max_steps: int) -> Problem:
+    n = int(rng.integers(min_steps, max_steps + 1))
+    ops = rng.integers(len(OPS), size=n)
+    operands = rng.integers(10, size=n)
+    steps = tuple((KEYS[i], OPS[ops[i]], int(operands[i])) for i in range(n))
+    return Problem(int(rng.integers(10)), steps)
+
+
+def problems(n: int, seed: int, *, min_steps: int = 3, max_steps: int = 8) -> list[Problem]:
+    """``n`` evaluation problems (``.prompt``, ``.model_input``, ``.answer``), seeded."""
+    require(isinstance(n, int) and n >= 0, "n", "an integer >= 0", n)
+    config = TraceConfig(min_steps=min_steps, max_steps=max_steps)  # validates the lengths
+    rng = np.random.default_rng(seed)
+    return [_problem(rng, config.min_steps, config.max_steps) for _ in range(n)]
+
+
+def _wrong(rng: np.random.Generator, right: int) -> int:
+    return (right + int(rng.integers(1, 10))) % 10
+
+
+def generate_trace(rng: np.random.Generator, config: TraceConfig = TraceConfig()) -> Trace:
+    """One trace drawn with ``rng`` (see the module docstring for the format)."""
+    problem = _problem(rng, config.min_steps, config.max_steps)
+    scratch = f"{problem.prompt} {THINK}"
+    errors: list[int] = []  # where each wrong step starts
+    step_ends: list[int] = []
+
+    def derive(p_error: float, p_correction: float) -> tuple[int, bool]:
+        nonlocal scratch
+        value, corrected = problem.start, False
+        for key, op, operand in problem.steps:
+            right = _apply(value, op, operand)
+            u = rng.random()
+            if u < p_error + p_correction:
+                wrong = _wrong(rng, right)
+                errors.append(len(scratch))
+                scratch += f"{key}{value}{op}{operand}={wrong}."
+                if u < p_error:
+                    right = wrong  # a main-line error: the chain carries on from it
+                else:  # a productive self-correction
+                    scratch += f"{CORRECTION}{key}{value}{op}{operand}={right}."
+                    corrected = True
+            else:
+                scratch += f"{key}{value}{op}{operand}={right}."
+            step_ends.append(len(scratch))
+            value = right
+        return value, corrected
+
+    first, productive_wait = derive(config.p_step_error, config.p_correction)
+    first_answer_char = len(scratch)
+    scratch += f"answer={first}."
+    exit_char = len(scratch)
+    stated, rounds = first, 0
+    cuts: list[tuple[int, int, int]] = []  # (end, last stated answer, rounds) inside overthinking
+    while rounds < config.max_rounds and rng.random() < config.p_overthink:
+        if rounds:
+            cuts.append((len(scratch), stated, rounds))  # right after a re-derived answer
+        rounds += 1
+        scratch += f"{config.transitions[int(rng.integers(len(config.transitions)))]} "
+        step_ends.clear()
+        value, _ = derive(config.p_overthink_error, 0.0)
+        cuts += [(end, stated, rounds) for end in step_ends]
+        scratch += f"answer={value}."
+        stated = value
+    cut = rounds > 0 and rng.random() < config.p_cut
+    if cut:  # close at a step or answer boundary inside the overthinking (not the natural end)
+        end, stated, rounds = cuts[int(rng.integers(len(cuts)))]
+        scratch = scratch[:end]
+        errors = [e for e in errors if e < end]
+    text = f"{scratch}{THINK_END} {stated}{EOS}"
+    return Trace(
+        text=text,
+        problem=problem,
+        answer=problem.answer,
+        first_answer=first,
+        final_answer=stated,
+        productive_wait=productive_wait,
+        rounds=rounds,
+        cut=cut,
+        first_answer_char=first_answer_char,
+        first_answer_token=_token_count(text[:first_answer_char]),
+        exit_char=exit_char,
+        exit_token=_token_count(text[:exit_char]),
+        error_chars=tuple(errors),
+    )
+
+
+def generate_traces(n: int, seed: int, config: TraceConfig = TraceConfig()) -> list[Trace]:
+    """``n`` traces from ``numpy.random.default_rng(seed)``: the same seed, the same traces."""
+    require(isinstance(n, int) and n >= 0, "n", "an integer >= 0", n)
+    rng = np.random.default_rng(seed)
+    return [generate_trace(rng, config) for _ in range(n)]
+
+
+def parse_answer(text_after_think_end: str) -> int | None:
+    """The answer digit a model wrote after ``</think>`` (leading spaces skipped), else None."""
+    match = re.match(r"\s*(\d)", text_after_think_end)
+    return int(match.group(1)) if match else None
+
+
+# ------------------------------------------------------------------------------------------------
+# training data
+
+
+def pack_traces(traces: list[Trace] | list[str], tokenizer: Any, seq_len: int) -> torch.Tensor:
+    """Token ids of the traces' texts, concatenated (each ends with ``<eos>``) and cut into
+    ``[blocks, seq_len]`` rows (a LongTensor); the tail shorter than a block is dropped. For
+    next-token training on ``seq_len`` inputs, pass ``seq_len + 1``."""
+    require(isinstance(seq_len, int) and seq_len >= 1, "seq_len", "an integer >= 1", seq_len)
+    texts = [t.text if isinstance(t, Trace) else t for t in traces]
+    ids = [i for row in tokenizer(texts, add_special_tokens=False)["input_ids"] for i in row]
+    if len(ids) < seq_len:
+        raise ValueError(
+            f"the traces hold {len(ids)} tokens: at least seq_len = {seq_len} needed for a block"
+        )
+    blocks = len(ids) // seq_len
+    return torch.tensor(ids[: blocks * seq_len], dtype=torch.long).view(blocks, seq_len)
