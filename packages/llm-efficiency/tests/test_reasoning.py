@@ -8,11 +8,13 @@ import re
 import pytest
 import torch
 
+from mixlab.llm_efficiency.lm import MARKER, LMConfig, encode_file, load_lm
 from mixlab.llm_efficiency.reasoning import (
     EOS,
     THINK,
     THINK_END,
     Problem,
+    ReasoningLMConfig,
     Trace,
     TraceConfig,
     generate_traces,
@@ -20,7 +22,9 @@ from mixlab.llm_efficiency.reasoning import (
     parse_answer,
     problems,
     reasoning_tokenizer,
+    train_reasoning_lm,
 )
+from mixlab.shared import Checkpointer
 
 CONFIG = TraceConfig()
 ITEM = re.compile(r"([a-z])(\d)([-+*])(\d)=(\d)\.|answer=(\d)\.|([a-z]+) ")
@@ -292,3 +296,53 @@ def test_pack_traces_cuts_the_token_stream_into_blocks(tokenizer):
         pack_traces(traces[:1], tokenizer, seq_len=10_000)
     with pytest.raises(ValueError, match="^seq_len must be"):
         pack_traces(traces, tokenizer, seq_len=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# the reasoning LM (a tiny config: the real one is trained once by the experiment and cached)
+
+TINY_LM = ReasoningLMConfig(
+    lm=LMConfig(hidden_size=16, layers=1, heads=2, intermediate_size=32, seq_len=32, steps=51,
+                batch_size=2, lr=1e-2, train_bytes=64),
+    n_traces=40,
+)  # fmt: skip
+
+
+def test_reasoning_lm_trains_saves_its_tokenizer_and_resumes(tmp_path, monkeypatch):
+    model = train_reasoning_lm(TINY_LM, tmp_path / "a")
+    folder = tmp_path / "a"
+    assert (folder / MARKER).is_file()
+    assert not (folder / "checkpoints").exists()
+    loaded = load_lm(folder)
+    assert loaded.config.vocab_size == 260
+    assert (loaded.config.eos_token_id, loaded.config.pad_token_id) == (257, 256)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, loaded.state_dict()[name]), name
+    # the folder's own tokenizer reads text with special tokens as single ids
+    text = tmp_path / "t.txt"
+    text.write_text("1 a+2 = <think>a1+2=3.answer=3.</think> 3")
+    ids = encode_file(folder, text)
+    assert ids[ids >= 256].tolist() == [258, 259]
+    # a run killed right after its checkpoint at step 50 resumes to the same weights
+    save = Checkpointer.save
+
+    def save_then_die(self, *args, **kwargs):
+        save(self, *args, **kwargs)
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(Checkpointer, "save", save_then_die)
+    with pytest.raises(RuntimeError, match="killed"):
+        train_reasoning_lm(TINY_LM, tmp_path / "b")
+    monkeypatch.setattr(Checkpointer, "save", save)
+    assert not (tmp_path / "b" / MARKER).exists()
+    resumed = train_reasoning_lm(TINY_LM, tmp_path / "b")
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, resumed.state_dict()[name]), name
+
+
+def test_reasoning_lm_config_is_validated():
+    with pytest.raises(ValueError, match="^n_traces must be"):
+        ReasoningLMConfig(n_traces=0)
+    with pytest.raises(ValueError, match="^lm must be"):
+        ReasoningLMConfig(lm={"hidden_size": 8})
+    assert ReasoningLMConfig().key() != TINY_LM.key()

@@ -22,7 +22,7 @@ import math
 import numbers
 import shutil
 import sysconfig
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,7 @@ __all__ = [
     "check_model_folder",
     "corpus_split",
     "encode_file",
+    "fit_lm",
     "llama_config",
     "load_lm",
     "perplexity",
@@ -147,11 +148,19 @@ def corpus_split() -> tuple[dict[str, torch.Tensor], str]:
     return tokens, digest.hexdigest()
 
 
-def llama_config(config: LMConfig) -> Any:
+def llama_config(
+    config: LMConfig,
+    *,
+    vocab_size: int = 256,
+    eos_token_id: int | None = None,
+    pad_token_id: int | None = None,
+) -> Any:
+    """The ``LlamaConfig`` of ``config``: bytes by default, a larger vocabulary (bytes plus
+    special tokens) for labs such as :mod:`.reasoning`."""
     from transformers import LlamaConfig
 
     return LlamaConfig(
-        vocab_size=256,
+        vocab_size=vocab_size,
         hidden_size=config.hidden_size,
         intermediate_size=config.intermediate_size,
         num_hidden_layers=config.layers,
@@ -160,8 +169,8 @@ def llama_config(config: LMConfig) -> Any:
         max_position_embeddings=config.seq_len,
         tie_word_embeddings=False,
         bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
     )
 
 
@@ -176,16 +185,43 @@ def train_lm(config: LMConfig, out_dir: str | Path, *, resume: bool = True) -> P
     """Train the tiny Llama on the stdlib train split and save it (``save_pretrained``) to
     ``out_dir``; checkpoints go to ``out_dir/checkpoints`` every 50 steps and a killed run
     resumes there."""
+    splits, digest = corpus_split()
+    train = splits["train"][: config.train_bytes]
+    fit_lm(
+        config,
+        llama_config(config),
+        lambda generator: _batch(train, config.seq_len, config.batch_size, generator),
+        out_dir,
+        marker={"tokenizer": "bytes", "config": asdict(config), "corpus_sha256": digest},
+        resume=resume,
+        what="training the tiny LM",
+    )
+    return Path(out_dir)
+
+
+def fit_lm(
+    config: LMConfig,
+    model_config: Any,
+    draw_batch: Callable[[torch.Generator], torch.Tensor],
+    out_dir: str | Path,
+    *,
+    marker: dict[str, Any],
+    resume: bool = True,
+    what: str = "training a tiny LM",
+) -> Any:
+    """Train a ``LlamaForCausalLM(model_config)`` on next-token prediction and save it to
+    ``out_dir`` with ``marker`` (a sidecar over the saved files, written last): ``config.steps``
+    AdamW steps (warm-up + cosine to ``config.lr``) on ``draw_batch(generator)``, a LongTensor
+    ``[batch, seq_len + 1]``. Checkpoints every 50 steps in ``out_dir/checkpoints``; a killed run
+    resumes there. Returns the trained model in eval mode."""
     from accelerate import Accelerator
     from transformers import LlamaForCausalLM
 
     out_dir = Path(out_dir)
     (out_dir / MARKER).unlink(missing_ok=True)  # a folder with a marker holds a finished model
-    splits, digest = corpus_split()
-    train = splits["train"][: config.train_bytes]
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
     torch.manual_seed(config.seed)
-    model = LlamaForCausalLM(llama_config(config))
+    model = LlamaForCausalLM(model_config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.1)
     schedule = warmup_cosine(optimizer, config.steps)
     generator = torch.Generator().manual_seed(config.seed)
@@ -200,11 +236,9 @@ def train_lm(config: LMConfig, out_dir: str | Path, *, resume: bool = True) -> P
         restore_rng_state(state["rng"])
     model, optimizer = accelerator.prepare(model, optimizer)
     model.train()
-    with progress(config.steps, "training the tiny LM", completed=start) as bar:
+    with progress(config.steps, what, completed=start) as bar:
         for step in range(start, config.steps):
-            batch = _batch(train, config.seq_len, config.batch_size, generator).to(
-                accelerator.device
-            )
+            batch = draw_batch(generator).to(accelerator.device)
             logits = model(input_ids=batch[:, :-1]).logits
             loss = F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
             optimizer.zero_grad(set_to_none=True)
@@ -224,10 +258,9 @@ def train_lm(config: LMConfig, out_dir: str | Path, *, resume: bool = True) -> P
                 checkpoints.save(step + 1, state)
     model = accelerator.unwrap_model(model).eval()
     model.save_pretrained(out_dir)
-    marker = {"tokenizer": "bytes", "config": asdict(config), "corpus_sha256": digest}
     write_sidecar(out_dir / MARKER, marker, covers=_model_files(out_dir))
     shutil.rmtree(checkpoints.directory, ignore_errors=True)
-    return out_dir
+    return model
 
 
 def _model_files(folder: Path) -> list[Path]:
@@ -341,12 +374,13 @@ def load_lm(path: str | Path, device: torch.device | str = "cpu") -> Any:
 
 
 def encode_file(model_dir: str | Path, text_file: str | Path) -> torch.Tensor:
-    """Token ids of ``text_file``: bytes for a model of this lab, else the model's tokenizer."""
+    """Token ids of ``text_file``: the model folder's tokenizer, or bytes when it has none (the
+    byte models of this lab)."""
     text_file = Path(text_file)
     model_dir = check_model_folder(model_dir)
     if not text_file.is_file():
         raise ValueError(f"--text: {text_file} is not a file")
-    if (model_dir / MARKER).exists() or not any(model_dir.glob("tokenizer*")):
+    if not any(model_dir.glob("tokenizer*")):  # this lab's byte models save none
         config_file = model_dir / "config.json"
         with checkpoint_errors(config_file, "Hugging Face model config"):
             vocab = json.loads(config_file.read_text(encoding="utf-8")).get("vocab_size", 256)

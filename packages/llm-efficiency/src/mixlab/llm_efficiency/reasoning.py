@@ -35,13 +35,16 @@ import json
 import math
 import numbers
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from mixlab.shared import require
+from mixlab.llm_efficiency.lm import MARKER, LMConfig, fit_lm, llama_config, load_lm
+from mixlab.shared import cache_dir, require
+from mixlab.shared.files import CheckpointError
 
 __all__ = [
     "EOS",
@@ -50,14 +53,17 @@ __all__ = [
     "THINK",
     "THINK_END",
     "Problem",
+    "ReasoningLMConfig",
     "Trace",
     "TraceConfig",
     "generate_trace",
     "generate_traces",
     "pack_traces",
     "parse_answer",
+    "pretrained_reasoning_lm",
     "problems",
     "reasoning_tokenizer",
+    "train_reasoning_lm",
 ]
 
 PAD, EOS, THINK, THINK_END = "<pad>", "<eos>", "<think>", "</think>"
@@ -372,3 +378,100 @@ def pack_traces(traces: list[Trace] | list[str], tokenizer: Any, seq_len: int) -
         )
     blocks = len(ids) // seq_len
     return torch.tensor(ids[: blocks * seq_len], dtype=torch.long).view(blocks, seq_len)
+
+
+# ------------------------------------------------------------------------------------------------
+# the reasoning LM: trained once on generated traces, cached by config
+
+
+@dataclass(frozen=True)
+class ReasoningLMConfig:
+    """A tiny Llama trained on ``n_traces`` traces of ``traces`` (drawn from seed ``lm.seed``).
+
+    The defaults follow the pilot of issue 18 (about 0.9 M parameters, 3,000 steps of 16 × 256
+    tokens: tens of minutes on one CPU core); tests and quick runs pass smaller ones."""
+
+    lm: LMConfig = field(
+        default_factory=lambda: LMConfig(
+            hidden_size=128,
+            layers=4,
+            heads=4,
+            intermediate_size=384,
+            seq_len=256,
+            steps=3_000,
+            batch_size=16,
+            lr=3e-3,
+        )
+    )
+    traces: TraceConfig = field(default_factory=TraceConfig)
+    n_traces: int = 20_000
+
+    def __post_init__(self) -> None:
+        require(isinstance(self.lm, LMConfig), "lm", "an LMConfig", self.lm)
+        require(isinstance(self.traces, TraceConfig), "traces", "a TraceConfig", self.traces)
+        require(
+            isinstance(self.n_traces, int) and not isinstance(self.n_traces, bool)
+            and self.n_traces >= 1,
+            "n_traces",
+            "an integer >= 1",
+            self.n_traces,
+        )  # fmt: skip
+
+    def key(self) -> str:
+        """A digest of the model, the trace generator (its format version included) and the count."""
+        data = {"lm": asdict(self.lm), "traces": self.traces.key(), "n_traces": self.n_traces}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def train_reasoning_lm(
+    config: ReasoningLMConfig, out_dir: str | Path, *, resume: bool = True
+) -> Any:
+    """Train the reasoning LM of ``config`` on its generated traces (packed into blocks of
+    ``lm.seq_len + 1`` tokens, rows drawn at random) and save it with its tokenizer to
+    ``out_dir``, through :func:`mixlab.llm_efficiency.lm.fit_lm` (checkpoints, resume, a marker
+    over the saved files). Returns the model in eval mode."""
+    tokenizer = reasoning_tokenizer()
+    traces = generate_traces(config.n_traces, config.lm.seed, config.traces)
+    blocks = pack_traces(traces, tokenizer, config.lm.seq_len + 1)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(out_dir)  # before training: the marker covers its files too
+
+    def draw_batch(generator: torch.Generator) -> torch.Tensor:
+        return blocks[torch.randint(len(blocks), (config.lm.batch_size,), generator=generator)]
+
+    model_config = llama_config(
+        config.lm,
+        vocab_size=len(tokenizer),
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    digest = hashlib.sha256(blocks.numpy().tobytes()).hexdigest()
+    marker = {"tokenizer": "reasoning", "config": asdict(config), "corpus_sha256": digest}
+    return fit_lm(
+        config.lm,
+        model_config,
+        draw_batch,
+        out_dir,
+        marker=marker,
+        resume=resume,
+        what="training the reasoning LM",
+    )
+
+
+def pretrained_reasoning_lm(
+    config: ReasoningLMConfig = ReasoningLMConfig(), device: torch.device | str = "cpu"
+) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of ``config``, from the mixlab cache when there, else trained now
+    (resuming a killed training). A damaged cached model raises :class:`CheckpointError` naming
+    the folder to delete."""
+    folder = cache_dir("llm_efficiency", f"reasoning-llama-{config.key()}")
+    if not (folder / MARKER).exists():
+        train_reasoning_lm(config, folder, resume=True)
+    try:
+        model = load_lm(folder, device)
+    except CheckpointError as error:
+        raise CheckpointError(
+            f"{error}; the cached reasoning LM is damaged: delete {folder} to train it again"
+        ) from error
+    return model, reasoning_tokenizer()
