@@ -16,8 +16,9 @@ import sys
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig
+from transformers import AutoModelForCausalLM, GPT2Config
 
+from mixlab.llm_efficiency.lm import LMConfig, llama_config
 from mixlab.llm_efficiency.mobiquant import (
     MoBiLinear,
     MoBiQuantConfig,
@@ -41,14 +42,8 @@ def tiny(kind: str = "llama", dtype: torch.dtype = torch.float32, *, cast: bool 
     if kind == "gpt2":
         config = GPT2Config(vocab_size=256, n_embd=64, n_layer=2, n_head=2, n_positions=64)
     else:
-        config = LlamaConfig(
-            vocab_size=256,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
+        config = llama_config(
+            LMConfig(hidden_size=64, layers=2, heads=2, intermediate_size=128, seq_len=64)
         )
     torch.manual_seed(0)
     if cast:

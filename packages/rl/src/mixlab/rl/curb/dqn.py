@@ -291,9 +291,7 @@ def train_dqn(
                 y = r + gamma[:, None] * torch.where(belief_on[:, None], believed, plain)
                 q_sa = online(all_states[0][s]).gather(2, a[..., None])[..., 0]
                 loss = torch.nn.functional.huber_loss(q_sa, y, reduction="none").mean(dim=1).sum()
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
+                _gradient_step(optimizer, loss)
                 updates += 1
                 if updates % first.target_every == 0:
                     target.load_state_dict(online.state_dict())
@@ -327,6 +325,13 @@ def train_dqn(
 
 
 # --- any ParallelEnv: the same DQN, stepping one copy of the env per session ----------------------
+
+
+def _gradient_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    """One optimizer step on ``loss`` (both training paths: compiled market and stepped env)."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
 
 
 def _train_stepping(
@@ -456,9 +461,7 @@ def _train_stepping(
                 per_member_loss = torch.nn.functional.huber_loss(q_sa, y, reduction="none")
                 has_data = torch.from_numpy(filled > 0).to(device)
                 loss = (per_member_loss.mean(dim=1) * has_data).sum()
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
+                _gradient_step(optimizer, loss)
                 updates += 1
                 if updates % first.target_every == 0:
                     target.load_state_dict(online.state_dict())
