@@ -27,7 +27,7 @@ from mixlab.llm_efficiency.reasoning import (
 from mixlab.shared import Checkpointer
 
 CONFIG = TraceConfig()
-ITEM = re.compile(r"([a-z])(\d)([-+*])(\d)=(\d)\.|answer=(\d)\.|([a-z]+) ")
+ITEM = re.compile(r"(\d)\.|([a-z])([-+*])(\d)=(\d)\.|answer=(\d)\.|([a-z]+) ")
 
 
 @pytest.fixture(scope="module")
@@ -57,17 +57,20 @@ def test_tokenizer_ids_are_bytes_then_four_specials(tokenizer):
     ]
     assert len(tokenizer) == 260
     assert (tokenizer.pad_token_id, tokenizer.eos_token_id) == (256, 257)
-    assert tokenizer("</think>")["input_ids"] == [259]
+    assert tokenizer("</think>", add_special_tokens=False)["input_ids"] == [259]
     text = "6 a+5 b*8 =\n\tx ~!é日本🙂"
-    assert tokenizer(text)["input_ids"] == list(text.encode())
+    assert tokenizer(text, add_special_tokens=False)["input_ids"] == list(text.encode())
+    assert tokenizer(text)["input_ids"] == [257, *text.encode()]  # <eos> is the BOS
+    assert tokenizer.bos_token_id == 257
 
 
 @pytest.mark.parametrize(
     "text",
-    ["", " ", "  a  b ", "x\r\ny\n", "é 日本 🙂", "<think>a1+2=3.</think> 3<eos>", "<pad><eos>"],
+    ["", " ", "  a  b ", "x\r\ny\n", "é 日本 🙂", "<think>1.a+2=3.</think> 3<eos>", "<pad><eos>"],
 )
 def test_tokenizer_round_trips_text(tokenizer, text):
-    assert tokenizer.decode(tokenizer(text)["input_ids"]) == text
+    assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
+    assert tokenizer.decode(tokenizer(text)["input_ids"]) == EOS + text
 
 
 def test_tokenizer_save_and_load_round_trip(tokenizer, tmp_path):
@@ -75,17 +78,18 @@ def test_tokenizer_save_and_load_round_trip(tokenizer, tmp_path):
 
     tokenizer.save_pretrained(tmp_path)
     loaded = AutoTokenizer.from_pretrained(tmp_path, local_files_only=True)
-    text = "3 a*2 = <think>a3*2=6.answer=6.</think> 6<eos>"
+    text = "3 a*2 = <think>3.a*2=6.answer=6.</think> 6<eos>"
     assert loaded(text)["input_ids"] == tokenizer(text)["input_ids"]
-    assert loaded.decode(loaded(text)["input_ids"]) == text
+    assert loaded.decode(loaded(text)["input_ids"]) == EOS + text
+    assert loaded.bos_token_id == 257
     assert (loaded.pad_token_id, loaded.eos_token_id, loaded.padding_side) == (256, 257, "left")
 
 
 def test_tokenizer_padding_side():
     left = reasoning_tokenizer()(["ab", "abcd"], padding=True)["input_ids"]
     right = reasoning_tokenizer("right")(["ab", "abcd"], padding=True)["input_ids"]
-    assert left[0] == [256, 256, 97, 98]
-    assert right[0] == [97, 98, 256, 256]
+    assert left[0] == [256, 256, 257, 97, 98]
+    assert right[0] == [257, 97, 98, 256, 256]
     with pytest.raises(ValueError, match="padding_side"):
         reasoning_tokenizer("middle")
 
@@ -113,7 +117,11 @@ def check_trace(trace: Trace) -> dict[str, int]:
         assert match.start() == position, f"unparsed text in {scratch!r}"
         position = match.end()
         at = len(head) + match.start()
-        key, previous, op, operand, result, answer, word = match.groups()
+        start, key, op, operand, result, answer, word = match.groups()
+        if start is not None:  # each derivation restates the start
+            assert int(start) == problem.start
+            assert key_index == 0
+            continue
         if word is not None:  # a transition: a correction (main line) or an overthinking round
             if stated is None:
                 assert word == "wait"
@@ -132,7 +140,6 @@ def check_trace(trace: Trace) -> dict[str, int]:
             assert stated == value
             continue
         assert (key, op, int(operand)) == problem.steps[key_index]
-        assert int(previous) == value
         wrong = int(result) != apply(value, op, int(operand))
         if wrong:
             errors.append(at)
@@ -162,10 +169,10 @@ def test_first_answer_index_points_at_the_first_answer(traces, tokenizer):
         assert trace.first_answer_char == text.index("answer=")
         assert text[trace.first_answer_char : trace.exit_char] == f"answer={trace.first_answer}."
     for trace in traces[:50]:
-        ids = tokenizer(trace.text)["input_ids"]
-        assert len(tokenizer(trace.text[: trace.first_answer_char])["input_ids"]) == (
-            trace.first_answer_token
-        )
+        ids = tokenizer(trace.text, add_special_tokens=False)["input_ids"]
+        assert len(
+            tokenizer(trace.text[: trace.first_answer_char], add_special_tokens=False)["input_ids"]
+        ) == (trace.first_answer_token)
         assert tokenizer.decode(ids[: trace.exit_token]) == trace.text[: trace.exit_char]
 
 
@@ -287,7 +294,7 @@ def test_parse_answer(text, answer):
 def test_pack_traces_cuts_the_token_stream_into_blocks(tokenizer):
     traces = generate_traces(40, seed=2)
     blocks = pack_traces(traces, tokenizer, seq_len=65)
-    stream = [i for t in traces for i in tokenizer(t.text)["input_ids"]]
+    stream = [i for t in traces for i in tokenizer(t.text, add_special_tokens=False)["input_ids"]]
     assert blocks.dtype == torch.long
     assert blocks.shape == (len(stream) // 65, 65)
     assert blocks.flatten().tolist() == stream[: blocks.numel()]
@@ -320,9 +327,9 @@ def test_reasoning_lm_trains_saves_its_tokenizer_and_resumes(tmp_path, monkeypat
         assert torch.equal(tensor, loaded.state_dict()[name]), name
     # the folder's own tokenizer reads text with special tokens as single ids
     text = tmp_path / "t.txt"
-    text.write_text("1 a+2 = <think>a1+2=3.answer=3.</think> 3")
+    text.write_text("1 a+2 = <think>1.a+2=3.answer=3.</think> 3")
     ids = encode_file(folder, text)
-    assert ids[ids >= 256].tolist() == [258, 259]
+    assert ids[ids >= 256].tolist() == [257, 258, 259]  # the BOS <eos>, then the text's own
     # a run killed right after its checkpoint at step 50 resumes to the same weights
     save = Checkpointer.save
 

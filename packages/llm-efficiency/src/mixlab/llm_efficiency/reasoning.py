@@ -7,11 +7,13 @@ finding the next operator by counting positions was not)::
     6 a+5 b*8 =                               the prompt: 6, then (6+5)%10 = 1, then (1*8)%10 = 8
 
 A trace is the prompt, ``<think>``, a scratchpad, ``</think>``, a space, the answer digit and
-``<eos>``. The scratchpad restates each step as ``<key><previous value><op><operand>=<result>.``
-and ends each derivation with ``answer=<digit>.``::
+``<eos>``. Each derivation in the scratchpad restates the start as ``<start>.``, then each step
+as ``<key><op><operand>=<result>.`` (the key first, so the op and operand are copied by looking
+up the key in the prompt, and the value it acts on is always the digit just before the key's
+``.``), and ends with ``answer=<digit>.``::
 
-    6 a+5 b*8 = <think>a6+5=3.wait a6+5=1.b1*8=8.answer=8.hmm a6+5=1.b1*8=2.answer=2.</think> 2<eos>
-                       ^ wrong, then corrected  ^ first answer ^ overthinking round, a wrong step
+    6 a+5 b*8 = <think>6.a+5=3.wait a+5=1.b*8=8.answer=8.hmm 6.a+5=1.b*8=2.answer=2.</think> 2<eos>
+                         ^ wrong, then corrected  ^ first answer    ^ overthinking round, a wrong step
 
 - **Main-line errors** (``p_step_error`` per step): a wrong result that the chain carries on from.
 - **Productive self-corrections** (``p_correction`` per step): a wrong result, ``wait ``, then
@@ -25,7 +27,10 @@ and ends each derivation with ``answer=<digit>.``::
   a model learns that a forced ``</think>`` is followed by the last answer it stated.
 
 The tokenizer (:func:`reasoning_tokenizer`) keeps ids 0–255 as the bytes (as :mod:`.lm`) and adds
-``<pad>`` 256, ``<eos>`` 257, ``<think>`` 258, ``</think>`` 259.
+``<pad>`` 256, ``<eos>`` 257, ``<think>`` 258, ``</think>`` 259. ``<eos>`` is also the BOS (as
+GPT-2's ``<|endoftext|>``): training packs traces after one another, so every trace follows an
+``<eos>``, and encoding a prompt puts one before it to match (a model without it, at position 0,
+misread the prompt in a pilot: first-answer accuracy 0.36 instead of 0.82).
 """
 
 from __future__ import annotations
@@ -94,11 +99,12 @@ def _bytes_to_unicode() -> dict[int, str]:
 
 def reasoning_tokenizer(padding_side: str = "left") -> Any:
     """A byte-level ``PreTrainedTokenizerFast`` built locally: ids 0–255 are the bytes, then
-    ``<pad>``, ``<eos>``, ``<think>``, ``</think>`` (256–259) as single special tokens. It adds no
-    BOS/EOS when encoding and decodes back to the exact text. ``padding_side``: ``"left"`` (for
+    ``<pad>``, ``<eos>``, ``<think>``, ``</think>`` (256–259) as single special tokens. Encoding
+    puts ``<eos>`` first as the BOS (not with ``add_special_tokens=False``); decoding with
+    ``skip_special_tokens=False`` gives back the exact text after it. ``padding_side``: ``"left"`` (for
     batched generation) or ``"right"``."""
     require(padding_side in ("left", "right"), "padding_side", "'left' or 'right'", padding_side)
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     vocab = {char: b for b, char in _bytes_to_unicode().items()}
@@ -106,10 +112,15 @@ def reasoning_tokenizer(padding_side: str = "left") -> Any:
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     backend.decoder = decoders.ByteLevel()
     backend.add_special_tokens(list(SPECIAL_TOKENS))  # appended in order: 256, 257, 258, 259
+    eos_id = backend.token_to_id(EOS)
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"{EOS} $A", pair=f"{EOS} $A {EOS} $B", special_tokens=[(EOS, eos_id)]
+    )  # add_special_tokens=True (the default) puts the BOS <eos> first
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,
         pad_token=PAD,
         eos_token=EOS,
+        bos_token=EOS,
         additional_special_tokens=[THINK, THINK_END],
         clean_up_tokenization_spaces=False,
         padding_side=padding_side,
@@ -136,10 +147,10 @@ class TraceConfig:
 
     min_steps: int = 3
     max_steps: int = 8  # at most 26 (one key letter per step)
-    p_step_error: float = 0.02
-    p_correction: float = 0.05
+    p_step_error: float = 0.01
+    p_correction: float = 0.07
     p_overthink: float = 0.6
-    p_overthink_error: float = 0.12
+    p_overthink_error: float = 0.15
     max_rounds: int = 3
     p_cut: float = 0.2
     transitions: tuple[str, ...] = ("wait", "hmm")  # words that open an overthinking round
@@ -197,7 +208,7 @@ class TraceConfig:
 
     def key(self) -> str:
         """A digest of the config (with the trace format's version) for cache keys."""
-        data = {"format": 1, **asdict(self)}
+        data = {"format": 2, **asdict(self)}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -291,20 +302,21 @@ def generate_trace(rng: np.random.Generator, config: TraceConfig = TraceConfig()
     def derive(p_error: float, p_correction: float) -> tuple[int, bool]:
         nonlocal scratch
         value, corrected = problem.start, False
+        scratch += f"{value}."
         for key, op, operand in problem.steps:
             right = _apply(value, op, operand)
             u = rng.random()
             if u < p_error + p_correction:
                 wrong = _wrong(rng, right)
                 errors.append(len(scratch))
-                scratch += f"{key}{value}{op}{operand}={wrong}."
+                scratch += f"{key}{op}{operand}={wrong}."
                 if u < p_error:
                     right = wrong  # a main-line error: the chain carries on from it
                 else:  # a productive self-correction
-                    scratch += f"{CORRECTION}{key}{value}{op}{operand}={right}."
+                    scratch += f"{CORRECTION}{key}{op}{operand}={right}."
                     corrected = True
             else:
-                scratch += f"{key}{value}{op}{operand}={right}."
+                scratch += f"{key}{op}{operand}={right}."
             step_ends.append(len(scratch))
             value = right
         return value, corrected
@@ -398,7 +410,7 @@ class ReasoningLMConfig:
             heads=4,
             intermediate_size=384,
             seq_len=256,
-            steps=3_000,
+            steps=2_000,
             batch_size=16,
             lr=3e-3,
         )

@@ -9,6 +9,10 @@ call: no extra model, no extra forward pass.
     proc = RPDIExitProcessor.from_tokenizer(tokenizer, window=512, threshold=2.0)
     out = model.generate(**inputs, logits_processor=[proc], do_sample=True, temperature=0.6)
     proc.exit_steps, proc.traces  # per row: think step of the exit (or None), index per step
+
+The baselines (fixed budget, DEER-, Dynasor- and EAT-style probing exits) share the contract and
+count the extra forward tokens their probes cost; :func:`generate_all` runs any of them over a
+list of prompts; ``mixlab run rpdi_ee`` is the experiment on the reasoning toy.
 """
 
 from mixlab.shared.lazy import lazy_exports
@@ -17,8 +21,18 @@ from mixlab.shared.lazy import lazy_exports
 _MODULE_OF = {
     "VARIANTS": "processor",
     "RPDIExitProcessor": "processor",
+    "ThinkExitProcessor": "processor",
     "token_entropy": "processor",
+    "DEERExitProcessor": "baselines",
+    "DynasorExitProcessor": "baselines",
+    "EATExitProcessor": "baselines",
+    "FixedBudgetProcessor": "baselines",
+    "METHODS": "evaluate",
+    "generate_all": "evaluate",
+    "make_processor": "evaluate",
+    "Config": "config",
+    "METHOD": "config",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _MODULE_OF)
 
-__all__ = ["VARIANTS", "RPDIExitProcessor", "token_entropy"]
+__all__ = sorted(_MODULE_OF)

@@ -29,21 +29,15 @@ VARIANTS = ("window", "ema", "transitions")
 
 
 class _Row:
-    """Running state of one batch row."""
+    """Running state of one batch row (a subclass adds its own fields in ``_new_row``)."""
 
-    def __init__(self, window: int, thinking: bool) -> None:
+    def __init__(self, thinking: bool) -> None:
         self.thinking = thinking  # inside the think segment, still monitored
         self.done = False  # think ended (on its own or forced), or the row hit an eos id
         self.pending: list[int] = []  # think-end ids still to force
-        self.t = 0  # think tokens seen, H_1..H_t
-        self.sum_h = 0.0  # sum of H_i, for GTF
-        self.sum_h2 = 0.0  # sum of H_i^2, for the running std (transitions variant)
-        self.ring = [0.0] * window  # last W values (H_i, or transition flags)
-        self.ring_sum = 0.0
-        self.ema = 0.0
-        self.entropies: list[float] = []
-        self.trace: list[float] = []
+        self.t = 0  # think tokens seen
         self.exit_step: int | None = None
+        self.probe_tokens = 0  # extra forward tokens spent on probes (0 for RPDI)
 
 
 def _ids(value: object, name: str) -> list[int]:
@@ -68,7 +62,176 @@ def token_entropy(scores: torch.Tensor) -> torch.Tensor:
     return -(p * logp.masked_fill(p == 0, 0.0)).sum(-1)
 
 
-class RPDIExitProcessor(LogitsProcessor):
+class ThinkExitProcessor(LogitsProcessor):
+    """What every early-exit processor of this package shares: per-row think-segment tracking
+    and the forced exit. A subclass decides, once per decoding step, which thinking rows exit
+    now (:meth:`_decide`); the base class then forces the think-end ids in the same ``generate``
+    call (over consecutive steps when there are several), so the KV cache is kept.
+
+    A new ``generate`` call is detected when the sequence length does not grow by exactly one
+    or the batch size changes; :meth:`reset` makes it explicit. After generation,
+    ``exit_steps[b]`` is row b's exit step t (the think token replaced by the first think-end
+    id; None: no forced exit) and ``probe_tokens[b]`` the extra forward tokens its decisions
+    cost (0 for methods that only read the scores, as RPDI and a fixed budget).
+    """
+
+    def __init__(
+        self,
+        think_end_ids: int | Sequence[int],
+        *,
+        think_start_id: int | None = None,
+        eos_token_id: int | Sequence[int] | None = None,
+    ) -> None:
+        self.think_end_ids = _ids(think_end_ids, "think_end_ids")
+        if think_start_id is not None and (
+            not isinstance(think_start_id, int)
+            or isinstance(think_start_id, bool)
+            or think_start_id < 0
+        ):
+            raise ValueError(
+                f"think_start_id must be one non-negative int token id or None, got {think_start_id!r}"
+            )
+        self.think_start_id = think_start_id
+        self.eos_ids = (
+            frozenset(_ids(eos_token_id, "eos_token_id"))
+            if eos_token_id is not None
+            else frozenset()
+        )
+        self.reset()
+
+    @classmethod
+    def from_tokenizer(
+        cls,
+        tokenizer,
+        think_end: str = "</think>",
+        think_start: str | None = "<think>",
+        **kwargs,
+    ):
+        """Looks the think-end ids (and ``<think>``) up with ``tokenizer``: ``think_end`` must
+        encode to known tokens that decode back to it, ``think_start`` to one token.
+        ``eos_token_id`` defaults to the tokenizer's. Other arguments go to the constructor."""
+        think_end_ids = encode_text(tokenizer, think_end, "think_end")
+        think_start_id = (
+            None
+            if think_start is None
+            else encode_text(tokenizer, think_start, "think_start", single=True)[0]
+        )
+        kwargs.setdefault("eos_token_id", tokenizer.eos_token_id)
+        return cls(think_end_ids, think_start_id=think_start_id, **kwargs)
+
+    def reset(self) -> None:
+        """Forgets all rows; the next call starts a new generation."""
+        self._rows: list = []
+        self._prev: torch.Tensor | None = None
+
+    @property
+    def exit_steps(self) -> list[int | None]:
+        return [r.exit_step for r in self._rows]
+
+    @property
+    def probe_tokens(self) -> list[int]:
+        return [r.probe_tokens for r in self._rows]
+
+    def _new_row(self, thinking: bool) -> _Row:
+        return _Row(thinking)
+
+    def _decide(
+        self, active: list[int], input_ids: torch.LongTensor, scores: torch.FloatTensor
+    ) -> list[int]:
+        """The rows of ``active`` (thinking, ``t`` already counts this step) that exit now."""
+        raise NotImplementedError
+
+    def _start(self, input_ids: torch.Tensor) -> None:
+        self._rows = []
+        n = len(self.think_end_ids)
+        for row in input_ids.tolist():
+            if self.think_start_id is None:
+                thinking = True
+            else:  # thinking if the row's last <think> is not followed by a complete think end
+                starts = [i for i, tok in enumerate(row) if tok == self.think_start_id]
+                tail = row[starts[-1] + 1 :] if starts else None
+                thinking = tail is not None and not any(
+                    tail[i : i + n] == self.think_end_ids for i in range(len(tail) - n + 1)
+                )
+            self._rows.append(self._new_row(thinking))
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        prev = self._prev
+        if (
+            prev is None
+            or prev.shape[0] != input_ids.shape[0]
+            or input_ids.shape[1] != prev.shape[1] + 1
+        ):
+            self._start(input_ids)
+        elif not torch.equal(input_ids[:, :-1], prev):
+            raise ValueError(
+                f"rows changed between decoding steps: beam search (num_beams > 1) is not "
+                f"supported by {type(self).__name__}; use greedy or sampling, and call reset() "
+                "between generate calls"
+            )
+        self._prev = input_ids  # the O(B L) prefix check above guards the per-row state
+        n = len(self.think_end_ids)
+        tails = input_ids[:, -n:].tolist()
+        force: dict[int, int] = {}  # row -> id to force now
+        active: list[int] = []
+        for b, r in enumerate(self._rows):
+            if r.pending:
+                force[b] = r.pending.pop(0)
+                r.done = not r.pending
+                continue
+            if r.done:
+                continue
+            last = tails[b][-1]
+            if last in self.eos_ids or (r.thinking and r.t and tails[b] == self.think_end_ids):
+                r.done = True  # finished, or closed thinking on its own
+                continue
+            if not r.thinking and last == self.think_start_id:
+                r.thinking = True  # <think> emitted during this generation
+            if r.thinking:
+                r.t += 1
+                active.append(b)
+        for b in self._decide(active, input_ids, scores) if active else ():
+            r = self._rows[b]
+            r.exit_step = r.t
+            r.thinking = False
+            force[b] = self.think_end_ids[0]
+            r.pending = self.think_end_ids[1:]
+            r.done = not r.pending
+        if not force:
+            return scores
+        rows = torch.tensor(list(force), device=scores.device)
+        ids = torch.tensor(list(force.values()), device=scores.device)
+        scores = scores.clone()  # generate keeps the scores it was given (output_scores)
+        scores[rows] = -float("inf")
+        scores[rows, ids] = 0.0  # the only finite score: chosen by greedy and by sampling
+        return scores
+
+
+def encode_text(tokenizer, text: str, name: str, single: bool = False) -> list[int]:
+    """``text``'s ids under ``tokenizer`` (no special tokens added), or a ValueError naming
+    ``name`` when the tokenizer does not know it (unknown ids, or it does not decode back)."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    unk = tokenizer.unk_token_id
+    if not ids or (unk is not None and unk in ids) or tokenizer.decode(ids).strip() != text.strip():
+        raise ValueError(f"{name}={text!r} is not text this tokenizer knows (it encodes to {ids})")
+    if single and len(ids) != 1:
+        raise ValueError(f"{name}={text!r} must be a single token, it encodes to {ids}")
+    return ids
+
+
+class _RPDIRow(_Row):
+    def __init__(self, thinking: bool, window: int) -> None:
+        super().__init__(thinking)
+        self.sum_h = 0.0  # sum of H_i, for GTF
+        self.sum_h2 = 0.0  # sum of H_i^2, for the running std (transitions variant)
+        self.ring = [0.0] * window  # last W values (H_i, or transition flags)
+        self.ring_sum = 0.0
+        self.ema = 0.0
+        self.entropies: list[float] = []
+        self.trace: list[float] = []
+
+
+class RPDIExitProcessor(ThinkExitProcessor):
     """Ends thinking early when the RPDI exceeds ``threshold``, by forcing the think-end ids.
 
     Use it as ``model.generate(..., logits_processor=[RPDIExitProcessor(...)])`` with greedy
@@ -113,7 +276,6 @@ class RPDIExitProcessor(LogitsProcessor):
         variant: str = "window",
         eos_token_id: int | Sequence[int] | None = None,
     ) -> None:
-        self.think_end_ids = _ids(think_end_ids, "think_end_ids")
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise ValueError(f"window must be an int >= 1, got {window!r}")
         if (
@@ -126,14 +288,6 @@ class RPDIExitProcessor(LogitsProcessor):
             )
         if not isinstance(min_steps, int) or isinstance(min_steps, bool) or min_steps < 0:
             raise ValueError(f"min_steps must be an int >= 0, got {min_steps!r}")
-        if think_start_id is not None and (
-            not isinstance(think_start_id, int)
-            or isinstance(think_start_id, bool)
-            or think_start_id < 0
-        ):
-            raise ValueError(
-                f"think_start_id must be one non-negative int token id or None, got {think_start_id!r}"
-            )
         if isinstance(check_at, str):
             if check_at != "every":
                 raise ValueError(
@@ -147,15 +301,9 @@ class RPDIExitProcessor(LogitsProcessor):
         self.window = window
         self.threshold = float(threshold)
         self.min_steps = min_steps
-        self.think_start_id = think_start_id
         self.variant = variant
-        self.eos_ids = (
-            frozenset(_ids(eos_token_id, "eos_token_id"))
-            if eos_token_id is not None
-            else frozenset()
-        )
         self.alpha = 2.0 / (window + 1)  # EMA with span W (pandas convention)
-        self.reset()
+        super().__init__(think_end_ids, think_start_id=think_start_id, eos_token_id=eos_token_id)
 
     @classmethod
     def from_tokenizer(
@@ -166,47 +314,16 @@ class RPDIExitProcessor(LogitsProcessor):
         check_at: str | Iterable[str] | Iterable[int] = "every",
         **kwargs,
     ) -> "RPDIExitProcessor":
-        """Looks the think-end ids (and ``<think>``, boundary tokens) up with ``tokenizer``.
-
-        ``think_end`` must encode to known tokens that decode back to it; ``think_start`` and
-        each boundary string in ``check_at`` must be one token. ``eos_token_id`` defaults to
-        the tokenizer's.
-        """
-
-        def encode(text: str, name: str, single: bool) -> list[int]:
-            ids = tokenizer.encode(text, add_special_tokens=False)
-            unk = tokenizer.unk_token_id
-            if (
-                not ids
-                or (unk is not None and unk in ids)
-                or tokenizer.decode(ids).strip() != text.strip()
-            ):
-                raise ValueError(
-                    f"{name}={text!r} is not text this tokenizer knows (it encodes to {ids})"
-                )
-            if single and len(ids) != 1:
-                raise ValueError(f"{name}={text!r} must be a single token, it encodes to {ids}")
-            return ids
-
-        think_end_ids = encode(think_end, "think_end", single=False)
-        think_start_id = (
-            None if think_start is None else encode(think_start, "think_start", single=True)[0]
-        )
+        """As :meth:`ThinkExitProcessor.from_tokenizer`; each boundary string in ``check_at``
+        must be one token."""
         if not isinstance(check_at, str):
             check_at = [
-                encode(c, "check_at", single=True)[0] if isinstance(c, str) else c for c in check_at
+                encode_text(tokenizer, c, "check_at", single=True)[0] if isinstance(c, str) else c
+                for c in check_at
             ]
-        kwargs.setdefault("eos_token_id", tokenizer.eos_token_id)
-        return cls(think_end_ids, think_start_id=think_start_id, check_at=check_at, **kwargs)
-
-    def reset(self) -> None:
-        """Forgets all rows; the next call starts a new generation."""
-        self._rows: list[_Row] = []
-        self._prev: torch.Tensor | None = None
-
-    @property
-    def exit_steps(self) -> list[int | None]:
-        return [r.exit_step for r in self._rows]
+        return super().from_tokenizer(
+            tokenizer, think_end, think_start, check_at=check_at, **kwargs
+        )
 
     @property
     def traces(self) -> list[list[float]]:
@@ -216,25 +333,14 @@ class RPDIExitProcessor(LogitsProcessor):
     def entropies(self) -> list[list[float]]:
         return [r.entropies for r in self._rows]
 
-    def _start(self, input_ids: torch.Tensor) -> None:
-        self._rows = []
-        n = len(self.think_end_ids)
-        for row in input_ids.tolist():
-            if self.think_start_id is None:
-                thinking = True
-            else:  # thinking if the row's last <think> is not followed by a complete think end
-                starts = [i for i, tok in enumerate(row) if tok == self.think_start_id]
-                tail = row[starts[-1] + 1 :] if starts else None
-                thinking = tail is not None and not any(
-                    tail[i : i + n] == self.think_end_ids for i in range(len(tail) - n + 1)
-                )
-            self._rows.append(_Row(self.window, thinking))
+    def _new_row(self, thinking: bool) -> _RPDIRow:
+        return _RPDIRow(thinking, self.window)
 
-    def _index(self, r: _Row, h: float) -> float:
-        """Adds H_t to row r's running sums and returns RPDI_t, O(1)."""
-        prev_mean = r.sum_h / r.t if r.t else 0.0
-        prev_var = max(r.sum_h2 / r.t - prev_mean**2, 0.0) if r.t else 0.0
-        r.t += 1
+    def _index(self, r: _RPDIRow, h: float) -> float:
+        """Adds H_t to row r's running sums (``r.t`` already counts it) and returns RPDI_t, O(1)."""
+        seen = r.t - 1  # H_1..H_{t-1} before this one
+        prev_mean = r.sum_h / seen if seen else 0.0
+        prev_var = max(r.sum_h2 / seen - prev_mean**2, 0.0) if seen else 0.0
         r.sum_h += h
         r.sum_h2 += h * h
         r.entropies.append(h)
@@ -256,58 +362,16 @@ class RPDIExitProcessor(LogitsProcessor):
             ltf = r.ring_sum / filled
         return ltf / gtf if gtf > 0 else 1.0  # all H_i = 0: no deviation
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        prev = self._prev
-        if (
-            prev is None
-            or prev.shape[0] != input_ids.shape[0]
-            or input_ids.shape[1] != prev.shape[1] + 1
-        ):
-            self._start(input_ids)
-        elif not torch.equal(input_ids[:, :-1], prev):
-            raise ValueError(
-                "rows changed between decoding steps: beam search (num_beams > 1) is not supported by "
-                "RPDIExitProcessor; use greedy or sampling, and call reset() between generate calls"
-            )
-        self._prev = input_ids  # the O(B L) prefix check above guards the per-row state
-        n = len(self.think_end_ids)
-        tails = input_ids[:, -n:].tolist()
-        force: dict[int, int] = {}  # row -> id to force now
-        active: list[int] = []
-        for b, r in enumerate(self._rows):
-            if r.pending:
-                force[b] = r.pending.pop(0)
-                r.done = not r.pending
-                continue
-            if r.done:
-                continue
-            last = tails[b][-1]
-            if last in self.eos_ids or (r.thinking and r.t and tails[b] == self.think_end_ids):
-                r.done = True  # finished, or closed thinking on its own
-                continue
-            if not r.thinking and last == self.think_start_id:
-                r.thinking = True  # <think> emitted during this generation
-            if r.thinking:
-                active.append(b)
-        if active:
-            h_all = token_entropy(scores[active]).tolist()
-            start = max(self.window, self.min_steps)
-            for b, h in zip(active, h_all, strict=True):
-                r = self._rows[b]
-                rpdi = self._index(r, h)
-                r.trace.append(rpdi)
-                at_boundary = self.check_at is None or tails[b][-1] in self.check_at
-                if r.t >= start and rpdi > self.threshold and at_boundary:
-                    r.exit_step = r.t
-                    r.thinking = False
-                    force[b] = self.think_end_ids[0]
-                    r.pending = self.think_end_ids[1:]
-                    r.done = not r.pending
-        if not force:
-            return scores
-        rows = torch.tensor(list(force), device=scores.device)
-        ids = torch.tensor(list(force.values()), device=scores.device)
-        scores = scores.clone()  # generate keeps the scores it was given (output_scores)
-        scores[rows] = -float("inf")
-        scores[rows, ids] = 0.0  # the only finite score: chosen by greedy and by sampling
-        return scores
+    def _decide(self, active, input_ids, scores):
+        h_all = token_entropy(scores[active]).tolist()
+        start = max(self.window, self.min_steps)
+        last = input_ids[:, -1].tolist()
+        exits = []
+        for b, h in zip(active, h_all, strict=True):
+            r = self._rows[b]
+            rpdi = self._index(r, h)
+            r.trace.append(rpdi)
+            at_boundary = self.check_at is None or last[b] in self.check_at
+            if r.t >= start and rpdi > self.threshold and at_boundary:
+                exits.append(b)
+        return exits

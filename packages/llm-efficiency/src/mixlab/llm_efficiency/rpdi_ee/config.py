@@ -1,0 +1,181 @@
+"""The RPDI-EE experiment's :class:`Config` and its registry entry :data:`METHOD`.
+
+Light on purpose (standard library and ``mixlab.shared`` only): ``mixlab list`` reads it without
+importing torch or transformers; :mod:`.experiment` loads on ``mixlab run rpdi_ee``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from mixlab.shared.config import ExperimentConfig, is_count, require
+from mixlab.shared.registry import Method
+
+if TYPE_CHECKING:
+    from mixlab.llm_efficiency.reasoning import ReasoningLMConfig
+
+
+def _positive_numbers(values: object) -> bool:
+    return (
+        isinstance(values, tuple | list)
+        and len(values) > 0
+        and all(
+            isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+            for v in values
+        )
+    )
+
+
+def _counts(values: object) -> bool:
+    return isinstance(values, tuple | list) and len(values) > 0 and all(is_count(v) for v in values)
+
+
+@dataclass
+class Config(ExperimentConfig):
+    """Defaults are the quick profile: the cached reasoning toy (trained once, about 15 minutes
+    on 2 CPU cores), 300 test problems and 3 sampling seeds (a few minutes once cached). Full is
+    a larger toy with longer chains, 2,000 problems and 5 seeds (one large GPU)."""
+
+    hidden_size: int = 128
+    """width of the reasoning toy (a Llama, one attention head per 32 channels)"""
+    layers: int = 4
+    """decoder blocks of the reasoning toy"""
+    lm_steps: int = 2000
+    """training steps of the reasoning toy (16 x 256 tokens each; cached by its config)"""
+    n_traces: int = 20000
+    """generated traces it is trained on"""
+    max_chain: int = 8
+    """longest chain (steps) of the training traces and the problems (shortest: 3)"""
+    n_val: int = 200
+    """validation problems (their own seed): they pick every method's hyper-parameters"""
+    n_test: int = 300
+    """test problems (their own seed): the claims"""
+    n_seeds: int = 3
+    """sampling seeds on the test problems (all methods share them)"""
+    temperature: float = 1.0
+    """sampling temperature (1: the toy keeps the error rates it was trained on)"""
+    batch_size: int = 150
+    """prompts per generate call"""
+    max_new_tokens: int = 256
+    """generation cap per problem (think and answer)"""
+    windows: tuple[int, ...] = (8, 16, 32)
+    """RPDI windows W on the validation grid (toy traces are short: W 8-32)"""
+    thresholds: tuple[float, ...] = (1.5, 2.0, 3.0)
+    """RPDI thresholds lambda on the validation grid"""
+    deer_thresholds: tuple[float, ...] = (0.9, 0.95, 0.99)
+    """DEER-style confidence thresholds theta on the validation grid"""
+    dynasor_intervals: tuple[int, ...] = (8, 16, 32)
+    """Dynasor-style probe intervals N on the validation grid (k = 2 agreeing probes)"""
+    eat_thresholds: tuple[float, ...] = (0.001, 0.01, 0.05)
+    """EAT-style EMA-variance thresholds delta on the validation grid (a probe every 8 tokens)"""
+    budgets: tuple[int, ...] = (32, 48, 64)
+    """fixed think budgets (tokens) on the validation grid"""
+
+    PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
+        "quick": {},
+        "full": {
+            "hidden_size": 512,
+            "layers": 8,
+            "lm_steps": 6000,
+            "n_traces": 100000,
+            "max_chain": 20,
+            "n_val": 500,
+            "n_test": 2000,
+            "n_seeds": 5,
+            "max_new_tokens": 768,
+            "windows": (16, 32, 64),
+        },
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in (
+            "hidden_size",
+            "layers",
+            "lm_steps",
+            "n_traces",
+            "n_val",
+            "n_test",
+            "n_seeds",
+            "batch_size",
+            "max_new_tokens",
+        ):
+            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
+        require(
+            self.hidden_size % 32 == 0,
+            "hidden_size",
+            "a multiple of 32 (one head per 32 channels)",
+            self.hidden_size,
+        )
+        require(
+            is_count(self.max_chain, 3) and self.max_chain <= 26,
+            "max_chain",
+            "an integer from 3 to 26",
+            self.max_chain,
+        )
+        require(
+            isinstance(self.temperature, numbers.Real) and 0 < self.temperature <= 10,
+            "temperature",
+            "a number in (0, 10]",
+            self.temperature,
+        )
+        for name in ("windows", "dynasor_intervals", "budgets"):
+            require(
+                _counts(getattr(self, name)),
+                name,
+                "a non-empty tuple of integers >= 1",
+                getattr(self, name),
+            )
+        for name in ("thresholds", "eat_thresholds"):
+            require(
+                _positive_numbers(getattr(self, name)),
+                name,
+                "a non-empty tuple of numbers > 0",
+                getattr(self, name),
+            )
+        require(
+            _positive_numbers(self.deer_thresholds) and max(self.deer_thresholds) <= 1,
+            "deer_thresholds",
+            "a non-empty tuple of numbers in (0, 1]",
+            self.deer_thresholds,
+        )
+
+    def lm_config(self) -> ReasoningLMConfig:
+        from mixlab.llm_efficiency.lm import LMConfig
+        from mixlab.llm_efficiency.reasoning import ReasoningLMConfig, TraceConfig
+
+        base = ReasoningLMConfig()
+        lm = LMConfig(
+            **{
+                **base.lm.__dict__,
+                "hidden_size": self.hidden_size,
+                "layers": self.layers,
+                "heads": self.hidden_size // 32,
+                "intermediate_size": 3 * self.hidden_size,
+                "steps": self.lm_steps,
+            }
+        )
+        return ReasoningLMConfig(
+            lm=lm, traces=TraceConfig(max_steps=self.max_chain), n_traces=self.n_traces
+        )
+
+
+METHOD = Method(
+    name="rpdi_ee",
+    domain="llm-efficiency",
+    paper=(
+        "Mitigating Overthinking in Large Reasoning Language Models via Reasoning Path "
+        "Deviation Monitoring (arXiv 2603.14251)"
+    ),
+    claim=(
+        "Ending thinking when the local mean token entropy deviates from its global mean "
+        "(the RPDI) improves accuracy over vanilla chain of thought with fewer think tokens, "
+        "more than the probing early-exit methods, with no extra forward pass."
+    ),
+    config=Config,
+    run="mixlab.llm_efficiency.rpdi_ee.experiment:run",
+    headline_plot="accuracy_vs_forward_tokens.png",
+)
