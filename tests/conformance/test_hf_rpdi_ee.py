@@ -11,7 +11,7 @@ from mixlab.llm_efficiency.lm import LMConfig, llama_config
 from mixlab.llm_efficiency.reasoning import reasoning_tokenizer
 from mixlab.llm_efficiency.rpdi_ee import DynasorExitProcessor, RPDIExitProcessor, make_processor
 
-PROMPTS = ["1 a+2 = <think>", "3 a*2 b-1 c+4 = <think>", "7 a-3 b*3 = <think>"]
+PROMPTS = ["1 +2 x3 = <think>", "3 *2 x14 = <think>", "7 -3 x5 = <think>"]
 
 
 @pytest.fixture(scope="module")

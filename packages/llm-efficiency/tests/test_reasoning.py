@@ -27,7 +27,7 @@ from mixlab.llm_efficiency.reasoning import (
 from mixlab.shared import Checkpointer
 
 CONFIG = TraceConfig()
-ITEM = re.compile(r"(\d)\.|([a-z])([-+*])(\d)=(\d)\.|answer=(\d)\.|([a-z]+) ")
+ITEM = re.compile(r"(\d)\.|(\d+):(\d)\.|answer=(\d)\.|([a-z]+) ")
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_tokenizer_ids_are_bytes_then_four_specials(tokenizer):
 
 @pytest.mark.parametrize(
     "text",
-    ["", " ", "  a  b ", "x\r\ny\n", "é 日本 🙂", "<think>1.a+2=3.</think> 3<eos>", "<pad><eos>"],
+    ["", " ", "  a  b ", "x\r\ny\n", "é 日本 🙂", "<think>1.1:3.</think> 3<eos>", "<pad><eos>"],
 )
 def test_tokenizer_round_trips_text(tokenizer, text):
     assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
@@ -78,7 +78,7 @@ def test_tokenizer_save_and_load_round_trip(tokenizer, tmp_path):
 
     tokenizer.save_pretrained(tmp_path)
     loaded = AutoTokenizer.from_pretrained(tmp_path, local_files_only=True)
-    text = "3 a*2 = <think>3.a*2=6.answer=6.</think> 6<eos>"
+    text = "3 +2 x1 = <think>3.1:5.answer=5.</think> 5<eos>"
     assert loaded(text)["input_ids"] == tokenizer(text)["input_ids"]
     assert loaded.decode(loaded(text)["input_ids"]) == EOS + text
     assert loaded.bos_token_id == 257
@@ -111,16 +111,16 @@ def check_trace(trace: Trace) -> dict[str, int]:
     assert trace.text.endswith(f"{THINK_END} {trace.final_answer}{EOS}")
     scratch = trace.text[len(head) : trace.text.index(THINK_END)]
     counts = dict.fromkeys(["main", "main_errors", "corrections", "over", "over_errors"], 0)
-    stated, value, key_index, in_overthinking, last_step = None, problem.start, 0, False, None
+    stated, value, step_index, in_overthinking, last_step = None, problem.start, 0, False, None
     errors, position = [], 0
     for match in ITEM.finditer(scratch):
         assert match.start() == position, f"unparsed text in {scratch!r}"
         position = match.end()
         at = len(head) + match.start()
-        start, key, op, operand, result, answer, word = match.groups()
+        start, step, result, answer, word = match.groups()
         if start is not None:  # each derivation restates the start
             assert int(start) == problem.start
-            assert key_index == 0
+            assert step_index == 0
             continue
         if word is not None:  # a transition: a correction (main line) or an overthinking round
             if stated is None:
@@ -128,26 +128,26 @@ def check_trace(trace: Trace) -> dict[str, int]:
                 assert last_step is not None
                 assert last_step[1], "a correction follows a wrong step"
                 counts["corrections"] += 1
-                key_index -= 1  # the corrected step comes again
+                step_index -= 1  # the corrected step comes again
                 value = last_step[0]
             else:
                 assert word in CONFIG.transitions
-                in_overthinking, value, key_index = True, problem.start, 0
+                in_overthinking, value, step_index = True, problem.start, 0
             continue
         if answer is not None:
-            assert key_index == len(problem.steps)
+            assert step_index == problem.steps
             stated = int(answer)
             assert stated == value
             continue
-        assert (key, op, int(operand)) == problem.steps[key_index]
-        wrong = int(result) != apply(value, op, int(operand))
+        assert int(step) == step_index + 1
+        wrong = int(result) != apply(value, problem.op, problem.operand)
         if wrong:
             errors.append(at)
         part = "over" if in_overthinking else "main"
         counts[part] += 1
         counts[f"{part}_errors"] += wrong
         last_step = (value, wrong)
-        value, key_index = int(result), key_index + 1
+        value, step_index = int(result), step_index + 1
     assert position == len(scratch)
     assert tuple(errors) == trace.error_chars  # every wrong step is an injected one, and back
     assert stated == trace.final_answer  # the last stated answer is the one after </think>
@@ -206,7 +206,7 @@ def test_probabilities_match_observed_rates(traces):
     uncut = [t for t in traces if not t.cut and t.rounds > 0]
     again = sum(t.rounds > 1 for t in uncut) / len(uncut)
     assert within(again, CONFIG.p_overthink, len(uncut))  # another round after each answer
-    lengths = {len(t.problem.steps) for t in traces}
+    lengths = {t.problem.steps for t in traces}
     assert lengths == set(range(CONFIG.min_steps, CONFIG.max_steps + 1))
 
 
@@ -234,7 +234,7 @@ def test_extreme_probabilities():
         ("min_steps", 0),
         ("min_steps", 2.0),
         ("max_steps", 2),
-        ("max_steps", 27),
+        ("max_steps", 100),
         ("p_step_error", -0.1),
         ("p_correction", 1.5),
         ("p_overthink", float("nan")),
@@ -265,17 +265,18 @@ def test_problems_are_seeded_and_answered():
     assert batch == problems(200, seed=5)
     assert batch != problems(200, seed=6)
     for problem in batch:
-        assert re.fullmatch(r"\d( [a-z][-+*]\d){3,8} =", problem.prompt)
+        assert re.fullmatch(r"\d [-+*]\d x[3-8] =", problem.prompt)
         assert problem.model_input == f"{problem.prompt} {THINK}"
         value = problem.start
-        for _, op, operand in problem.steps:
-            value = apply(value, op, operand)
+        for _ in range(problem.steps):
+            value = apply(value, problem.op, problem.operand)
         assert problem.answer == value
-    assert Problem(6, (("a", "+", 5), ("b", "*", 8))).prompt == "6 a+5 b*8 ="
-    assert Problem(6, (("a", "+", 5), ("b", "*", 8))).answer == 8
-    assert {len(p.steps) for p in problems(50, seed=0, min_steps=4, max_steps=4)} == {4}
+    assert Problem(6, "+", 7, 3).prompt == "6 +7 x3 ="
+    assert Problem(6, "+", 7, 3).answer == 7
+    assert Problem(6, "*", 7, 2).answer == 4
+    assert {p.steps for p in problems(50, seed=0, min_steps=4, max_steps=4)} == {4}
     with pytest.raises(ValueError, match="max_steps"):
-        problems(5, seed=0, max_steps=30)
+        problems(5, seed=0, max_steps=100)
     with pytest.raises(ValueError, match="^n must be"):
         problems(-1, seed=0)
 
@@ -327,7 +328,7 @@ def test_reasoning_lm_trains_saves_its_tokenizer_and_resumes(tmp_path, monkeypat
         assert torch.equal(tensor, loaded.state_dict()[name]), name
     # the folder's own tokenizer reads text with special tokens as single ids
     text = tmp_path / "t.txt"
-    text.write_text("1 a+2 = <think>1.a+2=3.answer=3.</think> 3")
+    text.write_text("1 +2 x1 = <think>1.1:3.answer=3.</think> 3")
     ids = encode_file(folder, text)
     assert ids[ids >= 256].tolist() == [257, 258, 259]  # the BOS <eos>, then the text's own
     # a run killed right after its checkpoint at step 50 resumes to the same weights

@@ -185,7 +185,7 @@ def test_make_processor_and_its_refusals(model):
 
 def test_generate_all_counts_think_and_forward_tokens(model):
     tokenizer = reasoning_tokenizer()
-    prompts = ["1 a+2 = <think>", "3 a*2 b-1 = <think>", "7 a-3 = <think>"]
+    prompts = ["1 +2 x3 = <think>", "3 *2 x4 = <think>", "7 -3 x5 = <think>"]
     rows = generate_all(
         model,
         tokenizer,

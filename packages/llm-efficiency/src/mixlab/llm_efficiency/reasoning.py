@@ -1,19 +1,25 @@
 """A reasoning toy: mod-10 chains with a think scratchpad, for early-exit and other LLM methods.
 
-A problem is a start digit and 3–8 KEYED steps, each a letter, an operator and an operand digit;
-every result is taken mod 10 (keyed steps were learnable by a 0.9 M-parameter model in a pilot,
-finding the next operator by counting positions was not)::
+A problem is a start digit, an operation (``+`` or ``*`` a digit) and how many times to apply
+it (3–8); every result is taken mod 10::
 
-    6 a+5 b*8 =                               the prompt: 6, then (6+5)%10 = 1, then (1*8)%10 = 8
+    6 +7 x3 =                                 the prompt: 6, then 3, 0, 7 (each +7, mod 10)
 
 A trace is the prompt, ``<think>``, a scratchpad, ``</think>``, a space, the answer digit and
 ``<eos>``. Each derivation in the scratchpad restates the start as ``<start>.``, then each step
-as ``<key><op><operand>=<result>.`` (the key first, so the op and operand are copied by looking
-up the key in the prompt, and the value it acts on is always the digit just before the key's
-``.``), and ends with ``answer=<digit>.``::
+as ``<step number>:<result>.`` and ends with ``answer=<digit>.``::
 
-    6 a+5 b*8 = <think>6.a+5=3.wait a+5=1.b*8=8.answer=8.hmm 6.a+5=1.b*8=2.answer=2.</think> 2<eos>
-                         ^ wrong, then corrected  ^ first answer    ^ overthinking round, a wrong step
+    6 +7 x3 = <think>6.1:4.wait 1:3.2:0.3:7.answer=7.hmm 6.1:3.2:0.3:8.answer=8.</think> 8<eos>
+                       ^ wrong, then corrected  ^ first answer ^ overthinking round, a wrong step
+
+Every value a step needs is local (the previous result, the step number) or the one operation
+and count of the prompt, found by what surrounds them (the only ``+``/``*`` and the digits after
+``x``). A 0.9 M-parameter Llama learns that within its training budget; in pilots of 2,000–3,000
+steps it learned no lookup that depends on the current step (keyed steps ``a5 b8`` whose operand
+follows the key the model just wrote: first answer at chance after 1,650 of 3,000 steps).
+
+Every wrong result is the right one plus 1 (mod 10), one systematic slip, so that it keeps its
+probability when sampling below temperature 1.
 
 - **Main-line errors** (``p_step_error`` per step): a wrong result that the chain carries on from.
 - **Productive self-corrections** (``p_correction`` per step): a wrong result, ``wait ``, then
@@ -74,8 +80,8 @@ __all__ = [
 PAD, EOS, THINK, THINK_END = "<pad>", "<eos>", "<think>", "</think>"
 SPECIAL_TOKENS = (PAD, EOS, THINK, THINK_END)
 """ids 256, 257, 258, 259, in this order"""
-OPS = "+-*"
-KEYS = "abcdefghijklmnopqrstuvwxyz"
+MAX_STEPS = 99
+OPS = "+*"  # with "-" too, a pilot model applied the opposite sign on a fifth of its steps
 CORRECTION = "wait "
 
 
@@ -146,9 +152,9 @@ class TraceConfig:
     and per trace with overthinking (a cut)."""
 
     min_steps: int = 3
-    max_steps: int = 8  # at most 26 (one key letter per step)
-    p_step_error: float = 0.01
-    p_correction: float = 0.07
+    max_steps: int = 8  # at most 99
+    p_step_error: float = 0.005
+    p_correction: float = 0.15
     p_overthink: float = 0.6
     p_overthink_error: float = 0.15
     max_rounds: int = 3
@@ -166,9 +172,9 @@ class TraceConfig:
             self.min_steps,
         )
         require(
-            integer(self.max_steps) and self.min_steps <= self.max_steps <= len(KEYS),
+            integer(self.max_steps) and self.min_steps <= self.max_steps <= MAX_STEPS,
             "max_steps",
-            f"an integer from min_steps ({self.min_steps}) to {len(KEYS)}",
+            f"an integer from min_steps ({self.min_steps}) to {MAX_STEPS}",
             self.max_steps,
         )
         for name in ("p_step_error", "p_correction", "p_overthink", "p_overthink_error", "p_cut"):
@@ -208,21 +214,23 @@ class TraceConfig:
 
     def key(self) -> str:
         """A digest of the config (with the trace format's version) for cache keys."""
-        data = {"format": 2, **asdict(self)}
+        data = {"format": 6, "ops": OPS, **asdict(self)}  # bump format with the generator
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
 class Problem:
-    """A chain: ``start`` then ``steps`` of ``(key, op, operand)``."""
+    """A chain: ``start``, then ``op`` ``operand`` applied ``steps`` times, mod 10."""
 
     start: int
-    steps: tuple[tuple[str, str, int], ...]
+    op: str
+    operand: int
+    steps: int
 
     @property
     def prompt(self) -> str:
-        """``"6 a+5 b*8 ="``"""
-        return " ".join([str(self.start), *(f"{k}{op}{d}" for k, op, d in self.steps), "="])
+        """``"6 +7 x3 ="``"""
+        return f"{self.start} {self.op}{self.operand} x{self.steps} ="
 
     @property
     def model_input(self) -> str:
@@ -232,9 +240,17 @@ class Problem:
     @property
     def answer(self) -> int:
         value = self.start
-        for _, op, operand in self.steps:
-            value = _apply(value, op, operand)
+        for _ in range(self.steps):
+            value = self.apply(value)
         return value
+
+    def apply(self, value: int) -> int:
+        """One step: ``value op operand`` mod 10."""
+        if self.op == "+":
+            return (value + self.operand) % 10
+        if self.op == "-":
+            return (value - self.operand) % 10
+        return (value * self.operand) % 10
 
 
 @dataclass(frozen=True)
@@ -264,20 +280,10 @@ class Trace:
         return self.problem.prompt
 
 
-def _apply(value: int, op: str, operand: int) -> int:
-    if op == "+":
-        return (value + operand) % 10
-    if op == "-":
-        return (value - operand) % 10
-    return (value * operand) % 10
-
-
 def _problem(rng: np.random.Generator, min_steps: int, max_steps: int) -> Problem:
-    n = int(rng.integers(min_steps, max_steps + 1))
-    ops = rng.integers(len(OPS), size=n)
-    operands = rng.integers(10, size=n)
-    steps = tuple((KEYS[i], OPS[ops[i]], int(operands[i])) for i in range(n))
-    return Problem(int(rng.integers(10)), steps)
+    steps = int(rng.integers(min_steps, max_steps + 1))
+    op = OPS[int(rng.integers(len(OPS)))]
+    return Problem(int(rng.integers(10)), op, int(rng.integers(10)), steps)
 
 
 def problems(n: int, seed: int, *, min_steps: int = 3, max_steps: int = 8) -> list[Problem]:
@@ -288,8 +294,12 @@ def problems(n: int, seed: int, *, min_steps: int = 3, max_steps: int = 8) -> li
     return [_problem(rng, config.min_steps, config.max_steps) for _ in range(n)]
 
 
-def _wrong(rng: np.random.Generator, right: int) -> int:
-    return (right + int(rng.integers(1, 10))) % 10
+def _wrong(right: int) -> int:
+    """The one systematic slip: the right result plus 1 (mod 10). A slip spread over nine wrong
+    digits is what sampling below temperature 1 suppresses (each is unlikely); one slip keeps its
+    probability, so corrections and harmful overthinking survive the temperature the experiment
+    samples at."""
+    return (right + 1) % 10
 
 
 def generate_trace(rng: np.random.Generator, config: TraceConfig = TraceConfig()) -> Trace:
@@ -303,20 +313,20 @@ def generate_trace(rng: np.random.Generator, config: TraceConfig = TraceConfig()
         nonlocal scratch
         value, corrected = problem.start, False
         scratch += f"{value}."
-        for key, op, operand in problem.steps:
-            right = _apply(value, op, operand)
+        for step in range(1, problem.steps + 1):
+            right = problem.apply(value)
             u = rng.random()
             if u < p_error + p_correction:
-                wrong = _wrong(rng, right)
+                wrong = _wrong(right)
                 errors.append(len(scratch))
-                scratch += f"{key}{op}{operand}={wrong}."
+                scratch += f"{step}:{wrong}."
                 if u < p_error:
                     right = wrong  # a main-line error: the chain carries on from it
                 else:  # a productive self-correction
-                    scratch += f"{CORRECTION}{key}{op}{operand}={right}."
+                    scratch += f"{CORRECTION}{step}:{right}."
                     corrected = True
             else:
-                scratch += f"{key}{op}{operand}={right}."
+                scratch += f"{step}:{right}."
             step_ends.append(len(scratch))
             value = right
         return value, corrected
@@ -400,8 +410,8 @@ def pack_traces(traces: list[Trace] | list[str], tokenizer: Any, seq_len: int) -
 class ReasoningLMConfig:
     """A tiny Llama trained on ``n_traces`` traces of ``traces`` (drawn from seed ``lm.seed``).
 
-    The defaults follow the pilot of issue 18 (about 0.9 M parameters, 3,000 steps of 16 × 256
-    tokens: tens of minutes on one CPU core); tests and quick runs pass smaller ones."""
+    The defaults (about 0.9 M parameters, 3,000 steps of 8 × 256 tokens) train in about 14
+    minutes on 2 CPU cores; tests pass smaller ones."""
 
     lm: LMConfig = field(
         default_factory=lambda: LMConfig(
@@ -410,8 +420,8 @@ class ReasoningLMConfig:
             heads=4,
             intermediate_size=384,
             seq_len=256,
-            steps=2_000,
-            batch_size=16,
+            steps=3_000,
+            batch_size=8,
             lr=3e-3,
         )
     )
