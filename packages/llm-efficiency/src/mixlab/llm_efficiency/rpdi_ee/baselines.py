@@ -30,6 +30,7 @@ from mixlab.llm_efficiency.rpdi_ee.processor import (
     _ids,
     _Row,
     encode_text,
+    think_ids,
     token_entropy,
 )
 
@@ -103,14 +104,8 @@ class _ProbingProcessor(ThinkExitProcessor):
         think end) is what the trial answer is decoded after."""
         if answer_prompt is not None:
             kwargs["answer_prompt_ids"] = encode_text(tokenizer, answer_prompt, "answer_prompt")
-        end_ids = encode_text(tokenizer, think_end, "think_end")
-        start_id = (
-            None
-            if think_start is None
-            else encode_text(tokenizer, think_start, "think_start", single=True)[0]
-        )
-        kwargs.setdefault("eos_token_id", tokenizer.eos_token_id)
-        return cls(model, end_ids, think_start_id=start_id, **kwargs)
+        end_ids, kwargs = think_ids(tokenizer, think_end, think_start, kwargs)
+        return cls(model, end_ids, **kwargs)
 
     def close(self) -> None:
         """Removes the forward hook from the model."""

@@ -110,14 +110,8 @@ class ThinkExitProcessor(LogitsProcessor):
         """Looks the think-end ids (and ``<think>``) up with ``tokenizer``: ``think_end`` must
         encode to known tokens that decode back to it, ``think_start`` to one token.
         ``eos_token_id`` defaults to the tokenizer's. Other arguments go to the constructor."""
-        think_end_ids = encode_text(tokenizer, think_end, "think_end")
-        think_start_id = (
-            None
-            if think_start is None
-            else encode_text(tokenizer, think_start, "think_start", single=True)[0]
-        )
-        kwargs.setdefault("eos_token_id", tokenizer.eos_token_id)
-        return cls(think_end_ids, think_start_id=think_start_id, **kwargs)
+        think_end_ids, kwargs = think_ids(tokenizer, think_end, think_start, kwargs)
+        return cls(think_end_ids, **kwargs)
 
     def reset(self) -> None:
         """Forgets all rows; the next call starts a new generation."""
@@ -217,6 +211,20 @@ def encode_text(tokenizer, text: str, name: str, single: bool = False) -> list[i
     if single and len(ids) != 1:
         raise ValueError(f"{name}={text!r} must be a single token, it encodes to {ids}")
     return ids
+
+
+def think_ids(
+    tokenizer, think_end: str, think_start: str | None, kwargs: dict
+) -> tuple[list[int], dict]:
+    """``think_end``'s ids, and ``kwargs`` with ``think_start_id`` (one token, or None) and
+    ``eos_token_id`` (default: the tokenizer's), looked up with ``tokenizer``."""
+    start_id = (
+        None
+        if think_start is None
+        else encode_text(tokenizer, think_start, "think_start", single=True)[0]
+    )
+    kwargs = {"eos_token_id": tokenizer.eos_token_id, **kwargs, "think_start_id": start_id}
+    return encode_text(tokenizer, think_end, "think_end"), kwargs
 
 
 class _RPDIRow(_Row):
