@@ -60,6 +60,7 @@ def _median(fn, repeats: int) -> float:
 def toy_timings(repeats: int, n_problems: int) -> dict[str, dict[str, float]]:
     from mixlab.llm_efficiency.reasoning import pretrained_reasoning_lm, problems
     from mixlab.llm_efficiency.rpdi_ee.config import Config
+    from mixlab.llm_efficiency.rpdi_ee.experiment import ANSWER_PROMPT, TRANSITIONS
 
     model, tokenizer = pretrained_reasoning_lm(Config().lm_config())
     prompts = [p.model_input for p in problems(n_problems, 7)]
@@ -80,7 +81,12 @@ def toy_timings(repeats: int, n_problems: int) -> dict[str, dict[str, float]]:
                     tokenizer,
                     prompts,
                     lambda: make_processor(
-                        method, params, model, tokenizer, transitions=("wait ", "hmm ")
+                        method,
+                        params,
+                        model,
+                        tokenizer,
+                        answer_prompt=ANSWER_PROMPT,
+                        transitions=TRANSITIONS,
                     ),
                     batch_size=batch,
                     max_new_tokens=256,
@@ -121,7 +127,9 @@ def large_vocab_timings(repeats: int, tokens: int) -> dict[str, dict[str, float]
     }
     metrics = {f"llama150k_{name}": {} for name in factories}
     for batch in BATCHES:
-        prompt = torch.randint(0, vocab - 1, (batch, 32), generator=torch.Generator().manual_seed(1))
+        prompt = torch.randint(
+            0, vocab - 1, (batch, 32), generator=torch.Generator().manual_seed(1)
+        )
         for name, factory in factories.items():
             procs: list = []
 

@@ -10,7 +10,9 @@ is its answer.
 1. Validation problems (their own seed, one sampling seed) pick each method's parameters:
    RPDI's W x lambda (checked at step boundaries, the ``.`` ending each step), DEER's theta,
    Dynasor's N (k = 2), EAT's delta (a probe every 8 tokens), the fixed budget: the highest
-   accuracy, ties to fewer forward tokens.
+   accuracy, ties to fewer forward tokens. The probing baselines decode their trial answer
+   after ``"</think> "`` (the toy writes the digit next: after ``</think>`` alone the probed
+   token would be the space, certain every time).
 2. Test problems (their own seed) x ``n_seeds`` sampling seeds give the claims, with
    ``first_answer`` (``</think>`` forced right after the first ``answer=<d>.``, the exit an
    oracle would pick) as the regime reference.
@@ -48,6 +50,10 @@ RIVALS = ("budget", "deer", "dynasor", "eat")
 """the other early-exit methods RPDI's gain is compared with"""
 SYSTEMS = ("first_answer", "vanilla", *TUNED)
 VAL_SEED, TEST_SEED = 1_000, 2_000  # problem seeds, offset by config.seed
+ANSWER_PROMPT = f"{THINK_END} "
+"""what the probing baselines decode a trial answer after: the toy writes the digit next"""
+TRANSITIONS = ("wait ", "hmm ")
+"""the toy's transition words, where DEER-style probes"""
 FIRST_ANSWER_MIN = 0.85
 """regime: accuracy with </think> forced after the first stated answer (chance 0.1)"""
 OVERTHINKING_COST = 0.10
@@ -136,7 +142,12 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
                 eos_token_id=tokenizer.eos_token_id,
             )
         return lambda: make_processor(
-            method, params, model, tokenizer, transitions=("wait ", "hmm ")
+            method,
+            params,
+            model,
+            tokenizer,
+            answer_prompt=ANSWER_PROMPT,
+            transitions=TRANSITIONS,
         )
 
     def run_cell(cell: dict[str, Any]) -> dict[str, Any]:
