@@ -4,16 +4,17 @@ exits, side by side in one process.
     uv run python benchmarks/rpdi_ee.py                      # -> benchmarks/results/rpdi_ee/
     uv run python benchmarks/rpdi_ee.py --out /tmp/bench --tokens 32
 
-Two models, batch 1 and 8, greedy, the same prompts for every system:
+Two models, batch 1 and 8, sampled with the same seed, the same prompts for every system:
 
 1. ``toy``: the reasoning toy of ``mixlab run rpdi_ee`` (cached; trained on first use). Per
    problem wall time and forward tokens (generated + probes) of plain ``generate`` (vanilla),
    RPDI (W 16, lambda 2, step boundaries), DEER-style (theta 0.95 at "wait "/"hmm ") and
-   EAT-style (a probe every 8 tokens, delta 0.01): each method exits where it decides, so this
-   is the end-to-end cost a user sees.
+   EAT-style (a probe every 8 tokens, delta 0.01), at the experiment's temperature 0.7: each
+   method exits where it decides, so this is the end-to-end cost a user sees.
 2. ``llama150k``: a random-init Llama (hidden 256, 2 layers, a 151,936-token vocabulary as
    Qwen's) generating ``--tokens`` tokens from random prompts with exits that never fire, so
-   every system decodes the same tokens: the cost of the decision alone. RPDI (lambda = inf)
+   every system decodes the same tokens (sampled at temperature 1): the cost of the decision
+   alone. RPDI (lambda = inf)
    against plain ``generate``: the overhead per token; DEER-style probes whenever a row writes
    one of 1 in 64 of the ids (about one probe per 64 tokens; theta = 1 never exits) and
    EAT-style every 32 tokens (delta tiny).
@@ -90,7 +91,7 @@ def toy_timings(repeats: int, n_problems: int) -> dict[str, dict[str, float]]:
                     ),
                     batch_size=batch,
                     max_new_tokens=256,
-                    temperature=0,
+                    temperature=0.7,
                 )
 
             seconds = _median(run, repeats)
@@ -135,12 +136,14 @@ def large_vocab_timings(repeats: int, tokens: int) -> dict[str, dict[str, float]
 
             def run(factory=factory, prompt=prompt, procs=procs):
                 proc = factory()
+                torch.manual_seed(0)
                 with torch.no_grad():
                     model.generate(
                         prompt,
                         max_new_tokens=tokens,
                         min_new_tokens=tokens,
-                        do_sample=False,
+                        do_sample=True,
+                        top_k=0,
                         logits_processor=[] if proc is None else [proc],
                         pad_token_id=0,
                     )

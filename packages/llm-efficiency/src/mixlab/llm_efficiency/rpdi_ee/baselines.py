@@ -216,6 +216,9 @@ class DEERExitProcessor(_ProbingProcessor):
                 f"transition_ids must be a non-empty list of token-id lists, got {transition_ids!r}"
             )
         self.transition_ids = [_ids(t, "transition_ids") for t in transition_ids]
+        self._ending_with: dict[int, list[list[int]]] = {}  # last id -> words: O(1) per row
+        for word in self.transition_ids:
+            self._ending_with.setdefault(word[-1], []).append(word)
         if isinstance(threshold, bool) or not isinstance(threshold, int | float):
             raise ValueError(f"threshold must be a number in (0, 1], got {threshold!r}")
         if not 0 < threshold <= 1:
@@ -228,7 +231,7 @@ class DEERExitProcessor(_ProbingProcessor):
         rows, drop = [], []
         for b in active:
             r = self._rows[b]
-            for word in self.transition_ids:
+            for word in self._ending_with.get(tails[b][-1], ()):
                 if r.t > len(word) and tails[b][-len(word) :] == word:
                     rows.append(b)
                     drop.append(len(word))

@@ -56,10 +56,10 @@ def _ids(value: object, name: str) -> list[int]:
 
 
 def token_entropy(scores: torch.Tensor) -> torch.Tensor:
-    """Entropy (nats) of softmax(scores) over the last dim; -inf scores count as p = 0."""
+    """Entropy (nats) of softmax(scores) over the last dim; -inf scores count as p = 0
+    (their 0 * -inf terms are NaN, which ``nansum`` skips): three passes over the vocabulary."""
     logp = torch.log_softmax(scores.float(), dim=-1)
-    p = logp.exp()
-    return -(p * logp.masked_fill(p == 0, 0.0)).sum(-1)
+    return -(logp.exp() * logp).nansum(-1)
 
 
 class ThinkExitProcessor(LogitsProcessor):
