@@ -94,10 +94,13 @@ def test_text_generation_pipeline_passes_the_processor(model, tokenizer):
 
 
 def test_beam_search_is_refused_clearly(model, tokenizer):
-    batch = tokenizer(PROMPTS[:1], return_tensors="pt")
-    for proc in (rpdi(tokenizer), make_processor("budget", {"budget": 3}, model, tokenizer)):
-        with pytest.raises(ValueError, match="beam search"):
-            model.generate(**batch, max_new_tokens=8, num_beams=2, logits_processor=[proc])
+    # refused when the beams reorder rows (a processor cannot see num_beams): 4 beams over 24
+    # tokens reorder for every prompt here
+    for prompt in PROMPTS:
+        batch = tokenizer([prompt], return_tensors="pt")
+        for proc in (rpdi(tokenizer), make_processor("budget", {"budget": 3}, model, tokenizer)):
+            with pytest.raises(ValueError, match="beam search"):
+                model.generate(**batch, max_new_tokens=24, num_beams=4, logits_processor=[proc])
 
 
 def test_probing_baselines_need_the_kv_cache(model, tokenizer):
