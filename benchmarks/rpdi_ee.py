@@ -8,9 +8,10 @@ Two models, batch 1 and 8, sampled with the same seed, the same prompts for ever
 
 1. ``toy``: the reasoning toy of ``mixlab run rpdi_ee`` (cached; trained on first use). Per
    problem wall time and forward tokens (generated + probes) of plain ``generate`` (vanilla),
-   RPDI (W 16, lambda 2, step boundaries), DEER-style (theta 0.95 at "wait "/"hmm ") and
-   EAT-style (a probe every 8 tokens, delta 0.01), at the experiment's temperature 0.7: each
-   method exits where it decides, so this is the end-to-end cost a user sees.
+   RPDI (W 4, lambda 2, step boundaries: what the experiment's validation picks), DEER-style
+   (theta 0.95 at "wait "/"hmm ") and EAT-style (a probe every 8 tokens, delta 0.01), at the
+   experiment's temperature 0.7: each method exits where it decides, so this is the end-to-end
+   cost a user sees.
 2. ``llama150k``: a random-init Llama (hidden 256, 2 layers, a 151,936-token vocabulary as
    Qwen's) generating ``--tokens`` tokens from random prompts with exits that never fire, so
    every system decodes the same tokens (sampled at temperature 1): the cost of the decision
@@ -67,7 +68,7 @@ def toy_timings(repeats: int, n_problems: int) -> dict[str, dict[str, float]]:
     prompts = [p.model_input for p in problems(n_problems, 7)]
     systems = {
         "vanilla": ("vanilla", {}),
-        "rpdi": ("rpdi", {"window": 16, "threshold": 2.0, "check_at": ["."]}),
+        "rpdi": ("rpdi", {"window": 4, "threshold": 2.0, "check_at": ["."]}),
         "deer": ("deer", {"threshold": 0.95}),
         "eat": ("eat", {"interval": 8, "threshold": 0.01}),
     }
