@@ -11,11 +11,13 @@ one line with exit code 2. Nothing here imports torch, so a verb can refuse bad 
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 
 def check_count(value: object, option: str, minimum: int = 1, maximum: int | None = None) -> None:
@@ -122,3 +124,32 @@ __all__ = [
     "check_output_folder",
     "check_seed",
 ]
+
+
+def read_jsonl(path: Path, option: str, fields: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file, each an object with ``fields`` holding text (or a
+    number); a ValueError naming ``option`` and the line otherwise."""
+    check_input_file(path, option)
+    records = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(
+                f"{option}: {str(path)!r} is not JSON lines (line {number}: {error.msg})"
+            ) from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{option}: line {number} of {str(path)!r} is not a JSON object")
+        for field in fields:
+            if not isinstance(record.get(field), str | int | float) or isinstance(
+                record.get(field), bool
+            ):
+                raise ValueError(
+                    f"{option}: line {number} of {str(path)!r} has no {field!r} (text)"
+                )
+        records.append(record)
+    if not records:
+        raise ValueError(f"{option}: {str(path)!r} holds no records")
+    return records

@@ -5,6 +5,7 @@ from typing import Annotated
 
 import typer
 
+from mixlab.llm_efficiency.gss.cli import app as gss_app
 from mixlab.llm_efficiency.mobiquant.cli import app as mobiquant_app
 from mixlab.llm_efficiency.rpdi_ee.cli import app as rpdi_ee_app
 from mixlab.shared.checks import (
@@ -28,6 +29,7 @@ lm_app = typer.Typer(
 app.add_typer(lm_app, name="lm")
 app.add_typer(mobiquant_app, name="mobiquant")
 app.add_typer(rpdi_ee_app, name="rpdi_ee")
+app.add_typer(gss_app, name="gss")
 
 
 @lm_app.command("train")

@@ -51,6 +51,7 @@ __all__ = [
     "LMConfig",
     "check_model_folder",
     "corpus_split",
+    "decoder_blocks",
     "encode_file",
     "fit_lm",
     "llama_config",
@@ -58,6 +59,7 @@ __all__ = [
     "perplexity",
     "perplexity_of",
     "pretrained_lm",
+    "text_encoder",
     "token_nll",
     "train_lm",
 ]
@@ -322,6 +324,27 @@ def _quiet_transformers() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+BLOCK_LISTS = ("model.layers", "transformer.h", "model.decoder.layers", "gpt_neox.layers")
+"""where Hugging Face causal LMs keep their decoder blocks (Llama, Qwen2, Mistral; GPT-2; OPT;
+GPT-NeoX)"""
+
+
+def decoder_blocks(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The list of decoder blocks of a Hugging Face causal LM (Llama, Qwen2, Mistral, GPT-2, ...)."""
+    for path in BLOCK_LISTS:
+        module: Any = model
+        for part in path.split("."):
+            module = getattr(module, part, None)
+            if module is None:
+                break
+        if isinstance(module, torch.nn.ModuleList):
+            return module
+    raise ValueError(
+        f"model: no decoder block list found in {type(model).__name__} "
+        f"(looked for {', '.join(BLOCK_LISTS)})"
+    )
+
+
 def check_model_folder(path: str | Path, option: str = "--model") -> Path:
     """``path`` as a model folder (with a config.json), or a ValueError naming ``option``."""
     path = Path(path)
@@ -373,14 +396,12 @@ def load_lm(path: str | Path, device: torch.device | str = "cpu") -> Any:
     return model.to(device).eval()
 
 
-def encode_file(model_dir: str | Path, text_file: str | Path) -> torch.Tensor:
-    """Token ids of ``text_file``: the model folder's tokenizer, or bytes when it has none (the
-    byte models of this lab)."""
-    text_file = Path(text_file)
+def text_encoder(model_dir: str | Path) -> Callable[[str], list[int]]:
+    """A function from text to the token ids of the model folder's tokenizer (special tokens
+    the tokenizer adds included), or to bytes when the folder has none (the byte models of this
+    lab)."""
     model_dir = check_model_folder(model_dir)
-    if not text_file.is_file():
-        raise ValueError(f"--text: {text_file} is not a file")
-    if not any(model_dir.glob("tokenizer*")):  # this lab's byte models save none
+    if not _has_tokenizer(model_dir):
         config_file = model_dir / "config.json"
         with checkpoint_errors(config_file, "Hugging Face model config"):
             vocab = json.loads(config_file.read_text(encoding="utf-8")).get("vocab_size", 256)
@@ -391,16 +412,32 @@ def encode_file(model_dir: str | Path, text_file: str | Path) -> torch.Tensor:
                 f"--model: {model_dir} has no tokenizer files and a vocabulary of {vocab} < 256, "
                 "so its text cannot be read as bytes"
             )
-        return torch.frombuffer(bytearray(text_file.read_bytes()), dtype=torch.uint8).long()
+        return lambda text: list(text.encode())
     from transformers import AutoTokenizer
 
-    try:
-        text = text_file.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(f"--text: {text_file} is not UTF-8 text ({error.reason})") from None
     with checkpoint_errors(model_dir, "Hugging Face tokenizer folder"), _quiet_transformers():
         tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
-    return torch.tensor(tokenizer(text)["input_ids"])
+    return lambda text: tokenizer(text)["input_ids"]
+
+
+def encode_file(model_dir: str | Path, text_file: str | Path) -> torch.Tensor:
+    """Token ids of ``text_file`` (see :func:`text_encoder`; a byte model reads any bytes)."""
+    text_file = Path(text_file)
+    encoder = text_encoder(model_dir)
+    if not text_file.is_file():
+        raise ValueError(f"--text: {text_file} is not a file")
+    raw = text_file.read_bytes()
+    if not _has_tokenizer(Path(model_dir)):
+        return torch.frombuffer(bytearray(raw), dtype=torch.uint8).long()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"--text: {text_file} is not UTF-8 text ({error.reason})") from None
+    return torch.tensor(encoder(text), dtype=torch.long)
+
+
+def _has_tokenizer(model_dir: Path) -> bool:
+    return any(model_dir.glob("tokenizer*"))  # this lab's byte models save none
 
 
 @torch.no_grad()

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from mixlab.llm_efficiency.lm import decoder_blocks
 from mixlab.llm_efficiency.mobiquant.layer import (
     MoBiLinear,
     MoBiRouter,
@@ -61,7 +62,6 @@ __all__ = [
 CONFIG_FILE = "mobiquant_config.json"
 WEIGHTS_FILE = "model.safetensors"
 CALIBRATION_BUFFER = "mobiquant_calibration_tokens"  # kept in the checkpoint for set_budget
-_BLOCK_LISTS = ("model.layers", "transformer.h", "model.decoder.layers", "gpt_neox.layers")
 
 
 @dataclass
@@ -124,21 +124,6 @@ class MoBiQuantConfig:
     def from_dict(cls, values: dict[str, Any]) -> MoBiQuantConfig:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
-
-
-def decoder_blocks(model: nn.Module) -> nn.ModuleList:
-    """The list of decoder blocks of a Hugging Face causal LM (Llama, Qwen2, Mistral, GPT-2, ...)."""
-    for path in _BLOCK_LISTS:
-        module: Any = model
-        for part in path.split("."):
-            module = getattr(module, part, None)
-            if module is None:
-                break
-        if isinstance(module, nn.ModuleList):
-            return module
-    raise ValueError(
-        f"model: no decoder block list found in {type(model).__name__} (looked for {', '.join(_BLOCK_LISTS)})"
-    )
 
 
 def block_linears(

@@ -22,12 +22,12 @@ import typer
 
 from mixlab.shared.checks import (
     check_count,
-    check_input_file,
     check_input_folder,
     check_number,
     check_output_file,
     check_output_folder,
     check_seed,
+    read_jsonl,
 )
 
 app = typer.Typer(
@@ -53,35 +53,6 @@ CheckAt = Annotated[
     ),
 ]
 Temperature = Annotated[float, typer.Option(help="sampling temperature; 0 decodes greedily")]
-
-
-def read_jsonl(path: Path, option: str, fields: tuple[str, ...]) -> list[dict[str, Any]]:
-    """The records of a JSON-lines file, each an object with string ``fields``; a ValueError
-    naming ``option`` and the line otherwise."""
-    check_input_file(path, option)
-    records = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(
-                f"{option}: {str(path)!r} is not JSON lines (line {number}: {error.msg})"
-            ) from None
-        if not isinstance(record, dict):
-            raise ValueError(f"{option}: line {number} of {str(path)!r} is not a JSON object")
-        for field in fields:
-            if not isinstance(record.get(field), str | int | float) or isinstance(
-                record.get(field), bool
-            ):
-                raise ValueError(
-                    f"{option}: line {number} of {str(path)!r} has no {field!r} (text)"
-                )
-        records.append(record)
-    if not records:
-        raise ValueError(f"{option}: {str(path)!r} holds no records")
-    return records
 
 
 def _numbers(text: str, option: str, kind: type) -> list:
