@@ -125,7 +125,7 @@ class GSS:
 class MeanDifference:
     """CAA-style steering: v = mean h(D_mem) − mean h(general tokens) at ``layer`` (D_mem the
     memorized tokens GSS uses, the top ``top_fraction`` by ω);
-    h − strength · v at every position, or (``gated``) only where |v̂ᵀh| exceeds its
+    h − strength · v at every position, or (``gated``) only where |v̂ᵀ(h − μ)| exceeds its
     ``quantile`` on held-out general tokens (the GSS gate with the CAA direction as probe)."""
 
     layer: int
@@ -144,9 +144,10 @@ class MeanDifference:
             reference=data.reference,
             top_fraction=self.top_fraction,
         )
-        v = mem_h.mean(0) - hidden_states(model, data.general, self.layer).mean(0)
+        center = hidden_states(model, data.general, self.layer).mean(0)
+        v = mem_h.mean(0) - center
         unit = v / v.norm()
-        held = hidden_states(model, data.held_out, self.layer) @ unit
+        held = (hidden_states(model, data.held_out, self.layer) - center) @ unit
         eps = torch.quantile(held.abs(), self.quantile)[None]
         steer = GSSSteer(
             self.layer,
@@ -158,6 +159,7 @@ class MeanDifference:
             alpha_mode="printed",
             strength=self.strength,
             gated=self.gated,
+            center=center,
         ).bind(model)
         return Mitigated(model, time.perf_counter() - start, steer=steer)
 

@@ -66,15 +66,16 @@ class Config(ExperimentConfig):
     """copies of each memorized sequence in the base model's training data"""
     n_seeds: int = 3
     """seeds of the calibration draws and of the baseline runs"""
-    steer_layers: tuple[int, ...] = (1, 2)
+    steer_layers: tuple[int, ...] = (2, 3)
     """decoder blocks the validation split may hook (GSS and mean-difference steering)"""
     ranks: tuple[int, ...] = (1, 5)
     """GSS ranks K on the validation grid"""
     deltas: tuple[float, ...] = (0.05,)
     """GSS δ (the probe's Chebyshev budget) on the validation grid"""
-    strengths: tuple[float, ...] = (1.0, 4.0, 16.0, 64.0, 256.0)
-    """multipliers of α on the validation grid (1 is the paper's α; both readings of it). A pilot
-    on the quick lab moved no memorization below 8: α is in units of 1/‖u‖, not of ‖h‖"""
+    strengths: tuple[float, ...] = (16.0, 64.0, 256.0, 1024.0)
+    """multipliers of α on the validation grid (1 is the paper's α; both readings of it). In a
+    pilot on the quick lab no setting moved memorization below strength 4: α is in units of
+    1/‖u‖, not of ‖h‖"""
     caa_strengths: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
     """multipliers of the mean difference v on the validation grid (mean-difference steering)"""
     top_fraction: float = 0.05
@@ -84,7 +85,7 @@ class Config(ExperimentConfig):
     max_accuracy_drop: float = 0.01
     """validation rule: the lowest memorization among settings whose clean validation accuracy
     is at most this far below the base model's"""
-    max_steps: int = 150
+    max_steps: int = 100
     """step cap of the optimisation baselines (each stops earlier at GSS's memorization)"""
 
     PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
@@ -97,7 +98,7 @@ class Config(ExperimentConfig):
             "reference_steps": 1500,
             "n_memorized": 600,
             "n_seeds": 5,
-            "steer_layers": (1, 2, 3, 4),
+            "steer_layers": (2, 3, 4, 5),
             "ranks": (1, 2, 5, 10),
             "deltas": (0.01, 0.05, 0.2),
             "max_steps": 1000,

@@ -142,8 +142,9 @@ def _ids(text: str) -> torch.Tensor:
 
 
 def _gate_rates(steer: GSSSteer, model: Any, task: _Task) -> dict[str, float]:
-    """Share of positions where any probe fires: on clean test text (teacher forced), and at
-    the positions that predict the test records' memorized targets."""
+    """Share of positions where any probe fires: on clean test text (teacher forced), and at the
+    positions that predict the test records' memorized tokens (those that differ from what the
+    clean rule gives; every target token for canaries)."""
     with torch.no_grad():
         steer.reset_stats()
         task.utility(model, task.test_clean)
@@ -154,7 +155,20 @@ def _gate_rates(steer: GSSSteer, model: Any, task: _Task) -> dict[str, float]:
         start = len(records[0].prompt) - 1
         fired = steer.last_fired.any(-1)[:, start:]
         steer.reset_stats()
-    return {"gate_rate_clean": clean, "gate_rate_memorized": fired.float().mean().item()}
+    cut = len(records[0].prompt) - 1  # the texts have no leading separator
+    memorized = torch.tensor(
+        [
+            [
+                r.text == r.clean or a != b
+                for a, b in zip(r.target, r.clean[cut : cut + len(r.target)], strict=True)
+            ]
+            for r in records
+        ]
+    )
+    return {
+        "gate_rate_clean": clean,
+        "gate_rate_memorized": fired[memorized].float().mean().item(),
+    }
 
 
 def _pick(rows: list[dict[str, Any]], base_accuracy: float, drop: float) -> dict[str, Any]:
@@ -200,18 +214,14 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
                             }
                             grid.append({**row, "params": params, "seconds": mitigated.seconds})
             for gated in (False, True):
+                fitted = MeanDifference(
+                    layer, 1.0, gated, config.quantile, config.top_fraction
+                ).mitigate(base, data)
                 for strength in config.caa_strengths:
-                    mitigated = MeanDifference(
-                        layer, strength, gated, config.quantile, config.top_fraction
-                    ).mitigate(base, data)
-                    with mitigated:
+                    with fitted.steer.replace(strength=strength):
                         row = task.measure(base, "val")
-                    caa_grid.append(
-                        {
-                            **row,
-                            "params": {"layer": layer, "strength": strength, "gated": gated},
-                        }
-                    )
+                    params = {"layer": layer, "strength": strength, "gated": gated}
+                    caa_grid.append({**row, "params": params})
         best = _pick(grid, base_val["accuracy"] or 0.0, config.max_accuracy_drop)
         picked = best["params"]
         refit = GSS(

@@ -14,8 +14,10 @@ At one decoder layer's output h ∈ R^d, rank K (arXiv 2602.08901)::
 - Σ_gen = Cov(h) on general tokens + ρI = LLᵀ; max Σ_k u_kᵀMν_k s.t. u_kᵀΣ_gen u_k ≤ δ (by
   Chebyshev the probe reaches 1 on at most a δ share of general tokens), ‖ν_k‖ = 1 is solved by
   the SVD L⁻¹M = ŨSṼᵀ: u_k = √δ L⁻ᵀũ_k, ν_k = ṽ_k (:func:`closed_form`).
-- ε_k = the ``quantile`` of |u_kᵀh| on held-out general tokens: the gate fires on about
-  1 − quantile of general tokens.
+- ε_k = the ``quantile`` of |u_kᵀ(h − μ)| on held-out general tokens, μ the general tokens'
+  mean: the gate fires on about 1 − quantile of general tokens per probe. The paper writes uᵀh;
+  its Chebyshev reading of the budget (P(|uᵀ(h − μ)| ≥ 1) ≤ uᵀΣu ≤ δ) is about centred states,
+  and M is centred alike.
 - α, two readings (the paper prints an h-independent Tikhonov solution of an h-dependent
   objective): ``"printed"`` α_k = |c_k| / (c_k² + δ) with c_k = ⟨u_k, ν_k⟩; ``"adaptive"`` the
   stationary point of (⟨h,u⟩ − α⟨ν,u⟩ − ε)² + δα², α_k(h) = |c_k| (u_kᵀh − sign(u_kᵀh) ε_k) /
@@ -243,7 +245,8 @@ class GSSSteer:
             model.generate(input_ids, max_new_tokens=20)
         steer.gate_rate                   # share of the positions each probe fired on
 
-    ``probes`` (U, K×d), ``steers`` (V, K×d), ``eps`` (K), ``alpha`` (K, the printed α_k). With
+    ``probes`` (U, K×d), ``steers`` (V, K×d), ``eps`` (K), ``alpha`` (K, the printed α_k),
+    ``center`` (μ, d: probes read u_kᵀ(h − μ); zeros by default). With
     ``gated=False`` every position is steered (ε read as 0): the static rank-K edit. Works under
     ``generate`` with a KV cache (each new position is gated on its own h) and in any dtype (the
     steer is computed in float32 and cast back)."""
@@ -257,6 +260,7 @@ class GSSSteer:
     alpha_mode: str = "adaptive"
     strength: float = 1.0
     gated: bool = True
+    center: torch.Tensor | None = None
     model: Any = field(default=None, repr=False, compare=False)
     fired: torch.Tensor = field(init=False, repr=False, compare=False)
     seen: int = field(default=0, init=False, repr=False, compare=False)
@@ -295,6 +299,12 @@ class GSSSteer:
         )
         self.probes, self.steers = self.probes.float(), self.steers.float()
         self.eps, self.alpha = self.eps.float(), self.alpha.float()
+        if self.center is None:
+            self.center = torch.zeros(d)
+        require(
+            self.center.shape == (d,), "center", f"a tensor of {d} values", tuple(self.center.shape)
+        )
+        self.center = self.center.float()
         self.fired = torch.zeros(k, dtype=torch.long)
 
     @property
@@ -333,6 +343,7 @@ class GSSSteer:
                 "alpha_mode",
                 "strength",
                 "gated",
+                "center",
                 "model",
             )
         }
@@ -354,7 +365,7 @@ class GSSSteer:
     def delta_h(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(Δh, fired)`` for hidden states ``[..., d]``: the steer to add and the gates ``[..., K]``."""
         h = hidden.float()
-        projection = h @ self.probes.to(h.device).T  # u_kᵀh
+        projection = (h - self.center.to(h.device)) @ self.probes.to(h.device).T  # u_kᵀ(h − μ)
         eps = self.eps.to(h.device)
         alpha = self.alpha.to(h.device)
         if self.gated:
@@ -413,12 +424,19 @@ class GSSSteer:
         }
 
     def save(self, path: str | Path) -> Path:
-        """Write ``{U, V, eps, alpha}`` as safetensors with the settings as JSON in its header."""
+        """Write ``{U, V, eps, alpha, center}`` as safetensors with the settings as JSON in its
+        header."""
         from safetensors.torch import save_file
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tensors = {"U": self.probes, "V": self.steers, "eps": self.eps, "alpha": self.alpha}
+        tensors = {
+            "U": self.probes,
+            "V": self.steers,
+            "eps": self.eps,
+            "alpha": self.alpha,
+            "center": self.center,
+        }
         save_file(
             {k: v.contiguous() for k, v in tensors.items()},
             str(path),
@@ -443,7 +461,7 @@ def load_steer(path: str | Path, model: Any = None) -> GSSSteer:
     if (
         not isinstance(meta, dict)
         or meta.get("format") != FORMAT
-        or set(tensors) != {"U", "V", "eps", "alpha"}
+        or set(tensors) != {"U", "V", "eps", "alpha", "center"}
     ):
         raise ValueError(f"steer: {path} holds no GSS steer (format {FORMAT})")
     steer = GSSSteer(
@@ -456,6 +474,7 @@ def load_steer(path: str | Path, model: Any = None) -> GSSSteer:
         alpha_mode=meta["alpha_mode"],
         strength=meta["strength"],
         gated=meta["gated"],
+        center=tensors["center"],
     )
     return steer.bind(model) if model is not None else steer
 
@@ -528,22 +547,29 @@ def fit_gss(
         top_fraction=top_fraction,
         batch_size=batch_size,
     )
-    m = mem_h.double().T @ mem_g.double() / len(mem_h)  # M = E_{D_mem}[h gᵀ]
     gen_h = hidden_states(model, general_rows, layer, batch_size=batch_size).double()
     if len(gen_h) < 2:
         raise ValueError("general: at least 2 tokens are needed for a covariance")
+    center = gen_h.mean(0)
+    # M = E_{D_mem}[(h − μ) gᵀ]: centred, as the Chebyshev reading of the budget needs (uᵀΣu is
+    # the variance of uᵀ(h − μ), not of uᵀh); uncentred, M is dominated by the residual stream's
+    # common mean and the probe fires on whatever tokens share it
+    mem_c = mem_h.double() - center
+    m = mem_c.T @ mem_g.double() / len(mem_h)
     covariance = torch.cov(gen_h.T)
     covariance += ridge * covariance.trace() / d * torch.eye(d, dtype=torch.float64)
     probes, steers, _ = closed_form(m, covariance, rank, delta)
     # orient each pair so that memorized tokens sit on the positive side of the probe
-    side = torch.sign((mem_h @ probes.T).mean(0))
+    side = torch.sign((mem_c.float() @ probes.T).mean(0))
     side[side == 0] = 1
     probes, steers = probes * side[:, None], steers * side[:, None]
     held = hidden_states(model, held_rows, layer, batch_size=batch_size)
-    eps = torch.quantile((held @ probes.T).abs(), quantile, dim=0)
+    eps = torch.quantile(((held - center.float()) @ probes.T).abs(), quantile, dim=0)
     c = (probes * steers).sum(1)
     # the printed α_k = c_k / (c_k² + δ), c_k = ⟨u_k, ν_k⟩, taken positive: the pair's sign
     # does not change c_k, and with c_k < 0 the printed α would push h along +ν (more memorization)
     alpha = c.abs() / (c**2 + delta)
-    steer = GSSSteer(layer, probes, steers, eps, alpha, delta, alpha_mode, strength)
+    steer = GSSSteer(
+        layer, probes, steers, eps, alpha, delta, alpha_mode, strength, center=center.float()
+    )
     return steer.bind(model)
