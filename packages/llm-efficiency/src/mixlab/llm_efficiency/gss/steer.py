@@ -552,8 +552,8 @@ def fit_gss(
         raise ValueError("general: at least 2 tokens are needed for a covariance")
     center = gen_h.mean(0)
     # M = E_{D_mem}[(h − μ) gᵀ]: centred, as the Chebyshev reading of the budget needs (uᵀΣu is
-    # the variance of uᵀ(h − μ), not of uᵀh); uncentred, M is dominated by the residual stream's
-    # common mean and the probe fires on whatever tokens share it
+    # the variance of uᵀ(h − μ), not of uᵀh); uncentred, M = E[(h − μ)gᵀ] + μ E[g]ᵀ would also
+    # carry the residual stream's common mean, which no token-level gate can use
     mem_c = mem_h.double() - center
     m = mem_c.T @ mem_g.double() / len(mem_h)
     covariance = torch.cov(gen_h.T)
