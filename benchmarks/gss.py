@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import statistics
 import time
 from pathlib import Path
 
@@ -38,7 +37,7 @@ from mixlab.llm_efficiency.gss import GSS, NPO, HardConcreteMask, MeanDifference
 from mixlab.llm_efficiency.gss.config import Config
 from mixlab.llm_efficiency.lm import LMConfig, llama_config
 from mixlab.llm_efficiency.memorization import extraction_rate, pretrained_memorization_lms
-from mixlab.shared import Claim
+from mixlab.shared import Claim, median_seconds
 from mixlab.shared.result import write_benchmark
 
 BATCHES = (1, 8)
@@ -46,16 +45,6 @@ HOOK_OVERHEAD_MAX = 0.10
 """claim: the gated hook adds at most 10 % per generated token on the width-2048 model"""
 FIT_SPEEDUP = 10.0
 """claim: GSS fits at least 10x faster than hard-concrete masks and NPO on the tiny model"""
-
-
-def _median(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def _generation(model, steers: dict, tokens: int, repeats: int) -> dict[str, float]:
@@ -77,7 +66,9 @@ def _generation(model, steers: dict, tokens: int, repeats: int) -> dict[str, flo
 
         for name, steer in steers.items():
             with steer if steer is not None else contextlib.nullcontext():
-                row[f"{name}_s_per_token_b{batch}"] = _median(run, repeats) / (tokens * batch)
+                row[f"{name}_s_per_token_b{batch}"] = median_seconds(run, repeats) / (
+                    tokens * batch
+                )
         none = row[f"none_s_per_token_b{batch}"]
         for name in steers:
             if name != "none":
@@ -108,7 +99,7 @@ def tiny(repeats: int, tokens: int) -> dict[str, float]:
         top_fraction=config.top_fraction,
     )
     fitted = gss.mitigate(base, mdata)
-    fit_s = _median(lambda: gss.mitigate(base, mdata), repeats)
+    fit_s = median_seconds(lambda: gss.mitigate(base, mdata), repeats)
     with fitted:
         target = extraction_rate(base, task.val_records)
     row: dict[str, float] = {"gss_fit_s": fit_s, "gss_memorization": target}
@@ -143,7 +134,7 @@ def wide(repeats: int, tokens: int) -> dict[str, float]:
     gss = GSS(layer=1, rank=5, top_fraction=0.1)
     fitted = gss.mitigate(model, mdata)
     row: dict[str, float | None] = {
-        "gss_fit_s": _median(lambda: gss.mitigate(model, mdata), repeats),
+        "gss_fit_s": median_seconds(lambda: gss.mitigate(model, mdata), repeats),
         "gss_memorization": None,  # a random model memorizes nothing
     }
     for name, method in (

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import time
 from pathlib import Path
 
@@ -41,22 +40,12 @@ from mixlab.llm_efficiency.rpdi_ee import (
     generate_all,
     make_processor,
 )
-from mixlab.shared import Claim
+from mixlab.shared import Claim, median_seconds
 from mixlab.shared.result import write_benchmark
 
 BATCHES = (1, 8)
 OVERHEAD_MAX = 0.10
 """claim: RPDI adds at most 10 % per token to plain generate"""
-
-
-def _median(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def toy_timings(repeats: int, n_problems: int) -> dict[str, dict[str, float]]:
@@ -95,7 +84,7 @@ def toy_timings(repeats: int, n_problems: int) -> dict[str, dict[str, float]]:
                     temperature=0.7,
                 )
 
-            seconds = _median(run, repeats)
+            seconds = median_seconds(run, repeats)
             row = metrics[f"toy_{name}"]
             row[f"s_per_problem@b{batch}"] = seconds / len(prompts)
             row[f"forward_tokens@b{batch}"] = sum(r["forward_tokens"] for r in rows) / len(rows)
@@ -152,7 +141,7 @@ def large_vocab_timings(repeats: int, tokens: int) -> dict[str, dict[str, float]
                     proc.close()
                 procs[:] = [proc]
 
-            seconds = _median(run, repeats)
+            seconds = median_seconds(run, repeats)
             row = metrics[f"llama150k_{name}"]
             row[f"ms_per_token@b{batch}"] = 1e3 * seconds / tokens
             probes = procs[0].probe_tokens if procs[0] is not None else [0] * batch

@@ -26,6 +26,7 @@ _MODULE_OF = {
     "measure_in_fresh_process": "memory",
     "cache_dir": "paths",
     "mean_std": "stats",
+    "median_seconds": "stats",
     "warmup_cosine": "optim",
     "bar_plot": "plotting",
     "line_plot": "plotting",
@@ -60,6 +61,7 @@ __all__ = [
     "load_state",
     "mean_std",
     "measure_in_fresh_process",
+    "median_seconds",
     "progress",
     "require",
     "resolve_device",
@@ -87,4 +89,4 @@ if TYPE_CHECKING:
     from mixlab.shared.registry import DOMAINS, Method, discover_methods, get_method
     from mixlab.shared.result import Claim, Result
     from mixlab.shared.seeding import capture_rng_state, restore_rng_state, seed_everything
-    from mixlab.shared.stats import mean_std
+    from mixlab.shared.stats import mean_std, median_seconds

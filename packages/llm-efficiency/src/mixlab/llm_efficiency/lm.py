@@ -23,7 +23,7 @@ import numbers
 import shutil
 import sysconfig
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +122,18 @@ class LMConfig:
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+
+    def resized(self, hidden_size: int, layers: int, steps: int) -> LMConfig:
+        """This config at another width, depth and step count: one attention head per 32
+        channels and an MLP three times as wide, as the experiments' profiles scale it."""
+        return replace(
+            self,
+            hidden_size=hidden_size,
+            layers=layers,
+            heads=hidden_size // 32,
+            intermediate_size=3 * hidden_size,
+            steps=steps,
+        )
 
 
 def stdlib_files() -> list[Path]:

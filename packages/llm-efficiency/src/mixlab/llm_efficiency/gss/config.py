@@ -158,7 +158,6 @@ class Config(ExperimentConfig):
             require(_numbers((value,), 0, 1), name, "a number in (0, 1)", value)
 
     def lm_config(self, task: str) -> MemorizationLMConfig:
-        from mixlab.llm_efficiency.lm import LMConfig
         from mixlab.llm_efficiency.memorization import (
             CanaryTaskConfig,
             MathTaskConfig,
@@ -166,16 +165,7 @@ class Config(ExperimentConfig):
         )
 
         base = MemorizationLMConfig()
-        lm = LMConfig(
-            **{
-                **base.lm.__dict__,
-                "hidden_size": self.hidden_size,
-                "layers": self.layers,
-                "heads": self.hidden_size // 32,
-                "intermediate_size": 3 * self.hidden_size,
-                "steps": self.lm_steps,
-            }
-        )
+        lm = base.lm.resized(self.hidden_size, self.layers, self.lm_steps)
         if task == "canaries":
             return MemorizationLMConfig(
                 lm=lm,

@@ -146,20 +146,10 @@ class Config(ExperimentConfig):
         )
 
     def lm_config(self) -> ReasoningLMConfig:
-        from mixlab.llm_efficiency.lm import LMConfig
         from mixlab.llm_efficiency.reasoning import ReasoningLMConfig, TraceConfig
 
         base = ReasoningLMConfig()
-        lm = LMConfig(
-            **{
-                **base.lm.__dict__,
-                "hidden_size": self.hidden_size,
-                "layers": self.layers,
-                "heads": self.hidden_size // 32,
-                "intermediate_size": 3 * self.hidden_size,
-                "steps": self.lm_steps,
-            }
-        )
+        lm = base.lm.resized(self.hidden_size, self.layers, self.lm_steps)
         return ReasoningLMConfig(
             lm=lm, traces=TraceConfig(max_steps=self.max_chain), n_traces=self.n_traces
         )
