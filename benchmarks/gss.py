@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -92,7 +93,7 @@ def tiny(repeats: int, tokens: int) -> dict[str, float]:
     config = Config()
     base, reference, data = pretrained_memorization_lms(config.lm_config("math-noise"))
     task = _Task(data, 0, True)
-    mdata = MitigationData(**{**task.mitigation_data.__dict__, "reference": reference})
+    mdata = replace(task.mitigation_data, reference=reference)
     picked = _picked()
     gss = GSS(
         **{k: picked[k] for k in ("layer", "rank", "delta", "alpha_mode", "strength")},
@@ -103,9 +104,7 @@ def tiny(repeats: int, tokens: int) -> dict[str, float]:
     with fitted:
         target = extraction_rate(base, task.val_records)
     row: dict[str, float] = {"gss_fit_s": fit_s, "gss_memorization": target}
-    stopping = MitigationData(
-        **{**mdata.__dict__, "stop": lambda m: extraction_rate(m, task.val_records) <= target}
-    )
+    stopping = replace(mdata, stop=lambda m: extraction_rate(m, task.val_records) <= target)
     for name, method in (
         ("hard_concrete", HardConcreteMask(max_steps=300)),
         ("npo", NPO(lr=1e-4, max_steps=300)),

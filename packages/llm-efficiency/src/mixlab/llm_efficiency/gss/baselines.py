@@ -192,7 +192,8 @@ class _Optimised:
     check_every: int = 10
     general_batch: int = 32
 
-    def prepare(self, model: Any) -> list[torch.nn.Parameter]:
+    def prepare(self, model: Any, mem: tuple) -> list[torch.nn.Parameter]:
+        """Set up ``model`` (the copy, still equal to the original) and return what to train."""
         raise NotImplementedError
 
     def loss(self, model: Any, mem: tuple, gen: tuple) -> torch.Tensor:
@@ -205,10 +206,9 @@ class _Optimised:
         edited = copy.deepcopy(model)
         for p in edited.parameters():
             p.requires_grad_(False)
-        self.reference_model = model  # frozen: NPO's π_ref
-        parameters = self.prepare(edited)
-        optimizer = torch.optim.AdamW(parameters, lr=self.lr, weight_decay=0.0)
         mem = tuple(t.to(device) for t in next(_batches(data.memorized, len(data.memorized))))
+        parameters = self.prepare(edited, mem)
+        optimizer = torch.optim.AdamW(parameters, lr=self.lr, weight_decay=0.0)
         seconds += time.perf_counter() - start
         steps, reached = 0, False
         while steps < self.max_steps:
@@ -228,7 +228,6 @@ class _Optimised:
                     reached = bool(data.stop(edited))
                 if reached:
                     break
-        self.reference_model = None
         return Mitigated(edited, seconds, steps=steps, reached=reached)
 
 
@@ -236,7 +235,7 @@ class _Optimised:
 class GradientAscent(_Optimised):
     """Raise the NLL of the memorized sequences (all weights)."""
 
-    def prepare(self, model: Any) -> list[torch.nn.Parameter]:
+    def prepare(self, model: Any, mem: tuple) -> list[torch.nn.Parameter]:
         for p in model.parameters():
             p.requires_grad_(True)
         return list(model.parameters())
@@ -252,13 +251,13 @@ class NPO(_Optimised):
 
     beta: float = 0.1
 
-    def prepare(self, model: Any) -> list[torch.nn.Parameter]:
-        return GradientAscent.prepare(self, model)
+    def prepare(self, model: Any, mem: tuple) -> list[torch.nn.Parameter]:
+        with torch.no_grad():  # the copy before any step is π_ref: its log-probs, once
+            self.reference_log_probs = _log_probs(model, *mem)
+        return GradientAscent.prepare(self, model, mem)
 
     def loss(self, model: Any, mem: tuple, gen: tuple) -> torch.Tensor:
-        with torch.no_grad():
-            ref = _log_probs(self.reference_model, *mem)
-        ratio = _log_probs(model, *mem) - ref
+        ratio = _log_probs(model, *mem) - self.reference_log_probs
         return -(2 / self.beta) * F.logsigmoid(-self.beta * ratio).mean()
 
 
@@ -308,7 +307,7 @@ class HardConcreteMask(_Optimised):
     l0_weight: float = 1e-3
     init: float = 2.0
 
-    def prepare(self, model: Any) -> list[torch.nn.Parameter]:
+    def prepare(self, model: Any, mem: tuple) -> list[torch.nn.Parameter]:
         generator = torch.Generator().manual_seed(0)
         self.gates = []
         for block in decoder_blocks(model):
@@ -339,7 +338,7 @@ class BalancedSubnet(_Optimised):
     clean_weight: float = 1.0
     scores: list[torch.nn.Parameter] = field(default_factory=list, repr=False)
 
-    def prepare(self, model: Any) -> list[torch.nn.Parameter]:
+    def prepare(self, model: Any, mem: tuple) -> list[torch.nn.Parameter]:
         self.scores = []
         prune = self.prune
         for block in decoder_blocks(model):

@@ -380,13 +380,7 @@ def summarise(
                 else None
             )
             for name in _PICKED:
-                picks = [v["picks"][system].get(name) for v in chosen if system in v["picks"]]
-                if name == "adaptive":
-                    picks = [
-                        v["picks"][system].get("alpha_mode") == "adaptive"
-                        for v in chosen
-                        if system in v["picks"] and "alpha_mode" in v["picks"][system]
-                    ]
+                picks = [_picked(v["picks"][system], name) for v in chosen if system in v["picks"]]
                 row[f"picked_{name}"] = (
                     mean_std([float(p) for p in picks])[0]
                     if picks and all(p is not None for p in picks)
@@ -399,6 +393,14 @@ def summarise(
             )
             metrics[_key(system, task, tasks)] = row
     return metrics
+
+
+def _picked(params: dict[str, Any], name: str) -> Any:
+    """A validation pick as a number: ``adaptive`` is whether the α reading is (None where the
+    system has no α)."""
+    if name == "adaptive":
+        return params["alpha_mode"] == "adaptive" if "alpha_mode" in params else None
+    return params.get(name)
 
 
 def _key(system: str, task: str, tasks: tuple[str, ...]) -> str:
