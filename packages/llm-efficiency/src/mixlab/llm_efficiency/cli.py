@@ -7,6 +7,7 @@ import typer
 
 from mixlab.llm_efficiency.gss.cli import app as gss_app
 from mixlab.llm_efficiency.mobiquant.cli import app as mobiquant_app
+from mixlab.llm_efficiency.prompt_kl.cli import app as prompt_kl_app
 from mixlab.llm_efficiency.rpdi_ee.cli import app as rpdi_ee_app
 from mixlab.shared.checks import (
     check_count,
@@ -30,6 +31,7 @@ app.add_typer(lm_app, name="lm")
 app.add_typer(mobiquant_app, name="mobiquant")
 app.add_typer(rpdi_ee_app, name="rpdi_ee")
 app.add_typer(gss_app, name="gss")
+app.add_typer(prompt_kl_app, name="prompt_kl")
 
 
 @lm_app.command("train")

@@ -67,6 +67,8 @@ __all__ = [
     "ReasoningLMConfig",
     "Trace",
     "TraceConfig",
+    "cached_text_lm",
+    "fit_text_lm",
     "generate_trace",
     "generate_traces",
     "pack_traces",
@@ -448,52 +450,83 @@ class ReasoningLMConfig:
 def train_reasoning_lm(
     config: ReasoningLMConfig, out_dir: str | Path, *, resume: bool = True
 ) -> Any:
-    """Train the reasoning LM of ``config`` on its generated traces (packed into blocks of
-    ``lm.seq_len + 1`` tokens, rows drawn at random) and save it with its tokenizer to
-    ``out_dir``, through :func:`mixlab.llm_efficiency.lm.fit_lm` (checkpoints, resume, a marker
-    over the saved files). Returns the model in eval mode."""
-    tokenizer = reasoning_tokenizer()
+    """Train the reasoning LM of ``config`` on its generated traces and save it with its
+    tokenizer to ``out_dir`` (:func:`fit_text_lm`). Returns the model in eval mode."""
     traces = generate_traces(config.n_traces, config.lm.seed, config.traces)
-    blocks = pack_traces(traces, tokenizer, config.lm.seq_len + 1)
+    return fit_text_lm(
+        config.lm,
+        [t.text for t in traces],
+        out_dir,
+        marker={"tokenizer": "reasoning", "config": asdict(config)},
+        resume=resume,
+        what="training the reasoning LM",
+    )
+
+
+def fit_text_lm(
+    config: LMConfig,
+    texts: list[str],
+    out_dir: str | Path,
+    *,
+    marker: dict[str, Any],
+    resume: bool = True,
+    what: str = "training a tiny LM",
+) -> Any:
+    """Train a tiny Llama with :func:`reasoning_tokenizer` on ``texts`` (each should end with
+    ``<eos>``; packed into blocks of ``config.seq_len + 1`` tokens, rows drawn at random) and
+    save it with the tokenizer to ``out_dir`` through :func:`mixlab.llm_efficiency.lm.fit_lm`
+    (checkpoints, resume, a marker over the saved files: ``marker`` plus a digest of the
+    blocks). Returns the model in eval mode."""
+    tokenizer = reasoning_tokenizer()
+    blocks = pack_traces(texts, tokenizer, config.seq_len + 1)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out_dir)  # before training: the marker covers its files too
 
     def draw_batch(generator: torch.Generator) -> torch.Tensor:
-        return blocks[torch.randint(len(blocks), (config.lm.batch_size,), generator=generator)]
+        return blocks[torch.randint(len(blocks), (config.batch_size,), generator=generator)]
 
     model_config = llama_config(
-        config.lm,
+        config,
         vocab_size=len(tokenizer),
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
     digest = hashlib.sha256(blocks.numpy().tobytes()).hexdigest()
-    marker = {"tokenizer": "reasoning", "config": asdict(config), "corpus_sha256": digest}
     return fit_lm(
-        config.lm,
+        config,
         model_config,
         draw_batch,
         out_dir,
-        marker=marker,
+        marker={**marker, "corpus_sha256": digest},
         resume=resume,
-        what="training the reasoning LM",
+        what=what,
     )
+
+
+def cached_text_lm(name: str, train: Any, device: torch.device | str = "cpu") -> tuple[Any, Any]:
+    """``(model, tokenizer)`` from the mixlab cache folder ``name``, trained there first by
+    ``train(folder)`` when absent (a killed training resumes). A damaged cached model raises
+    :class:`CheckpointError` naming the folder to delete."""
+    folder = cache_dir("llm_efficiency", name)
+    if not (folder / MARKER).exists():
+        train(folder)
+    try:
+        model = load_lm(folder, device)
+    except CheckpointError as error:
+        raise CheckpointError(
+            f"{error}; the cached model is damaged: delete {folder} to train it again"
+        ) from error
+    return model, reasoning_tokenizer()
 
 
 def pretrained_reasoning_lm(
     config: ReasoningLMConfig = ReasoningLMConfig(), device: torch.device | str = "cpu"
 ) -> tuple[Any, Any]:
     """``(model, tokenizer)`` of ``config``, from the mixlab cache when there, else trained now
-    (resuming a killed training). A damaged cached model raises :class:`CheckpointError` naming
-    the folder to delete."""
-    folder = cache_dir("llm_efficiency", f"reasoning-llama-{config.key()}")
-    if not (folder / MARKER).exists():
-        train_reasoning_lm(config, folder, resume=True)
-    try:
-        model = load_lm(folder, device)
-    except CheckpointError as error:
-        raise CheckpointError(
-            f"{error}; the cached reasoning LM is damaged: delete {folder} to train it again"
-        ) from error
-    return model, reasoning_tokenizer()
+    (resuming a killed training)."""
+    return cached_text_lm(
+        f"reasoning-llama-{config.key()}",
+        lambda folder: train_reasoning_lm(config, folder, resume=True),
+        device,
+    )

@@ -1,0 +1,223 @@
+"""The Prompt-KL experiment's :class:`Config` and its registry entry :data:`METHOD`.
+
+Light on purpose (standard library and ``mixlab.shared`` only): ``mixlab list`` reads it without
+importing torch or TRL; :mod:`.experiment` loads on ``mixlab run prompt_kl``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from mixlab.shared.config import ExperimentConfig, is_count, require
+from mixlab.shared.registry import Method
+
+if TYPE_CHECKING:
+    from mixlab.llm_efficiency.prompt_kl.policy import PolicyConfig
+
+TASK_NAMES = ("test_override", "keyword", "format", "control")
+
+
+def _condition(value: object) -> bool:
+    """``(name, beta_response, beta_prompt)`` with finite betas >= 0."""
+    return (
+        isinstance(value, tuple | list)
+        and len(value) == 3
+        and isinstance(value[0], str)
+        and all(
+            isinstance(b, numbers.Real) and not isinstance(b, bool) and math.isfinite(b) and b >= 0
+            for b in value[1:]
+        )
+    )
+
+
+def _numbers(values: object) -> bool:
+    return (
+        isinstance(values, tuple | list)
+        and len(values) > 0
+        and all(
+            isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+            for v in values
+        )
+    )
+
+
+@dataclass
+class Config(ExperimentConfig):
+    """Defaults are the quick profile: the test-override task, no KL against response KL 0.1
+    and prompt KL 0.1, 3 seeds of 100 GRPO steps (2 prompts x 8 rollouts) from a cached SFT
+    policy (0.9 M parameters, trained once in about 6 minutes on 2 CPU cores). Full: every task
+    and condition, 5 seeds, a d 512 policy (one large GPU)."""
+
+    tasks: tuple[str, ...] = ("test_override",)
+    """hackable tasks (:data:`mixlab.llm_efficiency.prompt_kl.tasks.TASKS`)"""
+    conditions: tuple[tuple[str, float, float], ...] = (
+        ("no KL", 0.0, 0.0),
+        ("response KL 0.1", 0.1, 0.0),
+        ("prompt KL 0.1", 0.0, 0.1),
+    )
+    """``(name, beta_response, beta_prompt)``: every one runs with the same steps, rollouts and
+    seeds"""
+    n_seeds: int = 3
+    """RL seeds per task and condition"""
+    steps: int = 60
+    """GRPO steps per run"""
+    prompts_per_step: int = 2
+    """prompts per GRPO step"""
+    num_generations: int = 8
+    """rollouts per prompt"""
+    learning_rate: float = 3e-4
+    """AdamW learning rate of the RL runs (linear warm-up, then linear decay)"""
+    warmup_ratio: float = 0.1
+    """share of the steps that warm the learning rate up (at 3e-4 without it, a pilot policy's
+    true success fell from 0.85 to 0.2 within 8 steps)"""
+    max_completion_length: int = 12
+    """generated tokens per rollout (an answer of up to 8 digits fits with its space and end)"""
+    hidden_size: int = 128
+    """width of the SFT policy (a Llama, one attention head per 32 channels)"""
+    layers: int = 4
+    """decoder blocks of the SFT policy"""
+    sft_steps: int = 1200
+    """SFT steps (16 x 128 tokens each; the policy is cached by its config)"""
+    exploit_fraction: float = 0.1
+    """share of cued demonstrations that show the exploit, so RL can find it"""
+    n_train: int = 2000
+    """RL training prompts (their own seed)"""
+    n_test: int = 200
+    """held-out test prompts (their own seed), sampled ``test_samples`` times each"""
+    test_samples: int = 2
+    """sampled completions per test prompt (temperature 1)"""
+    steer_layer: int = 2
+    """decoder block whose output the steering diagnostics shift"""
+    steer_alphas: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
+    """steering strengths alpha (times the mean policy-minus-reference activation)"""
+    min_sft_success: float = 0.6
+    """regime: the SFT policy's true success at least this ..."""
+    min_sft_margin: float = 0.3
+    """... and this much above an untrained policy's"""
+    min_hack_rate: float = 0.5
+    """regime: the no-KL runs' mean test hack rate reaches this"""
+
+    PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
+        "quick": {},
+        "full": {
+            "tasks": TASK_NAMES,
+            "conditions": (
+                ("no KL", 0.0, 0.0),
+                ("response KL 0.04", 0.04, 0.0),
+                ("response KL 0.1", 0.1, 0.0),
+                ("response KL 0.3", 0.3, 0.0),
+                ("prompt KL 0.01", 0.0, 0.01),
+                ("prompt KL 0.1", 0.0, 0.1),
+                ("prompt KL 1", 0.0, 1.0),
+                ("both 0.1", 0.1, 0.1),
+            ),
+            "n_seeds": 5,
+            "steps": 300,
+            "prompts_per_step": 4,
+            "hidden_size": 512,
+            "layers": 8,
+            "sft_steps": 4000,
+            "n_test": 500,
+            "steer_layer": 4,
+        },
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(
+            isinstance(self.tasks, tuple | list) and len(self.tasks) > 0
+            and all(t in TASK_NAMES for t in self.tasks),
+            "tasks",
+            f"a non-empty tuple of {TASK_NAMES}",
+            self.tasks,
+        )  # fmt: skip
+        require(
+            isinstance(self.conditions, tuple | list) and len(self.conditions) > 0
+            and all(_condition(c) for c in self.conditions),
+            "conditions",
+            "a non-empty tuple of (name, beta_response >= 0, beta_prompt >= 0)",
+            self.conditions,
+        )  # fmt: skip
+        names = [c[0] for c in self.conditions]
+        require("no KL" in names, "conditions", "a tuple including 'no KL'", names)
+        for name in (
+            "n_seeds",
+            "steps",
+            "prompts_per_step",
+            "max_completion_length",
+            "hidden_size",
+            "layers",
+            "sft_steps",
+            "n_train",
+            "n_test",
+            "test_samples",
+        ):
+            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
+        require(
+            is_count(self.num_generations, 2),
+            "num_generations",
+            "an integer >= 2 (GRPO compares the rollouts of a prompt)",
+            self.num_generations,
+        )
+        require(
+            self.hidden_size % 32 == 0,
+            "hidden_size",
+            "a multiple of 32 (one head per 32 channels)",
+            self.hidden_size,
+        )
+        require(
+            isinstance(self.steer_layer, int) and 0 <= self.steer_layer < self.layers,
+            "steer_layer",
+            f"a block index in [0, {self.layers})",
+            self.steer_layer,
+        )
+        require(
+            isinstance(self.learning_rate, numbers.Real) and 0 < self.learning_rate < 1,
+            "learning_rate",
+            "a number in (0, 1)",
+            self.learning_rate,
+        )
+        require(_numbers(self.steer_alphas), "steer_alphas", "numbers >= 0", self.steer_alphas)
+        for name in (
+            "exploit_fraction",
+            "warmup_ratio",
+            "min_sft_success",
+            "min_sft_margin",
+            "min_hack_rate",
+        ):
+            value = getattr(self, name)
+            require(
+                isinstance(value, numbers.Real) and 0 <= value <= 1, name, "a number in [0, 1]",
+                value,
+            )  # fmt: skip
+
+    def policy_config(self, task: str) -> PolicyConfig:
+        from mixlab.llm_efficiency.prompt_kl.policy import PolicyConfig
+
+        base = PolicyConfig()
+        return PolicyConfig(
+            task=task,
+            lm=base.lm.resized(self.hidden_size, self.layers, self.sft_steps),
+            exploit_fraction=float(self.exploit_fraction),
+        )
+
+
+METHOD = Method(
+    name="prompt_kl",
+    domain="llm-efficiency",
+    paper=(
+        "Prompt-token KL regularization against reward hacking in RL fine-tuning "
+        "(paper not found; reconstructed from its abstract)"
+    ),
+    claim=(
+        "A KL penalty on the prompt tokens only, against the start policy, keeps the hack rate "
+        "of GRPO on tasks with a cued loophole low without losing true task success, where a "
+        "response KL either still hacks or costs task success."
+    ),
+    config=Config,
+    run="mixlab.llm_efficiency.prompt_kl.experiment:run",
+    headline_plot="hack_rate_over_steps.png",
+)

@@ -1,0 +1,475 @@
+"""GRPO with no KL, response KL and prompt KL on hackable tasks (``mixlab run prompt_kl``).
+
+Per task, a byte-level Llama is SFT'd once (cached) on honest demonstrations with the exploit on
+a few cued ones (:mod:`.policy`). From it, every condition trains with TRL's GRPO
+(:class:`.PromptKLGRPOTrainer`; TRL's own ``beta`` for the response KL) for the same steps,
+prompts, rollouts and seeds, on the same training prompts; the ground truth of every rollout is
+logged per step. Each final policy is then sampled on held-out test prompts: hack rate (on cued
+prompts), true success, proxy reward.
+
+On each no-KL policy the diagnostics run (:mod:`.diagnostics`): steering by the mean
+policy-minus-SFT activation of one block, subtracted at prompt or at response positions over a
+grid of strengths; and prompt swapping between the policy and the SFT policy.
+
+Regime checks (fixed in advance by the issue; when one fails the task's claims are untested):
+the SFT policy's true success is at least 60 % and 30 points above an untrained policy's; the
+no-KL runs' mean test hack rate reaches 50 %.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mixlab.llm_efficiency.prompt_kl.config import METHOD, Config
+from mixlab.llm_efficiency.prompt_kl.diagnostics import (
+    activation_difference,
+    steer,
+    swap_generate,
+)
+from mixlab.llm_efficiency.prompt_kl.policy import evaluate_policy, sft_policy
+from mixlab.llm_efficiency.prompt_kl.tasks import ProxyReward, examples
+from mixlab.shared import Claim, Result, line_plot, mean_std, run_cells
+from mixlab.shared.files import write_json_atomic
+
+__all__ = ["METHOD", "Config", "claims", "regime", "run", "summarise"]
+
+TRAIN_SEED, TEST_SEED = 1, 2
+"""the training prompts and the held-out test prompts are drawn from their own seeds"""
+PROMPT_KL_HACK, KEEP_SUCCESS, RESPONSE_KL_COST = 0.10, 0.02, 0.05
+"""claims: prompt KL 0.1 hacks < 10 % with true success >= no KL's - 2 points; every response
+KL hacks more than it or loses > 5 points of true success"""
+SWAP_CUT = 0.5
+"""claim: the reference's prompt encoding at least halves the policy's hack rate"""
+METRICS = ("hack_rate", "exploit_rate_uncued", "true_success", "proxy_reward")
+CONTROL = "control"
+
+
+def _eval_kwargs(config: Config, seed: int) -> dict[str, Any]:
+    return {
+        "samples": config.test_samples,
+        "seed": seed,
+        "max_new_tokens": config.max_completion_length,
+    }
+
+
+def _grpo_args(config: Config, cell: dict[str, Any], out_dir: Path) -> Any:
+    from mixlab.llm_efficiency.prompt_kl.trainer import PromptKLConfig
+
+    _, beta_response, beta_prompt = _condition(config, cell["condition"])
+    return PromptKLConfig(
+        output_dir=str(out_dir),
+        per_device_train_batch_size=config.prompts_per_step * config.num_generations,
+        num_generations=config.num_generations,
+        max_completion_length=config.max_completion_length,
+        learning_rate=config.learning_rate,
+        warmup_steps=config.warmup_ratio,  # a float below 1: a share of max_steps
+        max_steps=config.steps,
+        beta=beta_response,
+        prompt_kl_beta=beta_prompt,
+        temperature=1.0,
+        top_k=0,
+        seed=cell["seed"],
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=max(1, config.steps // 4),
+        save_total_limit=1,
+        report_to=[],
+        disable_tqdm=True,
+        gradient_checkpointing=False,  # a 1 M-parameter policy: recomputation only costs time
+        use_cpu=not torch.cuda.is_available(),
+    )
+
+
+def _condition(config: Config, name: str) -> tuple[str, float, float]:
+    return next(tuple(c) for c in config.conditions if c[0] == name)
+
+
+def _curves(log_history: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Per-step training logs: the rollouts' ground truth, reward and both KLs."""
+    keys = {"hack_rate": "hack_rate", "true_success": "true_success", "reward": "reward",
+            "prompt_kl": "prompt_kl", "response_kl": "response_kl"}  # fmt: skip
+    rows = [entry for entry in log_history if "reward" in entry]
+
+    def value(row: dict[str, Any], key: str) -> float | None:  # None: not logged at that step
+        number = row.get(key)
+        return float(number) if number is not None and math.isfinite(float(number)) else None
+
+    return {name: [value(row, key) for row in rows] for name, key in keys.items()} | {
+        "step": [float(row["step"]) for row in rows]
+    }
+
+
+def _array(values: list[float | None]) -> np.ndarray:
+    return np.array([math.nan if v is None else v for v in values], dtype=float)
+
+
+def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
+    torch.set_flush_denormal(True)
+    torch.set_num_threads(1)  # generation on a busy 2-core machine: two threads were 25x slower
+    from datasets import Dataset
+    from transformers.trainer_callback import PrinterCallback
+
+    from mixlab.llm_efficiency.prompt_kl.trainer import PromptKLGRPOTrainer
+
+    policies = {task: sft_policy(config.policy_config(task)) for task in config.tasks}
+    digits = config.policy_config(config.tasks[0]).digits
+    test_sets = {task: examples(task, config.n_test, TEST_SEED, **digits) for task in config.tasks}
+    train_sets = {
+        task: examples(task, config.n_train, TRAIN_SEED, **digits) for task in config.tasks
+    }
+
+    def fresh_policy(task: str) -> Any:
+        model, _ = sft_policy(config.policy_config(task))
+        return model
+
+    def train(cell: dict[str, Any]) -> dict[str, Any]:
+        task, seed = cell["task"], cell["seed"]
+        tokenizer = policies[task][1]
+        run_dir = out_dir / "runs" / f"{task}-{cell['condition'].replace(' ', '_')}-{seed}"
+        trainer = PromptKLGRPOTrainer(
+            model=fresh_policy(task),
+            reward_funcs=ProxyReward(task),
+            args=_grpo_args(config, cell, run_dir),
+            train_dataset=Dataset.from_list([e.row() for e in train_sets[task]]),
+            processing_class=tokenizer,
+        )
+        trainer.remove_callback(
+            PrinterCallback
+        )  # the per-step logs go to the result, not the console
+        has_checkpoint = any(run_dir.glob("checkpoint-*"))
+        trainer.train(resume_from_checkpoint=True if has_checkpoint else None)
+        model = trainer.model.eval()
+        measured = evaluate_policy(
+            model, tokenizer, task, test_sets[task], **_eval_kwargs(config, seed)
+        )
+        if cell["condition"] == "no KL":
+            model.save_pretrained(out_dir / "policies" / f"{task}-{seed}")
+        shutil.rmtree(run_dir, ignore_errors=True)  # the outcome is saved by run_cells
+        return {**cell, **measured, "curves": _curves(trainer.state.log_history)}
+
+    def diagnose(cell: dict[str, Any]) -> dict[str, Any]:
+        from transformers import AutoModelForCausalLM
+
+        task, seed = cell["task"], cell["seed"]
+        reference, tokenizer = policies[task]
+        policy = AutoModelForCausalLM.from_pretrained(
+            out_dir / "policies" / f"{task}-{seed}"
+        ).eval()
+        kwargs = _eval_kwargs(config, seed)
+        prompts = [e.prompt for e in train_sets[task][:256]]
+        direction = activation_difference(policy, reference, tokenizer, prompts, config.steer_layer)
+        front = []
+        for where in ("prompt", "response"):
+            for alpha in (0.0, *config.steer_alphas):
+                with steer(policy, direction, alpha, config.steer_layer, where) as generate:
+                    point = evaluate_policy(
+                        policy, tokenizer, task, test_sets[task], generate=generate, **kwargs
+                    )
+                front.append({"where": where, "alpha": alpha, **point})
+
+        def swapped(prompt_model: Any, response_model: Any) -> dict[str, float]:
+            def generate(ids: torch.Tensor, mask: torch.Tensor, **kw: Any) -> torch.Tensor:
+                return swap_generate(prompt_model, response_model, ids, mask, **kw)
+
+            return evaluate_policy(
+                response_model, tokenizer, task, test_sets[task], generate=generate, **kwargs
+            )
+
+        return {
+            **cell,
+            "front": front,
+            "swap_reference_prompt": swapped(reference, policy),
+            "swap_policy_prompt": swapped(policy, reference),
+        }
+
+    def baseline(cell: dict[str, Any]) -> dict[str, Any]:
+        from transformers import LlamaForCausalLM
+
+        task = cell["task"]
+        model, tokenizer = policies[task]
+        if cell["system"] == "untrained":
+            torch.manual_seed(config.seed)
+            model = LlamaForCausalLM(model.config).eval()
+        return {
+            **cell,
+            **evaluate_policy(
+                model, tokenizer, task, test_sets[task], **_eval_kwargs(config, config.seed)
+            ),
+        }
+
+    seeds = [config.seed + s for s in range(config.n_seeds)]
+    base_cells = [{"task": t, "system": s} for t in config.tasks for s in ("sft", "untrained")]
+    train_cells = [
+        {"task": t, "condition": c[0], "seed": s}
+        for t in config.tasks
+        for c in config.conditions
+        for s in seeds
+    ]
+    diagnose_cells = [
+        {"task": t, "seed": s, "diagnostic": True} for t in config.tasks for s in seeds
+    ]
+
+    def run_cell(cell: dict[str, Any]) -> dict[str, Any]:
+        if "system" in cell:
+            return baseline(cell)
+        return diagnose(cell) if cell.get("diagnostic") else train(cell)
+
+    done = run_cells(
+        out_dir,
+        config,
+        base_cells + train_cells + diagnose_cells,
+        run_cell,
+        resume=resume,
+        label="prompt_kl",
+    )
+    write_json_atomic(out_dir / "cells.json", done, indent=1)
+    metrics = summarise(done, config)
+    _plot(done, config, out_dir)
+    checks, tested = [], []
+    for task in config.tasks:
+        task_claims = claims(metrics, task, config) if task != CONTROL else []
+        tested += task_claims
+        checks += [
+            check.gating(*task_claims) if task_claims else check
+            for check in regime(metrics, task, config)
+        ]
+    return Result(metrics=metrics, claims=tested, regime=checks)
+
+
+def _key(system: str, task: str, config: Config) -> str:
+    return system if task == config.tasks[0] else f"{task}/{system}"
+
+
+def summarise(done: list[dict[str, Any]], config: Config) -> dict[str, dict[str, Any]]:
+    """One row per task and system: the SFT and untrained policies, every condition (mean and
+    std over seeds, final training KLs), the steering points and both swaps (means over the
+    no-KL seeds)."""
+    empty = {m: None for m in METRICS} | {f"{m}_std": None for m in METRICS}
+    empty |= {"prompt_kl": None, "response_kl": None, "n_seeds": None}
+
+    def row(
+        values: list[dict[str, Any]], kls: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        out = dict(empty, n_seeds=len(values))
+        for m in METRICS:
+            finite = [v[m] for v in values if v[m] is not None and math.isfinite(v[m])]
+            if finite:  # the control task has no uncued prompts
+                out[m], out[f"{m}_std"] = mean_std(finite)
+        if kls:  # the mean of the last tenth of the steps, over seeds
+            for k in ("prompt_kl", "response_kl"):
+                tails = [np.nanmean(_array(c[k])[-max(1, len(c[k]) // 10) :]) for c in kls]
+                out[k] = None if np.isnan(tails).all() else float(np.nanmean(tails))
+        return out
+
+    metrics: dict[str, dict[str, Any]] = {}
+    for task in config.tasks:
+        for system in ("sft", "untrained"):
+            cell = next(d for d in done if d.get("system") == system and d["task"] == task)
+            metrics[_key(system, task, config)] = row([cell])
+        for name, _, _ in config.conditions:
+            cells = [d for d in done if d.get("condition") == name and d["task"] == task]
+            metrics[_key(name, task, config)] = row(cells, [c["curves"] for c in cells])
+        diagnosed = [d for d in done if d.get("diagnostic") and d["task"] == task]
+        for where in ("prompt", "response"):
+            for alpha in config.steer_alphas:
+                points = [
+                    p
+                    for d in diagnosed
+                    for p in d["front"]
+                    if p["where"] == where and p["alpha"] == alpha
+                ]
+                metrics[_key(f"steer {where} a={alpha:g}", task, config)] = row(points)
+        for swap in ("swap_reference_prompt", "swap_policy_prompt"):
+            metrics[_key(swap.replace("_", " "), task, config)] = row([d[swap] for d in diagnosed])
+    return metrics
+
+
+def _dominated(point: dict[str, Any], front: list[dict[str, Any]]) -> bool:
+    """Some point of ``front`` hacks no more and succeeds no less than ``point``."""
+    return any(
+        p["hack_rate"] <= point["hack_rate"] and p["true_success"] >= point["true_success"]
+        for p in front
+    )
+
+
+def regime(metrics: dict[str, dict[str, Any]], task: str, config: Config) -> list[Claim]:
+    """Can this task show hacking and its prevention? Margins fixed in advance (issue 20)."""
+    sft, untrained = metrics[_key("sft", task, config)], metrics[_key("untrained", task, config)]
+    no_kl = metrics[_key("no KL", task, config)]
+    return [
+        Claim.all_of(
+            f"{task}: the SFT policy's true success is at least {config.min_sft_success:.0%} and "
+            f"{config.min_sft_margin * 100:.0f} points above an untrained policy's",
+            [
+                Claim.compare(
+                    "SFT",
+                    sft["true_success"],
+                    ">=",
+                    config.min_sft_success,
+                    value_label="SFT true success",
+                ),
+                Claim.compare(
+                    "margin",
+                    sft["true_success"],
+                    ">=",
+                    untrained["true_success"] + config.min_sft_margin,
+                    value_label="SFT true success",
+                    reference_label=f"untrained + {config.min_sft_margin}",
+                ),
+            ],
+        ),
+        Claim.compare(
+            f"{task}: GRPO without KL hacks at least {config.min_hack_rate:.0%} of the cued test "
+            "prompts",
+            no_kl["hack_rate"],
+            ">=",
+            config.min_hack_rate,
+            value_label="no-KL hack rate",
+        ),
+    ]
+
+
+def claims(metrics: dict[str, dict[str, Any]], task: str, config: Config) -> list[Claim]:
+    def get(system: str) -> dict[str, Any] | None:
+        return metrics.get(_key(system, task, config))
+
+    out = []
+    no_kl, prompt = get("no KL"), get("prompt KL 0.1")
+    if prompt is not None:
+        out.append(
+            Claim.all_of(
+                f"{task}: prompt KL at beta_p = 0.1 keeps the hack rate under "
+                f"{PROMPT_KL_HACK:.0%} (paper: under 3%) with true success within "
+                f"{KEEP_SUCCESS * 100:.0f} points of no KL's or above",
+                [
+                    Claim.compare(
+                        "hack rate",
+                        prompt["hack_rate"],
+                        "<",
+                        PROMPT_KL_HACK,
+                        value_label="prompt-KL hack rate",
+                    ),
+                    Claim.compare(
+                        "true success",
+                        prompt["true_success"],
+                        ">=",
+                        no_kl["true_success"] - KEEP_SUCCESS,
+                        value_label="prompt-KL true success",
+                        reference_label=f"no KL's - {KEEP_SUCCESS}",
+                    ),
+                ],
+            )
+        )
+        responses = [c[0] for c in config.conditions if c[1] > 0 and c[2] == 0]
+        if responses:
+            out.append(
+                Claim.all_of(
+                    f"{task}: every response-KL setting hacks more than prompt KL 0.1 or loses more "
+                    f"than {RESPONSE_KL_COST * 100:.0f} points of its true success",
+                    [
+                        Claim.compare(
+                            name,
+                            max(
+                                get(name)["hack_rate"] - prompt["hack_rate"],
+                                (prompt["true_success"] - RESPONSE_KL_COST)
+                                - get(name)["true_success"],
+                            ),
+                            ">",
+                            0.0,
+                            value_label="max(hack-rate excess, true-success loss beyond 5 points)",
+                        )
+                        for name in responses
+                    ],
+                )
+            )
+    steered = {
+        where: [get(f"steer {where} a={a:g}") for a in config.steer_alphas]
+        for where in ("prompt", "response")
+    }
+    dominated = [_dominated(p, steered["prompt"]) for p in steered["response"]]
+    out.append(
+        Claim.compare(
+            f"{task}: prompt-space steering Pareto-dominates response-space steering on (hack "
+            "rate, true success): every response-steering point is matched or beaten by a "
+            "prompt-steering one",
+            float(np.mean(dominated)),
+            ">=",
+            1.0,
+            value_label="share of response points dominated",
+        )
+    )
+    swap_ref, swap_policy = get("swap reference prompt"), get("swap policy prompt")
+    out.append(
+        Claim.all_of(
+            f"{task}: swapping prompt encodings moves hacking both ways",
+            [
+                Claim.compare(
+                    "reference prompt, policy response",
+                    swap_ref["hack_rate"],
+                    "<=",
+                    SWAP_CUT * no_kl["hack_rate"],
+                    value_label="hack rate",
+                    reference_label=f"{SWAP_CUT} x no-KL policy's",
+                ),
+                Claim.compare(
+                    "policy prompt, reference response",
+                    swap_policy["hack_rate"],
+                    ">",
+                    get("sft")["hack_rate"],
+                    value_label="hack rate",
+                    reference_label="SFT policy's",
+                ),
+            ],
+        )
+    )
+    return out
+
+
+def _plot(done: list[dict[str, Any]], config: Config, out_dir: Path) -> None:
+    task = config.tasks[0]
+    for metric, name in (("hack_rate", "hack_rate_over_steps.png"),
+                         ("true_success", "true_success_over_steps.png")):  # fmt: skip
+        series = {}
+        for condition, _, _ in config.conditions:
+            curves = [
+                d["curves"] for d in done if d.get("condition") == condition and d["task"] == task
+            ]
+            values = np.nanmean(np.stack([_array(c[metric]) for c in curves]), axis=0)
+            window = 10  # rollouts of 1-2 cued prompts per step: smooth over 10 steps
+            smooth = np.convolve(np.nan_to_num(values), np.ones(window) / window, mode="valid")
+            series[condition] = (list(range(window, window + len(smooth))), smooth.tolist())
+        line_plot(
+            out_dir / name,
+            series,
+            xlabel="GRPO step",
+            ylabel=f"{metric.replace('_', ' ')} of the rollouts (10-step mean)",
+            title=f"{task}: {metric.replace('_', ' ')} over training (mean over seeds)",
+        )
+    diagnosed = [d for d in done if d.get("diagnostic") and d["task"] == task]
+    series = {}
+    for where in ("prompt", "response"):
+        points = []
+        for alpha in (0.0, *config.steer_alphas):
+            at = [
+                p
+                for d in diagnosed
+                for p in d["front"]
+                if p["where"] == where and p["alpha"] == alpha
+            ]
+            points.append(
+                (np.mean([p["hack_rate"] for p in at]), np.mean([p["true_success"] for p in at]))
+            )
+        series[f"steer at {where} positions"] = ([p[0] for p in points], [p[1] for p in points])
+    line_plot(
+        out_dir / "steering_fronts.png",
+        series,
+        xlabel="hack rate (cued test prompts)",
+        ylabel="true success (test)",
+        title=f"{task}: steering the no-KL policy (alpha 0 to {max(config.steer_alphas):g})",
+    )

@@ -1,0 +1,150 @@
+"""The SFT policy RL starts from (trained once, cached) and how a policy is scored on a task."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from mixlab.llm_efficiency.lm import LMConfig
+from mixlab.llm_efficiency.prompt_kl.tasks import Example, get_task, grade, sft_texts
+from mixlab.llm_efficiency.reasoning import EOS, cached_text_lm, fit_text_lm
+from mixlab.shared import require
+
+__all__ = ["PolicyConfig", "evaluate_policy", "sample_completions", "sft_policy"]
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """A tiny Llama (byte tokenizer of :mod:`..reasoning`) trained on ``n_demos``
+    demonstrations of ``task``, the exploit shown on ``exploit_fraction`` of the cued prompts.
+
+    The defaults (0.9 M parameters, 1,500 steps of 16 × 128 tokens) train in about 6 minutes on
+    2 CPU cores."""
+
+    task: str = "test_override"
+    lm: LMConfig = field(
+        default_factory=lambda: LMConfig(
+            hidden_size=128, layers=4, heads=4, intermediate_size=384, seq_len=128,
+            steps=1_500, batch_size=16, lr=3e-3,
+        )
+    )  # fmt: skip
+    n_demos: int = 40_000
+    exploit_fraction: float = 0.05
+    min_digits: int = 4
+    max_digits: int = 8
+
+    def __post_init__(self) -> None:
+        get_task(self.task)
+        require(isinstance(self.lm, LMConfig), "lm", "an LMConfig", self.lm)
+        require(
+            isinstance(self.n_demos, int) and self.n_demos >= 1, "n_demos", "an integer >= 1",
+            self.n_demos,
+        )  # fmt: skip
+        require(
+            isinstance(self.exploit_fraction, float) and 0.0 <= self.exploit_fraction <= 1.0,
+            "exploit_fraction",
+            "a number in [0, 1]",
+            self.exploit_fraction,
+        )
+
+    @property
+    def digits(self) -> dict[str, int]:
+        return {"min_digits": self.min_digits, "max_digits": self.max_digits}
+
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def sft_policy(config: PolicyConfig, device: torch.device | str = "cpu") -> tuple[Any, Any]:
+    """``(model, tokenizer)``: the SFT policy of ``config`` from the mixlab cache, trained first
+    when absent (a killed training resumes)."""
+
+    def train(folder: Any) -> None:
+        texts = sft_texts(
+            config.task,
+            config.n_demos,
+            config.lm.seed,
+            exploit_fraction=config.exploit_fraction,
+            **config.digits,
+        )
+        fit_text_lm(
+            config.lm,
+            [t + EOS for t in texts],
+            folder,
+            marker={"tokenizer": "reasoning", "config": asdict(config)},
+            what=f"training the SFT policy ({config.task})",
+        )
+
+    return cached_text_lm(f"prompt-kl-sft-{config.key()}", train, device)
+
+
+@torch.no_grad()
+def sample_completions(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[str],
+    *,
+    samples: int = 1,
+    seed: int = 0,
+    temperature: float = 1.0,
+    max_new_tokens: int = 12,
+    batch_size: int = 256,
+    generate: Any = None,
+) -> list[list[str]]:
+    """``samples`` sampled completions (text, special tokens dropped) per prompt, from a fixed
+    seed; ``generate(ids, mask, **kwargs)`` replaces ``model.generate`` (steering, swaps)."""
+    require(math.isfinite(temperature) and temperature > 0, "temperature", "> 0", temperature)
+    if generate is None:
+
+        def generate(ids: torch.Tensor, mask: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+            return model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+
+    torch.manual_seed(seed)
+    rows = [p for p in prompts for _ in range(samples)]
+    texts: list[str] = []
+    for start in range(0, len(rows), batch_size):
+        batch = tokenizer(rows[start : start + batch_size], return_tensors="pt", padding=True)
+        batch = batch.to(model.device)
+        out = generate(
+            batch["input_ids"],
+            batch["attention_mask"],
+            do_sample=True,
+            temperature=temperature,
+            top_k=0,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        texts += tokenizer.batch_decode(
+            out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True
+        )
+    return [texts[i * samples : (i + 1) * samples] for i in range(len(prompts))]
+
+
+def evaluate_policy(
+    model: Any, tokenizer: Any, task: str, examples: list[Example], **kwargs: Any
+) -> dict[str, float | None]:
+    """Hack rate (on cued prompts), the exploit's rate on uncued ones (None when there are
+    none), true success and proxy reward of sampled completions (``kwargs``:
+    :func:`sample_completions`)."""
+    task_ = get_task(task)
+    completions = sample_completions(model, tokenizer, [e.prompt for e in examples], **kwargs)
+    grades = [
+        (e, grade(task_, c, e.answer, e.cued)) for e, cs in zip(examples, completions, strict=True)
+        for c in cs
+    ]  # fmt: skip
+    cued = [g["is_hack"] for e, g in grades if e.cued]
+    uncued = [float(task_.loophole(c)) for e, cs in zip(examples, completions, strict=True)
+              if not e.cued for c in cs]  # fmt: skip
+    return {
+        "hack_rate": float(np.mean(cued)) if cued else None,
+        "exploit_rate_uncued": float(np.mean(uncued)) if uncued else None,
+        "true_success": float(np.mean([g["true_success"] for _, g in grades])),
+        "proxy_reward": float(np.mean([g["proxy"] for _, g in grades])),
+    }
