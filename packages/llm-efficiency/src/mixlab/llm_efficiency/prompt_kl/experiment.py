@@ -83,6 +83,7 @@ def _grpo_args(config: Config, cell: dict[str, Any], out_dir: Path) -> Any:
         disable_tqdm=True,
         gradient_checkpointing=False,  # a 1 M-parameter policy: recomputation only costs time
         use_cpu=not torch.cuda.is_available(),
+        bf16=torch.cuda.is_available(),  # TRL's default bf16 autocast is slower on a CPU
     )
 
 
@@ -111,13 +112,15 @@ def _array(values: list[float | None]) -> np.ndarray:
 
 def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     torch.set_flush_denormal(True)
-    torch.set_num_threads(1)  # generation on a busy 2-core machine: two threads were 25x slower
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback
 
     from mixlab.llm_efficiency.prompt_kl.trainer import PromptKLGRPOTrainer
 
     policies = {task: sft_policy(config.policy_config(task)) for task in config.tasks}
+    # the RL steps are many small ops (one thread as fast as two); generation on a busy 2-core
+    # machine ran 25x slower with two threads
+    torch.set_num_threads(1)
     digits = config.policy_config(config.tasks[0]).digits
     test_sets = {task: examples(task, config.n_test, TEST_SEED, **digits) for task in config.tasks}
     train_sets = {

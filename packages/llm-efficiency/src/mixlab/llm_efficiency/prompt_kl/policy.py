@@ -24,18 +24,19 @@ class PolicyConfig:
     """A tiny Llama (byte tokenizer of :mod:`..reasoning`) trained on ``n_demos``
     demonstrations of ``task``, the exploit shown on ``exploit_fraction`` of the cued prompts.
 
-    The defaults (0.9 M parameters, 1,500 steps of 16 × 128 tokens) train in about 6 minutes on
-    2 CPU cores."""
+    The defaults (0.9 M parameters, 1,200 steps of 16 × 128 tokens) train in about 6 minutes on
+    2 CPU cores; the exploit on a tenth of the cued demonstrations gives the policy a hack rate
+    of about 10 % there, which GRPO without a KL raises to about 80 % within 60 steps."""
 
     task: str = "test_override"
     lm: LMConfig = field(
         default_factory=lambda: LMConfig(
             hidden_size=128, layers=4, heads=4, intermediate_size=384, seq_len=128,
-            steps=1_500, batch_size=16, lr=3e-3,
+            steps=1_200, batch_size=16, lr=3e-3,
         )
     )  # fmt: skip
     n_demos: int = 40_000
-    exploit_fraction: float = 0.05
+    exploit_fraction: float = 0.1
     min_digits: int = 4
     max_digits: int = 8
 

@@ -146,9 +146,15 @@ def exact_kl(policy_logps: torch.Tensor, ref_logps: torch.Tensor, direction: str
     return (ref_logps.exp() * (ref_logps - policy_logps)).sum(-1)
 
 
+def _causal_lm(model: Any) -> Any:
+    """The transformers causal LM inside a PEFT wrapper (its adapters stay in place)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def _logits(model: Any, hidden: torch.Tensor) -> torch.Tensor:
     """The LM head on final hidden states, with the logit scaling and soft-capping some
     configs ask for (Gemma 2, Cohere, Granite), as the models' own forward does."""
+    model = _causal_lm(model)
     logits = model.get_output_embeddings()(hidden)
     config = model.config.get_text_config()
     if (scale := getattr(config, "logit_scale", None)) is not None:
@@ -164,9 +170,11 @@ def _hidden(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Final hidden states, with position ids counted from each row's first real token (so a
     prompt reads the same however much left padding its batch has)."""
     positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
-    return model.base_model(
-        input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False
-    ).last_hidden_state
+    return (
+        _causal_lm(model)
+        .base_model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False)
+        .last_hidden_state
+    )
 
 
 def prompt_logps(
