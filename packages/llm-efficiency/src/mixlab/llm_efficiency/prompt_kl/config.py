@@ -18,6 +18,17 @@ if TYPE_CHECKING:
     from mixlab.llm_efficiency.prompt_kl.policy import PolicyConfig
 
 TASK_NAMES = ("test_override", "keyword", "format", "control")
+ALL_CONDITIONS = (
+    ("no KL", 0.0, 0.0),
+    ("response KL 0.04", 0.04, 0.0),
+    ("response KL 0.1", 0.1, 0.0),
+    ("response KL 0.3", 0.3, 0.0),
+    ("prompt KL 0.01", 0.0, 0.01),
+    ("prompt KL 0.1", 0.0, 0.1),
+    ("prompt KL 1", 0.0, 1.0),
+    ("both 0.1", 0.1, 0.1),
+)
+"""the issue's conditions: no KL, response KL, prompt KL, both"""
 
 
 def _condition(value: object) -> bool:
@@ -48,8 +59,10 @@ def _numbers(values: object) -> bool:
 class Config(ExperimentConfig):
     """Defaults are the quick profile: the test-override task, no KL against response KL 0.1
     and prompt KL 0.1, 3 seeds of 100 GRPO steps (2 prompts x 8 rollouts) from a cached SFT
-    policy (0.9 M parameters, trained once in about 6 minutes on 2 CPU cores). Full: every task
-    and condition, 5 seeds, a d 512 policy (one large GPU)."""
+    policy (0.9 M parameters, trained once in about 6 minutes on 2 CPU cores; the runs take
+    about 6 more). Sweep: the same with every condition of the issue (response KL 0.04, 0.1,
+    0.3; prompt KL 0.01, 0.1, 1; both), about 20 minutes. Full: every task and condition, 5
+    seeds, a d 512 policy (one large GPU)."""
 
     tasks: tuple[str, ...] = ("test_override",)
     """hackable tasks (:data:`mixlab.llm_efficiency.prompt_kl.tasks.TASKS`)"""
@@ -62,7 +75,7 @@ class Config(ExperimentConfig):
     seeds"""
     n_seeds: int = 3
     """RL seeds per task and condition"""
-    steps: int = 60
+    steps: int = 100
     """GRPO steps per run"""
     prompts_per_step: int = 2
     """prompts per GRPO step"""
@@ -102,18 +115,10 @@ class Config(ExperimentConfig):
 
     PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {},
+        "sweep": {"conditions": ALL_CONDITIONS},
         "full": {
             "tasks": TASK_NAMES,
-            "conditions": (
-                ("no KL", 0.0, 0.0),
-                ("response KL 0.04", 0.04, 0.0),
-                ("response KL 0.1", 0.1, 0.0),
-                ("response KL 0.3", 0.3, 0.0),
-                ("prompt KL 0.01", 0.0, 0.01),
-                ("prompt KL 0.1", 0.0, 0.1),
-                ("prompt KL 1", 0.0, 1.0),
-                ("both 0.1", 0.1, 0.1),
-            ),
+            "conditions": ALL_CONDITIONS,
             "n_seeds": 5,
             "steps": 300,
             "prompts_per_step": 4,
