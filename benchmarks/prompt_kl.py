@@ -47,7 +47,7 @@ DEDUP_MIN = 4.0
 """claim: computing the prompt KL once per distinct prompt is at least 4x faster (G = 8)"""
 
 
-def _model(kind: str) -> tuple[Any, Any, list[dict[str, Any]]]:
+def _model(kind: str, folder: str = "") -> tuple[Any, Any, list[dict[str, Any]]]:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from mixlab.llm_efficiency.prompt_kl.config import Config
@@ -64,10 +64,15 @@ def _model(kind: str) -> tuple[Any, Any, list[dict[str, Any]]]:
         num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=256,
         pad_token_id=256, eos_token_id=257,
     )  # fmt: skip
+    if folder:  # TRL's response KL loads its reference from the policy's folder
+        LlamaForCausalLM(config).save_pretrained(Path(folder) / "wide")
+        model = LlamaForCausalLM.from_pretrained(Path(folder) / "wide")
+    else:
+        model = LlamaForCausalLM(config)
     rows = []
     for e in examples("test_override", 256, 1):
         rows.append(e.row() | {"prompt": (e.prompt + " ") * (128 // (len(e.prompt) + 1))})
-    return LlamaForCausalLM(config), reasoning_tokenizer(), rows
+    return model, reasoning_tokenizer(), rows
 
 
 def _train(system: str, kind: str, steps: int, out: str) -> dict[str, float]:
@@ -79,7 +84,7 @@ def _train(system: str, kind: str, steps: int, out: str) -> dict[str, float]:
 
     from mixlab.llm_efficiency.prompt_kl import PromptKLConfig, PromptKLGRPOTrainer, ProxyReward
 
-    model, tokenizer, rows = _model(kind)
+    model, tokenizer, rows = _model(kind, out)
     common = dict(
         output_dir=out, per_device_train_batch_size=PROMPTS * GENERATIONS,
         num_generations=GENERATIONS, max_completion_length=16, learning_rate=1e-5,

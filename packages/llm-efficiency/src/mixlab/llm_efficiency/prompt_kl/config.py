@@ -113,6 +113,14 @@ class Config(ExperimentConfig):
     min_hack_rate: float = 0.5
     """regime: the no-KL runs' mean test hack rate reaches this"""
 
+    ALLOWED_EDGE_VALUES: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "steer_layer": (0,),  # the first decoder block is a block like any other
+        "exploit_fraction": (0, 0.0),  # no exploit shown: RL must find it unaided
+        "warmup_ratio": (0, 0.0),  # no warm-up
+        "min_sft_margin": (0, 0.0),  # regime margins of zero: the check only asks for >=
+        "min_sft_success": (0, 0.0),
+        "min_hack_rate": (0, 0.0),
+    }
     PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {},
         "sweep": {"conditions": ALL_CONDITIONS},
@@ -174,7 +182,7 @@ class Config(ExperimentConfig):
             self.hidden_size,
         )
         require(
-            isinstance(self.steer_layer, int) and 0 <= self.steer_layer < self.layers,
+            is_count(self.steer_layer, 0) and self.steer_layer < self.layers,
             "steer_layer",
             f"a block index in [0, {self.layers})",
             self.steer_layer,
