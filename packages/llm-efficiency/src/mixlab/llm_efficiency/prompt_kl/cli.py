@@ -86,6 +86,7 @@ def train(
     prompts_per_step: int = 2,
     num_generations: int = 8,
     lr: float = 3e-4,
+    warmup: Annotated[float, typer.Option(help="share of the steps that warm the lr up")] = 0.1,
     max_new_tokens: MaxNew = 12,
     n_train: Annotated[int, typer.Option(help="training prompts")] = 2000,
     seed: int = 0,
@@ -104,37 +105,33 @@ def train(
         check_count(value, option)
     check_count(num_generations, "--num-generations", minimum=2)
     check_number(lr, "--lr", 0 < lr < 1, "a number in (0, 1)")
+    check_number(warmup, "--warmup", 0 <= warmup < 1, "a number in [0, 1)")
     check_seed(seed)
     check_output_folder(out, "--out")
     policy, tokenizer = _load(model, "--model")
 
-    import torch
     from datasets import Dataset
 
     from mixlab.llm_efficiency.prompt_kl.experiment import TRAIN_SEED
+    from mixlab.llm_efficiency.prompt_kl.policy import grpo_config
     from mixlab.llm_efficiency.prompt_kl.tasks import ProxyReward, examples
-    from mixlab.llm_efficiency.prompt_kl.trainer import PromptKLConfig, PromptKLGRPOTrainer
+    from mixlab.llm_efficiency.prompt_kl.trainer import PromptKLGRPOTrainer
 
-    args = PromptKLConfig(
-        output_dir=str(out),
-        per_device_train_batch_size=prompts_per_step * num_generations,
+    args = grpo_config(
+        out,
+        steps=steps,
+        prompts_per_step=prompts_per_step,
         num_generations=num_generations,
         max_completion_length=max_new_tokens,
         learning_rate=lr,
-        max_steps=steps,
-        beta=beta_response,
-        prompt_kl_beta=beta_prompt,
+        warmup_ratio=warmup,
+        beta_response=beta_response,
+        beta_prompt=beta_prompt,
+        seed=seed,
         prompt_kl_direction=direction,
         prompt_kl_positions=positions,
-        temperature=1.0,
-        seed=seed,
         logging_steps=10,
-        save_steps=max(1, steps // 4),
-        save_total_limit=1,
-        report_to=[],
-        gradient_checkpointing=False,
-        use_cpu=not torch.cuda.is_available(),
-        bf16=torch.cuda.is_available(),  # TRL's default bf16 autocast is slower on a CPU
+        disable_tqdm=False,
     )
     trainer = PromptKLGRPOTrainer(
         model=policy,

@@ -32,7 +32,7 @@ from mixlab.llm_efficiency.prompt_kl.diagnostics import (
     steer,
     swap_generate,
 )
-from mixlab.llm_efficiency.prompt_kl.policy import evaluate_policy, sft_policy
+from mixlab.llm_efficiency.prompt_kl.policy import evaluate_policy, grpo_config, sft_policy
 from mixlab.llm_efficiency.prompt_kl.tasks import ProxyReward, examples
 from mixlab.shared import Claim, Result, line_plot, mean_std, run_cells
 from mixlab.shared.files import write_json_atomic
@@ -59,31 +59,18 @@ def _eval_kwargs(config: Config, seed: int) -> dict[str, Any]:
 
 
 def _grpo_args(config: Config, cell: dict[str, Any], out_dir: Path) -> Any:
-    from mixlab.llm_efficiency.prompt_kl.trainer import PromptKLConfig
-
     _, beta_response, beta_prompt = _condition(config, cell["condition"])
-    return PromptKLConfig(
-        output_dir=str(out_dir),
-        per_device_train_batch_size=config.prompts_per_step * config.num_generations,
+    return grpo_config(
+        out_dir,
+        steps=config.steps,
+        prompts_per_step=config.prompts_per_step,
         num_generations=config.num_generations,
         max_completion_length=config.max_completion_length,
         learning_rate=config.learning_rate,
-        warmup_steps=config.warmup_ratio,  # a float below 1: a share of max_steps
-        max_steps=config.steps,
-        beta=beta_response,
-        prompt_kl_beta=beta_prompt,
-        temperature=1.0,
-        top_k=0,
+        warmup_ratio=config.warmup_ratio,
+        beta_response=beta_response,
+        beta_prompt=beta_prompt,
         seed=cell["seed"],
-        logging_steps=1,
-        save_strategy="steps",
-        save_steps=max(1, config.steps // 4),
-        save_total_limit=1,
-        report_to=[],
-        disable_tqdm=True,
-        gradient_checkpointing=False,  # a 1 M-parameter policy: recomputation only costs time
-        use_cpu=not torch.cuda.is_available(),
-        bf16=torch.cuda.is_available(),  # TRL's default bf16 autocast is slower on a CPU
     )
 
 

@@ -16,7 +16,7 @@ from mixlab.llm_efficiency.prompt_kl.tasks import Example, get_task, grade, sft_
 from mixlab.llm_efficiency.reasoning import EOS, cached_text_lm, fit_text_lm
 from mixlab.shared import require
 
-__all__ = ["PolicyConfig", "evaluate_policy", "sample_completions", "sft_policy"]
+__all__ = ["PolicyConfig", "evaluate_policy", "grpo_config", "sample_completions", "sft_policy"]
 
 
 @dataclass(frozen=True)
@@ -149,3 +149,47 @@ def evaluate_policy(
         "true_success": float(np.mean([g["true_success"] for _, g in grades])),
         "proxy_reward": float(np.mean([g["proxy"] for _, g in grades])),
     }
+
+
+def grpo_config(
+    output_dir: str | Any,
+    *,
+    steps: int,
+    prompts_per_step: int,
+    num_generations: int,
+    max_completion_length: int,
+    learning_rate: float,
+    warmup_ratio: float,
+    beta_response: float,
+    beta_prompt: float,
+    seed: int,
+    **options: Any,
+) -> Any:
+    """The :class:`PromptKLConfig` the experiment and ``mixlab-llm prompt_kl train`` both train
+    with: pure sampling at temperature 1, a linear warm-up, four checkpoints a run, and on a CPU
+    neither bf16 autocast (about 4x slower there) nor activation checkpointing (a small policy
+    only pays its recomputation). ``options``: any other field (``prompt_kl_direction``, ...)."""
+    from mixlab.llm_efficiency.prompt_kl.trainer import PromptKLConfig
+
+    defaults = {"logging_steps": 1, "disable_tqdm": True, "report_to": []}
+    return PromptKLConfig(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=prompts_per_step * num_generations,
+        num_generations=num_generations,
+        max_completion_length=max_completion_length,
+        learning_rate=learning_rate,
+        warmup_steps=warmup_ratio,  # a float below 1: a share of max_steps
+        max_steps=steps,
+        beta=beta_response,
+        prompt_kl_beta=beta_prompt,
+        temperature=1.0,
+        top_k=0,
+        seed=seed,
+        save_strategy="steps",
+        save_steps=max(1, steps // 4),
+        save_total_limit=1,
+        gradient_checkpointing=False,
+        use_cpu=not torch.cuda.is_available(),
+        bf16=torch.cuda.is_available(),
+        **(defaults | options),
+    )

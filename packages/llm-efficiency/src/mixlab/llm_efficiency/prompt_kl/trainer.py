@@ -166,10 +166,15 @@ def _logits(model: Any, hidden: torch.Tensor) -> torch.Tensor:
     return logits
 
 
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids counted from each row's first real token, so that a prompt reads the same
+    however much left padding its batch has."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
 def _hidden(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Final hidden states, with position ids counted from each row's first real token (so a
-    prompt reads the same however much left padding its batch has)."""
-    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    """Final hidden states (position ids from :func:`_positions`)."""
+    positions = _positions(mask)
     return (
         _causal_lm(model)
         .base_model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False)
@@ -184,8 +189,7 @@ def prompt_logps(
     prompt positions ``0 .. P-2`` in chunks of ``chunk_size`` positions (``None``: all at once,
     through the model's own forward)."""
     if chunk_size is None:
-        positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).logits
         yield slice(0, ids.shape[1] - 1), logits[:, :-1].float().log_softmax(-1)
         return
     hidden = _hidden(model, ids, mask)[:, :-1]
@@ -281,10 +285,9 @@ class PromptKLGRPOTrainer(GRPOTrainer):
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
         from accelerate.utils import is_peft_model
 
-        self._peft_reference = ref_model is None and is_peft_model(self.model)
         if ref_model is not None:
             self.prompt_kl_ref = ref_model
-        elif self._peft_reference:
+        elif is_peft_model(self.model):
             self.prompt_kl_ref = None  # the policy with its adapter disabled
         elif self.ref_model is not None:
             self.prompt_kl_ref = self.ref_model  # TRL's own frozen copy (beta > 0)
