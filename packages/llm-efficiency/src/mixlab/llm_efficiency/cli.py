@@ -6,6 +6,7 @@ from typing import Annotated
 import typer
 
 from mixlab.llm_efficiency.gss.cli import app as gss_app
+from mixlab.llm_efficiency.margo.cli import app as margo_app
 from mixlab.llm_efficiency.mobiquant.cli import app as mobiquant_app
 from mixlab.llm_efficiency.prompt_kl.cli import app as prompt_kl_app
 from mixlab.llm_efficiency.rpdi_ee.cli import app as rpdi_ee_app
@@ -32,6 +33,7 @@ app.add_typer(mobiquant_app, name="mobiquant")
 app.add_typer(rpdi_ee_app, name="rpdi_ee")
 app.add_typer(gss_app, name="gss")
 app.add_typer(prompt_kl_app, name="prompt_kl")
+app.add_typer(margo_app, name="margo")
 
 
 @lm_app.command("train")

@@ -226,7 +226,8 @@ def fit_lm(
     """Train a ``LlamaForCausalLM(model_config)`` on next-token prediction and save it to
     ``out_dir`` with ``marker`` (a sidecar over the saved files, written last): ``config.steps``
     AdamW steps (warm-up + cosine to ``config.lr``) on ``draw_batch(generator)``, a LongTensor
-    ``[batch, seq_len + 1]``. Checkpoints every 50 steps in ``out_dir/checkpoints``; a killed run
+    ``[batch, seq_len + 1]`` or a pair ``(ids, targets)`` of them whose targets are -100 where a
+    token is not predicted. Checkpoints every 50 steps in ``out_dir/checkpoints``; a killed run
     resumes there. Returns the trained model in eval mode."""
     from accelerate import Accelerator
     from transformers import LlamaForCausalLM
@@ -252,9 +253,12 @@ def fit_lm(
     model.train()
     with progress(config.steps, what, completed=start) as bar:
         for step in range(start, config.steps):
-            batch = draw_batch(generator).to(accelerator.device)
+            batch = draw_batch(generator)
+            # a pair (ids, targets): targets of -100 (prompt tokens) carry no loss
+            batch, targets = batch if isinstance(batch, tuple) else (batch, batch)
+            batch, targets = batch.to(accelerator.device), targets.to(accelerator.device)
             logits = model(input_ids=batch[:, :-1]).logits
-            loss = F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
+            loss = F.cross_entropy(logits.flatten(0, 1), targets[:, 1:].flatten())
             optimizer.zero_grad(set_to_none=True)
             accelerator.backward(loss)
             accelerator.clip_grad_norm_(model.parameters(), 1.0)

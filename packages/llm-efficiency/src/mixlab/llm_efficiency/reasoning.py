@@ -463,28 +463,58 @@ def train_reasoning_lm(
     )
 
 
+def _pack_pairs(
+    pairs: list[tuple[str, str]], tokenizer: Any, seq_len: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`pack_traces` of ``prompt + completion`` texts, and the same blocks as targets with
+    -100 at the prompt tokens (which train nothing)."""
+    ids: list[int] = []
+    targets: list[int] = []
+    prompts = tokenizer([p for p, _ in pairs], add_special_tokens=False)["input_ids"]
+    completions = tokenizer([c for _, c in pairs], add_special_tokens=False)["input_ids"]
+    for prompt, completion in zip(prompts, completions, strict=True):
+        ids += prompt + completion
+        targets += [-100] * len(prompt) + completion
+    if len(ids) < seq_len:
+        raise ValueError(
+            f"the texts hold {len(ids)} tokens: at least seq_len = {seq_len} needed for a block"
+        )
+    blocks = len(ids) // seq_len
+    shape = (blocks, seq_len)
+    return (
+        torch.tensor(ids[: blocks * seq_len], dtype=torch.long).view(shape),
+        torch.tensor(targets[: blocks * seq_len], dtype=torch.long).view(shape),
+    )
+
+
 def fit_text_lm(
     config: LMConfig,
-    texts: list[str],
+    texts: list[str] | list[tuple[str, str]],
     out_dir: str | Path,
     *,
     marker: dict[str, Any],
     resume: bool = True,
     what: str = "training a tiny LM",
+    tokenizer: Any = None,
 ) -> Any:
-    """Train a tiny Llama with :func:`reasoning_tokenizer` on ``texts`` (each should end with
-    ``<eos>``; packed into blocks of ``config.seq_len + 1`` tokens, rows drawn at random) and
+    """Train a tiny Llama with ``tokenizer`` (default :func:`reasoning_tokenizer`) on ``texts``
+    (each should end with the tokenizer's end token; ``(prompt, completion)`` pairs train
+    only on the completion's tokens; packed into blocks of ``config.seq_len + 1`` tokens, rows drawn at random) and
     save it with the tokenizer to ``out_dir`` through :func:`mixlab.llm_efficiency.lm.fit_lm`
     (checkpoints, resume, a marker over the saved files: ``marker`` plus a digest of the
     blocks). Returns the model in eval mode."""
-    tokenizer = reasoning_tokenizer()
-    blocks = pack_traces(texts, tokenizer, config.seq_len + 1)
+    tokenizer = reasoning_tokenizer() if tokenizer is None else tokenizer
+    if texts and isinstance(texts[0], tuple):
+        blocks, targets = _pack_pairs(texts, tokenizer, config.seq_len + 1)
+    else:
+        blocks = targets = pack_traces(texts, tokenizer, config.seq_len + 1)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out_dir)  # before training: the marker covers its files too
 
-    def draw_batch(generator: torch.Generator) -> torch.Tensor:
-        return blocks[torch.randint(len(blocks), (config.batch_size,), generator=generator)]
+    def draw_batch(generator: torch.Generator) -> Any:
+        rows = torch.randint(len(blocks), (config.batch_size,), generator=generator)
+        return blocks[rows] if targets is blocks else (blocks[rows], targets[rows])
 
     model_config = llama_config(
         config,
@@ -493,6 +523,8 @@ def fit_text_lm(
         pad_token_id=tokenizer.pad_token_id,
     )
     digest = hashlib.sha256(blocks.numpy().tobytes()).hexdigest()
+    if targets is not blocks:  # the loss mask is part of the corpus
+        digest = hashlib.sha256((digest + str(targets.eq(-100).sum().item())).encode()).hexdigest()
     return fit_lm(
         config,
         model_config,
@@ -504,9 +536,12 @@ def fit_text_lm(
     )
 
 
-def cached_text_lm(name: str, train: Any, device: torch.device | str = "cpu") -> tuple[Any, Any]:
+def cached_text_lm(
+    name: str, train: Any, device: torch.device | str = "cpu", tokenizer: Any = None
+) -> tuple[Any, Any]:
     """``(model, tokenizer)`` from the mixlab cache folder ``name``, trained there first by
-    ``train(folder)`` when absent (a killed training resumes). A damaged cached model raises
+    ``train(folder)`` when absent (a killed training resumes); ``tokenizer`` defaults to
+    :func:`reasoning_tokenizer`. A damaged cached model raises
     :class:`CheckpointError` naming the folder to delete."""
     folder = cache_dir("llm_efficiency", name)
     if not (folder / MARKER).exists():
@@ -517,7 +552,7 @@ def cached_text_lm(name: str, train: Any, device: torch.device | str = "cpu") ->
         raise CheckpointError(
             f"{error}; the cached model is damaged: delete {folder} to train it again"
         ) from error
-    return model, reasoning_tokenizer()
+    return model, reasoning_tokenizer() if tokenizer is None else tokenizer
 
 
 def pretrained_reasoning_lm(

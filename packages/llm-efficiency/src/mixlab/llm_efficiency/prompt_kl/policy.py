@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -14,6 +13,7 @@ import torch
 from mixlab.llm_efficiency.lm import LMConfig
 from mixlab.llm_efficiency.prompt_kl.tasks import Example, get_task, grade, sft_texts
 from mixlab.llm_efficiency.reasoning import EOS, cached_text_lm, fit_text_lm
+from mixlab.llm_efficiency.rl import grpo_options, sample_completions
 from mixlab.shared import require
 
 __all__ = ["PolicyConfig", "evaluate_policy", "grpo_config", "sample_completions", "sft_policy"]
@@ -85,49 +85,6 @@ def sft_policy(config: PolicyConfig, device: torch.device | str = "cpu") -> tupl
     return cached_text_lm(f"prompt-kl-sft-{config.key()}", train, device)
 
 
-@torch.no_grad()
-def sample_completions(
-    model: Any,
-    tokenizer: Any,
-    prompts: list[str],
-    *,
-    samples: int = 1,
-    seed: int = 0,
-    temperature: float = 1.0,
-    max_new_tokens: int = 12,
-    batch_size: int = 256,
-    generate: Any = None,
-) -> list[list[str]]:
-    """``samples`` sampled completions (text, special tokens dropped) per prompt, from a fixed
-    seed; ``generate(ids, mask, **kwargs)`` replaces ``model.generate`` (steering, swaps)."""
-    require(math.isfinite(temperature) and temperature > 0, "temperature", "> 0", temperature)
-    if generate is None:
-
-        def generate(ids: torch.Tensor, mask: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-            return model.generate(input_ids=ids, attention_mask=mask, **kwargs)
-
-    torch.manual_seed(seed)
-    rows = [p for p in prompts for _ in range(samples)]
-    texts: list[str] = []
-    for start in range(0, len(rows), batch_size):
-        batch = tokenizer(rows[start : start + batch_size], return_tensors="pt", padding=True)
-        batch = batch.to(model.device)
-        out = generate(
-            batch["input_ids"],
-            batch["attention_mask"],
-            do_sample=True,
-            temperature=temperature,
-            top_k=0,
-            max_new_tokens=max_new_tokens,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-        texts += tokenizer.batch_decode(
-            out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True
-        )
-    return [texts[i * samples : (i + 1) * samples] for i in range(len(prompts))]
-
-
 def evaluate_policy(
     model: Any, tokenizer: Any, task: str, examples: list[Example], **kwargs: Any
 ) -> dict[str, float | None]:
@@ -166,30 +123,18 @@ def grpo_config(
     **options: Any,
 ) -> Any:
     """The :class:`PromptKLConfig` the experiment and ``mixlab-llm prompt_kl train`` both train
-    with: pure sampling at temperature 1, a linear warm-up, four checkpoints a run, and on a CPU
-    neither bf16 autocast (about 4x slower there) nor activation checkpointing (a small policy
-    only pays its recomputation). ``options``: any other field (``prompt_kl_direction``, ...)."""
+    with (:func:`mixlab.llm_efficiency.rl.grpo_options`). ``options``: any other field
+    (``prompt_kl_direction``, ...)."""
     from mixlab.llm_efficiency.prompt_kl.trainer import PromptKLConfig
 
-    defaults = {"logging_steps": 1, "disable_tqdm": True, "report_to": []}
-    return PromptKLConfig(
-        output_dir=str(output_dir),
-        per_device_train_batch_size=prompts_per_step * num_generations,
+    defaults = grpo_options(
+        output_dir,
+        steps=steps,
+        prompts_per_step=prompts_per_step,
         num_generations=num_generations,
         max_completion_length=max_completion_length,
         learning_rate=learning_rate,
-        warmup_steps=warmup_ratio,  # a float below 1: a share of max_steps
-        max_steps=steps,
-        beta=beta_response,
-        prompt_kl_beta=beta_prompt,
-        temperature=1.0,
-        top_k=0,
+        warmup_ratio=warmup_ratio,
         seed=seed,
-        save_strategy="steps",
-        save_steps=max(1, steps // 4),
-        save_total_limit=1,
-        gradient_checkpointing=False,
-        use_cpu=not torch.cuda.is_available(),
-        bf16=torch.cuda.is_available(),
-        **(defaults | options),
     )
+    return PromptKLConfig(**(defaults | options), beta=beta_response, prompt_kl_beta=beta_prompt)

@@ -1,0 +1,224 @@
+"""The MARGO experiment's :class:`Config` and its registry entry :data:`METHOD`.
+
+Light on purpose (standard library and ``mixlab.shared`` only): ``mixlab list`` reads it without
+importing torch or TRL; :mod:`.experiment` loads on ``mixlab run margo``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from mixlab.shared.config import ExperimentConfig, is_count, require
+from mixlab.shared.registry import Method
+
+if TYPE_CHECKING:
+    from mixlab.llm_efficiency.margo.policy import PolicyConfig
+
+THINK_ONLY, MIXED = "GRPO think-only", "mixed lambda=0"
+QUICK_CONDITIONS = (
+    (THINK_ONLY, 0, 0.0, False),
+    (MIXED, 4, 0.0, False),
+    ("MARGO lambda=1", 4, 1.0, False),
+    ("MARGO lambda=1 one-sided", 4, 1.0, True),
+)
+"""``(name, direct rollouts of 8, lambda, one-sided)``: the issue's quick systems"""
+FULL_CONDITIONS = (
+    *QUICK_CONDITIONS,
+    ("MARGO lambda=0.5", 4, 0.5, False),
+    ("MARGO lambda=2", 4, 2.0, False),
+    ("MARGO lambda=0.5 one-sided", 4, 0.5, True),
+    ("MARGO lambda=2 one-sided", 4, 2.0, True),
+    ("MARGO lambda=1 6:2", 2, 1.0, False),
+    ("MARGO lambda=1 2:6", 6, 1.0, False),
+)
+"""the full profile adds lambda in {0.5, 2} and other thinking:direct ratios"""
+
+
+def _condition(value: object, generations: int) -> bool:
+    return (
+        isinstance(value, tuple | list)
+        and len(value) == 4
+        and isinstance(value[0], str)
+        and is_count(value[1], 0)
+        and value[1] < generations
+        and isinstance(value[2], numbers.Real)
+        and not isinstance(value[2], bool)
+        and math.isfinite(value[2])
+        and value[2] >= 0
+        and not (value[1] == 0 and value[2] != 0)
+        and isinstance(value[3], bool)
+    )
+
+
+@dataclass
+class Config(ExperimentConfig):
+    """Defaults are the quick profile: a hybrid-mode SFT model of a closed-book world (0.8 M
+    parameters, trained once and cached in about 6 minutes on 2 CPU cores), then GRPO
+    think-only, mixed lambda=0 and MARGO lambda=1 two- and one-sided, 3 seeds of 100 steps
+    (2 prompts x 8 rollouts) each, about 10 more minutes. Full (one large GPU): lambda in {0.5,
+    1, 2}, other thinking:direct ratios, a d 512 model, a larger world, 5 seeds."""
+
+    conditions: tuple[tuple[str, int, float, bool], ...] = QUICK_CONDITIONS
+    """``(name, direct rollouts per group, lambda, one-sided)``; every one trains with the same
+    steps, rollouts, prompts and seeds"""
+    n_seeds: int = 3
+    """RL seeds per condition"""
+    steps: int = 100
+    """GRPO steps per run"""
+    prompts_per_step: int = 2
+    """prompts per GRPO step"""
+    num_generations: int = 8
+    """rollouts per prompt (thinking + direct)"""
+    learning_rate: float = 2e-4
+    """AdamW learning rate of the RL runs (linear warm-up, then linear decay)"""
+    warmup_ratio: float = 0.1
+    """share of the steps that warm the learning rate up"""
+    max_completion_length: int = 16
+    """generated tokens per rollout (the longest trace with its answer and end is 12)"""
+    n_people: int = 240
+    """people in the world (a third held out: the test questions)"""
+    n_cities: int = 24
+    n_countries: int = 6
+    p_drift: float = 0.3
+    """share of the 1-hop thinking demonstrations that drift to the colleague's city"""
+    hidden_size: int = 128
+    """width of the SFT model (a Llama, one attention head per 32 channels)"""
+    layers: int = 4
+    sft_steps: int = 1500
+    """SFT steps (16 x 128 tokens each; the model is cached by its config)"""
+    rl_mix: tuple[float, float, float] = (0.5, 0.25, 0.25)
+    """shares of 1-hop, 2-hop and math questions among the RL training prompts"""
+    n_math_test: int = 200
+    """held-out arithmetic chains (their own seed)"""
+    test_samples: int = 4
+    """samples per test question and mode (temperature 1)"""
+    probe_every: int = 20
+    """steps between the held-out probes of the over-steps plot"""
+    min_direct_one_hop: float = 0.85
+    """regime: the SFT model's direct 1-hop accuracy reaches this ..."""
+    min_two_hop_gain: float = 0.15
+    """... its thinking beats its direct mode on 2-hop by this ..."""
+    min_overturn: float = 0.10
+    """... and thinking overturns at least this share of its correct direct 1-hop answers"""
+
+    ALLOWED_EDGE_VALUES: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "p_drift": (0, 0.0),  # no drift shown: nothing to overturn (the regime check says so)
+        "warmup_ratio": (0, 0.0),
+        "min_direct_one_hop": (0, 0.0),
+        "min_two_hop_gain": (0, 0.0),
+        "min_overturn": (0, 0.0),
+    }
+    PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
+        "quick": {},
+        "full": {
+            "conditions": FULL_CONDITIONS,
+            "n_seeds": 5,
+            "steps": 300,
+            "prompts_per_step": 4,
+            "n_people": 600,
+            "n_cities": 40,
+            "n_countries": 8,
+            "hidden_size": 512,
+            "layers": 8,
+            "sft_steps": 4000,
+            "n_math_test": 500,
+            "test_samples": 8,
+        },
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(
+            is_count(self.num_generations, 2),
+            "num_generations",
+            "an integer >= 2 (GRPO compares the rollouts of a prompt)",
+            self.num_generations,
+        )
+        require(
+            isinstance(self.conditions, tuple | list) and len(self.conditions) > 0
+            and all(_condition(c, self.num_generations) for c in self.conditions),
+            "conditions",
+            "a non-empty tuple of (name, direct rollouts in [0, num_generations), lambda >= 0 "
+            "(0 without direct rollouts), one-sided bool)",
+            self.conditions,
+        )  # fmt: skip
+        names = [c[0] for c in self.conditions]
+        require(len(set(names)) == len(names), "conditions", "distinct names", names)
+        for name in ("n_seeds", "steps", "prompts_per_step", "max_completion_length",
+                     "hidden_size", "layers", "sft_steps", "n_math_test", "test_samples",
+                     "probe_every"):  # fmt: skip
+            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
+        require(is_count(self.n_people, 12), "n_people", "an integer >= 12", self.n_people)
+        require(is_count(self.n_cities, 2), "n_cities", "an integer >= 2", self.n_cities)
+        require(
+            is_count(self.n_countries, 2) and self.n_countries <= self.n_cities,
+            "n_countries",
+            f"an integer in [2, n_cities = {self.n_cities}]",
+            self.n_countries,
+        )
+        require(
+            self.hidden_size % 32 == 0,
+            "hidden_size",
+            "a multiple of 32 (one head per 32 channels)",
+            self.hidden_size,
+        )
+        require(
+            isinstance(self.learning_rate, numbers.Real) and 0 < self.learning_rate < 1,
+            "learning_rate",
+            "a number in (0, 1)",
+            self.learning_rate,
+        )
+        require(
+            isinstance(self.rl_mix, tuple | list) and len(self.rl_mix) == 3
+            and all(isinstance(v, numbers.Real) and v >= 0 for v in self.rl_mix)
+            and sum(self.rl_mix) > 0,
+            "rl_mix",
+            "three shares >= 0 (1-hop, 2-hop, math), not all 0",
+            self.rl_mix,
+        )  # fmt: skip
+        for name in ("p_drift", "warmup_ratio", "min_direct_one_hop", "min_two_hop_gain",
+                     "min_overturn"):  # fmt: skip
+            value = getattr(self, name)
+            require(
+                isinstance(value, numbers.Real) and 0 <= value < 1 if name == "p_drift"
+                else isinstance(value, numbers.Real) and 0 <= value <= 1,
+                name,
+                "a number in [0, 1)" if name == "p_drift" else "a number in [0, 1]",
+                value,
+            )  # fmt: skip
+
+    def policy_config(self) -> PolicyConfig:
+        from mixlab.llm_efficiency.margo.policy import PolicyConfig
+        from mixlab.llm_efficiency.margo.world import WorldConfig
+
+        base = PolicyConfig()
+        world = WorldConfig(
+            n_people=self.n_people,
+            n_cities=self.n_cities,
+            n_countries=self.n_countries,
+            p_drift=float(self.p_drift),
+        )
+        return PolicyConfig(
+            world=world, lm=base.lm.resized(self.hidden_size, self.layers, self.sft_steps)
+        )
+
+
+METHOD = Method(
+    name="margo",
+    domain="llm-efficiency",
+    paper=(
+        "MARGO: Mixed-Mode Advantage Regularization for Grounded Optimization "
+        "(paper not found; reconstructed from its abstract)"
+    ),
+    claim=(
+        "Scoring thinking rollouts against the same model's direct answers in mixed-mode GRPO "
+        "groups suppresses thinking that overturns correct direct answers (factual QA) while "
+        "keeping thinking where it helps (multi-hop recall, arithmetic)."
+    ),
+    config=Config,
+    run="mixlab.llm_efficiency.margo.experiment:run",
+    headline_plot="overturn_over_steps.png",
+)

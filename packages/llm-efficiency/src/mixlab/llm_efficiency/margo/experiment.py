@@ -1,0 +1,352 @@
+"""GRPO think-only, mixed-mode GRPO (lambda = 0) and MARGO on a closed-book world
+(``mixlab run margo``).
+
+A hybrid-mode Llama is SFT'd once (cached) on the world of :mod:`.world`: facts as sentences,
+direct answers, and thinking traces that help on 2-hop questions and arithmetic but drift to a
+colleague's city on some 1-hop questions. From it, every condition trains with TRL's GRPO
+(:class:`.MARGOTrainer`; think-only is ``num_direct = 0``) for the same steps, prompts (the
+training people's questions and arithmetic chains), rollouts and seeds, with an exact-match
+reward. A probe of held-out questions every ``probe_every`` steps gives the over-steps plot; each
+final model is sampled in both modes on the held-out people's questions and held-out chains.
+
+Regime checks on the SFT model (fixed in advance by the issue; when one fails, the claims are
+untested): direct 1-hop accuracy >= 85 %; thinking beats direct on 2-hop by >= 15 points;
+thinking overturns >= 10 % of the correct direct 1-hop answers.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mixlab.llm_efficiency.margo.config import METHOD, MIXED, THINK_ONLY, Config
+from mixlab.llm_efficiency.margo.policy import evaluate_modes, sft_policy
+from mixlab.llm_efficiency.margo.world import (
+    DIRECT_PREFIX,
+    KINDS,
+    THINKING_PREFIX,
+    Question,
+    World,
+    questions,
+)
+from mixlab.llm_efficiency.rl import grpo_options
+from mixlab.shared import Claim, Result, line_plot, mean_std, run_cells
+from mixlab.shared.files import write_json_atomic
+
+__all__ = ["METHOD", "Config", "claims", "regime", "rl_prompts", "run", "summarise"]
+
+TRAIN_MATH_SEED, TEST_MATH_SEED, PROMPT_SEED = 1, 2, 3
+"""the RL arithmetic chains, the held-out ones and the RL prompt order have their own seeds"""
+OVERTURN_CUT, QA_GAIN, MATH_SLACK, LENGTH_KEEP = 0.5, 0.02, 0.02, 0.7
+"""claims (issue 21): MARGO at most halves SFT's overturn rate; beats think-only's thinking
+accuracy by 2 points; arithmetic within 2 points of SFT's; think length >= 70 % of SFT's"""
+PROBE_PEOPLE = 60
+"""held-out people whose 1-hop and 2-hop questions the over-steps probe asks"""
+
+
+def rl_prompts(world: World, config: Config, n: int) -> list[dict[str, Any]]:
+    """``n`` training rows: the training people's 1-hop and 2-hop questions and arithmetic
+    chains in the shares ``config.rl_mix``, shuffled (seeded)."""
+    rng = np.random.default_rng(PROMPT_SEED)
+    pools = {
+        "1hop": questions(world, "train", "1hop"),
+        "2hop": questions(world, "train", "2hop"),
+        "math": questions(world, "train", "math", n_math=n, seed=TRAIN_MATH_SEED),
+    }
+    shares = np.array(config.rl_mix, dtype=float) / sum(config.rl_mix)
+    kinds = rng.choice(KINDS, size=n, p=shares)
+    return [pools[k][rng.integers(len(pools[k]))].row() for k in kinds]
+
+
+def _test_sets(world: World, config: Config) -> dict[str, list[Question]]:
+    return {
+        kind: questions(world, "test", kind, n_math=config.n_math_test, seed=TEST_MATH_SEED)
+        for kind in KINDS
+    }
+
+
+def evaluate(model: Any, tokenizer: Any, tests: dict[str, list[Question]], *, samples: int,
+             seed: int, max_new_tokens: int) -> dict[str, float | None]:  # fmt: skip
+    """Both modes on every kind of held-out question, flattened (``thinking_1hop``,
+    ``overturn_1hop``, ...), plus ``thinking_qa``: thinking accuracy over 1-hop and 2-hop."""
+    out: dict[str, float | None] = {}
+    for kind, qs in tests.items():
+        measured = evaluate_modes(
+            model, tokenizer, qs, samples=samples, seed=seed, max_new_tokens=max_new_tokens
+        )
+        out |= {
+            f"thinking_{kind}": measured["thinking_accuracy"],
+            f"direct_{kind}": measured["direct_accuracy"],
+            f"overturn_{kind}": measured["overturn_rate"],
+            f"think_length_{kind}": measured["think_length"],
+        }
+        if kind == "1hop":
+            out["associate_share_1hop"] = measured["associate_share"]
+    if "1hop" in tests and "2hop" in tests:
+        n1, n2 = len(tests["1hop"]), len(tests["2hop"])
+        out["thinking_qa"] = (out["thinking_1hop"] * n1 + out["thinking_2hop"] * n2) / (n1 + n2)
+    return out
+
+
+def _probe_callback(tokenizer: Any, probe: dict[str, list[Question]], every: int,
+                    max_new_tokens: int) -> Any:  # fmt: skip
+    """A callback that samples the probe questions every ``every`` steps (and at the last) and
+    writes ``probe/...`` rows into the trainer's log history (saved in its checkpoints, so a
+    resumed run keeps them). Its sampling leaves the training RNG untouched."""
+    from transformers import TrainerCallback
+
+    class Probe(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step % every and state.global_step != state.max_steps:
+                return
+            was_training = model.training
+            model.eval()
+            with torch.random.fork_rng(devices=[]):
+                measured = evaluate(model, tokenizer, probe, samples=2, seed=0,
+                                    max_new_tokens=max_new_tokens)  # fmt: skip
+            model.train(was_training)
+            state.log_history.append(
+                {"step": state.global_step} | {f"probe/{k}": v for k, v in measured.items()}
+            )
+
+    return Probe()
+
+
+def _margo_args(config: Config, cell: dict[str, Any], out_dir: Path) -> Any:
+    from mixlab.llm_efficiency.margo.trainer import MARGOConfig
+
+    _, num_direct, lam, one_sided = _condition(config, cell["condition"])
+    options = grpo_options(
+        out_dir,
+        steps=config.steps,
+        prompts_per_step=config.prompts_per_step,
+        num_generations=config.num_generations,
+        max_completion_length=config.max_completion_length,
+        learning_rate=config.learning_rate,
+        warmup_ratio=config.warmup_ratio,
+        seed=cell["seed"],
+    )
+    return MARGOConfig(
+        **options,
+        num_direct=num_direct,
+        num_thinking=config.num_generations - num_direct,
+        margo_lambda=lam,
+        one_sided=one_sided,
+        thinking_prefix=THINKING_PREFIX,
+        direct_prefix=DIRECT_PREFIX,
+    )
+
+
+def _condition(config: Config, name: str) -> tuple[str, int, float, bool]:
+    return next(tuple(c) for c in config.conditions if c[0] == name)
+
+
+def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
+    torch.set_flush_denormal(True)
+    from datasets import Dataset
+    from transformers.trainer_callback import PrinterCallback
+
+    from mixlab.llm_efficiency.margo.trainer import MARGOTrainer
+
+    policy = config.policy_config()
+    _, tokenizer, world = sft_policy(policy)
+    # the RL steps are many small ops (one thread as fast as two); generation on a busy 2-core
+    # machine ran 25x slower with two threads
+    torch.set_num_threads(1)
+    tests = _test_sets(world, config)
+    probe = {kind: tests[kind][:PROBE_PEOPLE] for kind in ("1hop", "2hop")}
+    rows = rl_prompts(world, config, config.steps * config.prompts_per_step * 4)
+    measure = {"samples": config.test_samples, "max_new_tokens": config.max_completion_length}
+
+    def train(cell: dict[str, Any]) -> dict[str, Any]:
+        slug = "".join(ch if ch.isalnum() else "_" for ch in cell["condition"])
+        run_dir = out_dir / "runs" / f"{slug}-{cell['seed']}"
+        model, _, _ = sft_policy(policy)
+        trainer = MARGOTrainer(
+            model=model,
+            args=_margo_args(config, cell, run_dir),
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tokenizer,
+            callbacks=[
+                _probe_callback(tokenizer, probe, config.probe_every, config.max_completion_length)
+            ],
+        )
+        trainer.remove_callback(PrinterCallback)  # the per-step logs go to the result
+        has_checkpoint = any(run_dir.glob("checkpoint-*"))
+        trainer.train(resume_from_checkpoint=True if has_checkpoint else None)
+        measured = evaluate(trainer.model.eval(), tokenizer, tests, seed=cell["seed"], **measure)
+        return {**cell, **measured, "curves": _curves(trainer.state.log_history)}
+
+    def sft(cell: dict[str, Any]) -> dict[str, Any]:
+        model, _, _ = sft_policy(policy)
+        return {**cell, **evaluate(model, tokenizer, tests, seed=config.seed, **measure)}
+
+    seeds = [config.seed + s for s in range(config.n_seeds)]
+    cells = [{"system": "sft"}] + [
+        {"condition": c[0], "seed": s} for c in config.conditions for s in seeds
+    ]
+    done = run_cells(
+        out_dir,
+        config,
+        cells,
+        lambda cell: sft(cell) if "system" in cell else train(cell),
+        resume=resume,
+        label="margo",
+    )
+    write_json_atomic(out_dir / "cells.json", done, indent=1)
+    metrics = summarise(done, config)
+    _plot(done, config, out_dir)
+    tested = claims(metrics, config)
+    return Result(metrics=metrics, claims=tested, regime=regime(metrics, config))
+
+
+def _curves(log_history: list[dict[str, Any]]) -> dict[str, list[float | None]]:
+    """The probe rows (held-out, every ``probe_every`` steps) and the per-step training rows
+    (mode rewards, overturn, think length) of a run."""
+    probes = [row for row in log_history if "probe/overturn_1hop" in row]
+    steps = [row for row in log_history if "reward" in row]
+
+    def column(rows: list[dict[str, Any]], key: str) -> list[float | None]:
+        values = [row.get(key) for row in rows]
+        return [float(v) if v is not None and math.isfinite(float(v)) else None for v in values]
+
+    out = {"probe_step": column(probes, "step")}
+    out |= {k.removeprefix("probe/"): column(probes, k) for k in probes[0] if k != "step"}
+    out["step"] = column(steps, "step")
+    for key in ("margo/reward_thinking", "margo/reward_direct", "margo/overturn_rate",
+                "margo/think_length"):  # fmt: skip
+        out[key.removeprefix("margo/")] = column(steps, key)
+    return out
+
+
+METRICS = (
+    "thinking_1hop", "direct_1hop", "overturn_1hop", "associate_share_1hop", "think_length_1hop",
+    "thinking_2hop", "direct_2hop", "think_length_2hop",
+    "thinking_math", "direct_math", "think_length_math", "thinking_qa",
+)  # fmt: skip
+
+
+def summarise(done: list[dict[str, Any]], config: Config) -> dict[str, dict[str, Any]]:
+    """One row per system: SFT, then every condition (mean and std over seeds)."""
+
+    def row(cells: list[dict[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {"n_seeds": len(cells)}
+        for m in METRICS:
+            values = [c[m] for c in cells if c.get(m) is not None]
+            out[m], out[f"{m}_std"] = mean_std(values) if values else (None, None)
+        return out
+
+    metrics = {"SFT": row([d for d in done if d.get("system") == "sft"])}
+    for name, *_ in config.conditions:
+        metrics[name] = row([d for d in done if d.get("condition") == name])
+    return metrics
+
+
+def regime(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
+    """Can the setup show thinking-induced hallucination and beneficial thinking? Margins fixed
+    in advance (issue 21), on the SFT model."""
+    sft = metrics["SFT"]
+    return [
+        Claim.compare(
+            f"the SFT model's direct 1-hop accuracy is at least {config.min_direct_one_hop:.0%}",
+            sft["direct_1hop"],
+            ">=",
+            config.min_direct_one_hop,
+            value_label="direct 1-hop accuracy",
+        ),
+        Claim.compare(
+            f"its thinking beats its direct mode on 2-hop questions by at least "
+            f"{config.min_two_hop_gain * 100:.0f} points",
+            sft["thinking_2hop"],
+            ">=",
+            sft["direct_2hop"] + config.min_two_hop_gain,
+            value_label="thinking 2-hop accuracy",
+            reference_label=f"direct + {config.min_two_hop_gain}",
+        ),
+        Claim.compare(
+            f"its thinking overturns at least {config.min_overturn:.0%} of its correct direct "
+            "1-hop answers",
+            sft["overturn_1hop"],
+            ">=",
+            config.min_overturn,
+            value_label="1-hop overturn rate",
+        ),
+    ]
+
+
+def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
+    """The issue's claims for every MARGO condition (lambda > 0) against SFT, GRPO think-only
+    and mixed lambda = 0 (those present)."""
+    sft, think_only, mixed = metrics["SFT"], metrics.get(THINK_ONLY), metrics.get(MIXED)
+    out = []
+    for name, _, lam, _ in config.conditions:
+        if lam == 0:
+            continue
+        m = metrics[name]
+        overturn = [Claim.compare("at most half SFT's", m["overturn_1hop"], "<=",
+                                  OVERTURN_CUT * sft["overturn_1hop"],
+                                  value_label="overturn rate",
+                                  reference_label=f"{OVERTURN_CUT} x SFT's")]  # fmt: skip
+        accuracy = []
+        if think_only is not None:
+            overturn.append(Claim.compare("below GRPO think-only's", m["overturn_1hop"], "<",
+                                          think_only["overturn_1hop"], value_label="overturn rate",
+                                          reference_label="think-only's"))  # fmt: skip
+            accuracy.append(Claim.compare(
+                f"think-only + {QA_GAIN * 100:.0f} points", m["thinking_qa"], ">=",
+                think_only["thinking_qa"] + QA_GAIN, value_label="thinking accuracy",
+                reference_label=f"think-only's + {QA_GAIN}"))  # fmt: skip
+        if mixed is not None:
+            accuracy.append(Claim.compare("above mixed lambda=0", m["thinking_qa"], ">",
+                                          mixed["thinking_qa"], value_label="thinking accuracy",
+                                          reference_label="mixed lambda=0's"))  # fmt: skip
+        out.append(Claim.all_of(
+            f"{name}: the 1-hop overturn rate is at most half SFT's and below GRPO think-only's",
+            overturn))  # fmt: skip
+        if accuracy:
+            out.append(Claim.all_of(
+                f"{name}: thinking accuracy on factual QA (1- and 2-hop) beats GRPO think-only's "
+                f"by >= {QA_GAIN * 100:.0f} points and mixed lambda=0's", accuracy))  # fmt: skip
+        out.append(Claim.compare(
+            f"{name}: 2-hop thinking accuracy is at least SFT's", m["thinking_2hop"], ">=",
+            sft["thinking_2hop"], value_label="2-hop thinking accuracy",
+            reference_label="SFT's"))  # fmt: skip
+        out.append(Claim.compare(
+            f"{name}: arithmetic thinking accuracy is within {MATH_SLACK * 100:.0f} points of "
+            "SFT's or above", m["thinking_math"], ">=", sft["thinking_math"] - MATH_SLACK,
+            value_label="arithmetic accuracy", reference_label=f"SFT's - {MATH_SLACK}"))  # fmt: skip
+        out.append(Claim.all_of(
+            f"{name}: think length on 2-hop and arithmetic stays >= {LENGTH_KEEP:.0%} of SFT's "
+            "(no win by not thinking)",
+            [Claim.compare(kind, m[f"think_length_{kind}"], ">=",
+                           LENGTH_KEEP * sft[f"think_length_{kind}"],
+                           value_label="think length (tokens)",
+                           reference_label=f"{LENGTH_KEEP} x SFT's") for kind in ("2hop", "math")],
+        ))  # fmt: skip
+    return out
+
+
+def _plot(done: list[dict[str, Any]], config: Config, out_dir: Path) -> None:
+    for metric, name, label in (
+        ("overturn_1hop", "overturn_over_steps.png", "1-hop overturn rate"),
+        ("thinking_qa", "accuracy_over_steps.png", "thinking accuracy (1- and 2-hop)"),
+    ):
+        series = {}
+        for condition, *_ in config.conditions:
+            curves = [d["curves"] for d in done if d.get("condition") == condition]
+            steps = [0.0] + curves[0]["probe_step"]
+            sft = next(d for d in done if d.get("system") == "sft")
+            values = [[sft[metric]] + [math.nan if v is None else v for v in c[metric]]
+                      for c in curves]  # fmt: skip
+            series[condition] = (steps, np.nanmean(np.array(values, dtype=float), 0).tolist())
+        line_plot(
+            out_dir / name,
+            series,
+            xlabel="GRPO step",
+            ylabel=f"{label}, held-out probe",
+            title=f"{label} over training (mean over seeds; step 0: SFT)",
+        )

@@ -1,0 +1,94 @@
+"""What the GRPO methods of this package share: the training arguments the experiments and CLIs
+train with, and seeded sampling of completions for evaluation."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from mixlab.shared import require
+
+__all__ = ["grpo_options", "sample_completions"]
+
+
+def grpo_options(
+    output_dir: Any,
+    *,
+    steps: int,
+    prompts_per_step: int,
+    num_generations: int,
+    max_completion_length: int,
+    learning_rate: float,
+    warmup_ratio: float,
+    seed: int,
+) -> dict[str, Any]:
+    """Keyword arguments of a :class:`trl.GRPOConfig` (or a subclass): pure sampling at
+    temperature 1, a linear warm-up, four checkpoints a run, per-step logs, and on a CPU neither
+    bf16 autocast (about 4x slower there) nor activation checkpointing (a small policy only pays
+    its recomputation)."""
+    return {
+        "output_dir": str(output_dir),
+        "per_device_train_batch_size": prompts_per_step * num_generations,
+        "num_generations": num_generations,
+        "max_completion_length": max_completion_length,
+        "learning_rate": learning_rate,
+        "warmup_steps": warmup_ratio,  # a float below 1: a share of max_steps
+        "max_steps": steps,
+        "temperature": 1.0,
+        "top_k": 0,
+        "seed": seed,
+        "save_strategy": "steps",
+        "save_steps": max(1, steps // 4),
+        "save_total_limit": 1,
+        "gradient_checkpointing": False,
+        "use_cpu": not torch.cuda.is_available(),
+        "bf16": torch.cuda.is_available(),
+        "logging_steps": 1,
+        "disable_tqdm": True,
+        "report_to": [],
+    }
+
+
+@torch.no_grad()
+def sample_completions(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[str],
+    *,
+    samples: int = 1,
+    seed: int = 0,
+    temperature: float = 1.0,
+    max_new_tokens: int = 12,
+    batch_size: int = 256,
+    generate: Any = None,
+) -> list[list[str]]:
+    """``samples`` sampled completions (text, special tokens dropped) per prompt, from a fixed
+    seed; ``generate(ids, mask, **kwargs)`` replaces ``model.generate`` (steering, swaps)."""
+    require(math.isfinite(temperature) and temperature > 0, "temperature", "> 0", temperature)
+    if generate is None:
+
+        def generate(ids: torch.Tensor, mask: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+            return model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+
+    torch.manual_seed(seed)
+    rows = [p for p in prompts for _ in range(samples)]
+    texts: list[str] = []
+    for start in range(0, len(rows), batch_size):
+        batch = tokenizer(rows[start : start + batch_size], return_tensors="pt", padding=True)
+        batch = batch.to(model.device)
+        out = generate(
+            batch["input_ids"],
+            batch["attention_mask"],
+            do_sample=True,
+            temperature=temperature,
+            top_k=0,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        texts += tokenizer.batch_decode(
+            out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True
+        )
+    return [texts[i * samples : (i + 1) * samples] for i in range(len(prompts))]
