@@ -128,7 +128,9 @@ def test_groups_without_a_direct_rollout_fall_back_to_grpo_or_raise():
 
 
 @pytest.mark.parametrize("scale", ["group", "batch"])
-def test_lambda_zero_equals_trls_own_advantages_on_the_mixed_group(tmp_path, tokenizer, monkeypatch, scale):
+def test_lambda_zero_equals_trls_own_advantages_on_the_mixed_group(
+    tmp_path, tokenizer, monkeypatch, scale
+):
     trl_advantages, ours = [], []
     trl_method = GRPOTrainer._generate_and_score_completions
     margo_method = MARGOTrainer._generate_and_score_completions
@@ -223,7 +225,8 @@ def test_resume_from_checkpoint_continues_the_same_run(tmp_path, tokenizer):
     full = trainer_for(tmp_path / "full", tokenizer, max_steps=4, save_steps=2)
     full.train()
     logs = [h for h in full.state.log_history if "margo/reward_thinking" in h]
-    assert len(logs) == 4 and all("margo/think_length" in h for h in logs)
+    assert len(logs) == 4
+    assert all("margo/think_length" in h for h in logs)
     resumed_dir = tmp_path / "resumed"
     resumed_dir.mkdir()
     shutil.copytree(tmp_path / "full" / "checkpoint-2", resumed_dir / "checkpoint-2")

@@ -72,7 +72,9 @@ def margo_advantages(
         lam,
     )
     require(scale in SCALES, "scale", f"one of {SCALES}", scale)
-    require(missing_direct in ("grpo", "error"), "missing_direct", "'grpo' or 'error'", missing_direct)
+    require(
+        missing_direct in ("grpo", "error"), "missing_direct", "'grpo' or 'error'", missing_direct
+    )
     require(
         rewards.dim() == 1 and len(rewards) % num_generations == 0,
         "rewards",

@@ -63,7 +63,9 @@ def read_rows(path: Path, option: str = "--data") -> list[dict[str, Any]]:
             raise ValueError(f"{option}: line {number} is not a JSON object")
         for column in ("prompt", "answer"):
             if column not in row:
-                raise ValueError(f"{option}: line {number} has no {column!r} (columns: {sorted(row)})")
+                raise ValueError(
+                    f"{option}: line {number} has no {column!r} (columns: {sorted(row)})"
+                )
         rows.append(row)
     if not rows:
         raise ValueError(f"{option}: {path} holds no rows")
@@ -113,14 +115,18 @@ def train(
     thinking_prefix: ThinkingPrefix = "",
     direct_prefix: DirectPrefix = None,
     seed: int = 0,
-    resume: Annotated[bool, typer.Option(help="continue from the last checkpoint in --out")] = False,
+    resume: Annotated[
+        bool, typer.Option(help="continue from the last checkpoint in --out")
+    ] = False,
 ) -> None:
     """GRPO with mixed thinking/direct groups and the MARGO advantage (exact-match reward)."""
     check_number(lam, "--lambda", lam >= 0, "a finite number >= 0")
     check_count(num_generations, "--num-generations", minimum=2)
     check_count(num_direct, "--num-direct", minimum=0, maximum=num_generations - 1)
     if num_direct == 0 and lam != 0:
-        raise ValueError(f"--lambda must be 0 when --num-direct is 0 (no direct reference); got {lam}")
+        raise ValueError(
+            f"--lambda must be 0 when --num-direct is 0 (no direct reference); got {lam}"
+        )
     for option, value in {"--steps": steps, "--prompts-per-step": prompts_per_step,
                           "--max-new-tokens": max_new_tokens}.items():  # fmt: skip
         check_count(value, option)
@@ -208,7 +214,9 @@ def evaluate(
 @app.command()
 def world(
     out: Annotated[Path, typer.Option(help="JSONL file to write")],
-    split: Annotated[str, typer.Option(help="train (RL people) or test (held-out people)")] = "test",
+    split: Annotated[
+        str, typer.Option(help="train (RL people) or test (held-out people)")
+    ] = "test",
     kind: Annotated[str, typer.Option(help="1hop, 2hop or math")] = "1hop",
     n_math: Annotated[int, typer.Option(help="arithmetic chains (kind math)")] = 200,
     seed: Annotated[int, typer.Option(help="seed of the arithmetic chains")] = 2,

@@ -17,6 +17,7 @@ thinking overturns >= 10 % of the correct direct 1-hop answers.
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +45,9 @@ TRAIN_MATH_SEED, TEST_MATH_SEED, PROMPT_SEED = 1, 2, 3
 OVERTURN_CUT, QA_GAIN, MATH_SLACK, LENGTH_KEEP = 0.5, 0.02, 0.02, 0.7
 """claims (issue 21): MARGO at most halves SFT's overturn rate; beats think-only's thinking
 accuracy by 2 points; arithmetic within 2 points of SFT's; think length >= 70 % of SFT's"""
-PROBE_PEOPLE = 60
-"""held-out people whose 1-hop and 2-hop questions the over-steps probe asks"""
+PROBE_PEOPLE, PROBE_SAMPLES = 60, 2
+"""the over-steps probe: the 1-hop and 2-hop questions of this many held-out people, sampled
+this many times per mode"""
 
 
 def rl_prompts(world: World, config: Config, n: int) -> list[dict[str, Any]]:
@@ -106,7 +108,7 @@ def _probe_callback(tokenizer: Any, probe: dict[str, list[Question]], every: int
             was_training = model.training
             model.eval()
             with torch.random.fork_rng(devices=[]):
-                measured = evaluate(model, tokenizer, probe, samples=2, seed=0,
+                measured = evaluate(model, tokenizer, probe, samples=PROBE_SAMPLES, seed=0,
                                     max_new_tokens=max_new_tokens)  # fmt: skip
             model.train(was_training)
             state.log_history.append(
@@ -183,7 +185,10 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
 
     def sft(cell: dict[str, Any]) -> dict[str, Any]:
         model, _, _ = sft_policy(policy)
-        return {**cell, **evaluate(model, tokenizer, tests, seed=config.seed, **measure)}
+        at_start = evaluate(model, tokenizer, probe, samples=PROBE_SAMPLES, seed=0,
+                            max_new_tokens=config.max_completion_length)  # fmt: skip
+        measured = evaluate(model, tokenizer, tests, seed=config.seed, **measure)
+        return {**cell, **measured, "probe": at_start}
 
     seeds = [config.seed + s for s in range(config.n_seeds)]
     cells = [{"system": "sft"}] + [
@@ -246,6 +251,12 @@ def summarise(done: list[dict[str, Any]], config: Config) -> dict[str, dict[str,
     return metrics
 
 
+def _value(row: dict[str, Any], key: str) -> float:
+    """A metric for a claim: NaN when it was not measured (a claim on NaN does not hold)."""
+    value = row.get(key)
+    return math.nan if value is None else float(value)
+
+
 def regime(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
     """Can the setup show thinking-induced hallucination and beneficial thinking? Margins fixed
     in advance (issue 21), on the SFT model."""
@@ -253,7 +264,7 @@ def regime(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
     return [
         Claim.compare(
             f"the SFT model's direct 1-hop accuracy is at least {config.min_direct_one_hop:.0%}",
-            sft["direct_1hop"],
+            _value(sft, "direct_1hop"),
             ">=",
             config.min_direct_one_hop,
             value_label="direct 1-hop accuracy",
@@ -261,16 +272,16 @@ def regime(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
         Claim.compare(
             f"its thinking beats its direct mode on 2-hop questions by at least "
             f"{config.min_two_hop_gain * 100:.0f} points",
-            sft["thinking_2hop"],
+            _value(sft, "thinking_2hop"),
             ">=",
-            sft["direct_2hop"] + config.min_two_hop_gain,
+            _value(sft, "direct_2hop") + config.min_two_hop_gain,
             value_label="thinking 2-hop accuracy",
             reference_label=f"direct + {config.min_two_hop_gain}",
         ),
         Claim.compare(
             f"its thinking overturns at least {config.min_overturn:.0%} of its correct direct "
             "1-hop answers",
-            sft["overturn_1hop"],
+            _value(sft, "overturn_1hop"),
             ">=",
             config.min_overturn,
             value_label="1-hop overturn rate",
@@ -287,22 +298,22 @@ def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
         if lam == 0:
             continue
         m = metrics[name]
-        overturn = [Claim.compare("at most half SFT's", m["overturn_1hop"], "<=",
-                                  OVERTURN_CUT * sft["overturn_1hop"],
+        overturn = [Claim.compare("at most half SFT's", _value(m, "overturn_1hop"), "<=",
+                                  OVERTURN_CUT * _value(sft, "overturn_1hop"),
                                   value_label="overturn rate",
                                   reference_label=f"{OVERTURN_CUT} x SFT's")]  # fmt: skip
         accuracy = []
         if think_only is not None:
-            overturn.append(Claim.compare("below GRPO think-only's", m["overturn_1hop"], "<",
-                                          think_only["overturn_1hop"], value_label="overturn rate",
+            overturn.append(Claim.compare("below GRPO think-only's", _value(m, "overturn_1hop"), "<",
+                                          _value(think_only, "overturn_1hop"), value_label="overturn rate",
                                           reference_label="think-only's"))  # fmt: skip
             accuracy.append(Claim.compare(
-                f"think-only + {QA_GAIN * 100:.0f} points", m["thinking_qa"], ">=",
-                think_only["thinking_qa"] + QA_GAIN, value_label="thinking accuracy",
+                f"think-only + {QA_GAIN * 100:.0f} points", _value(m, "thinking_qa"), ">=",
+                _value(think_only, "thinking_qa") + QA_GAIN, value_label="thinking accuracy",
                 reference_label=f"think-only's + {QA_GAIN}"))  # fmt: skip
         if mixed is not None:
-            accuracy.append(Claim.compare("above mixed lambda=0", m["thinking_qa"], ">",
-                                          mixed["thinking_qa"], value_label="thinking accuracy",
+            accuracy.append(Claim.compare("above mixed lambda=0", _value(m, "thinking_qa"), ">",
+                                          _value(mixed, "thinking_qa"), value_label="thinking accuracy",
                                           reference_label="mixed lambda=0's"))  # fmt: skip
         out.append(Claim.all_of(
             f"{name}: the 1-hop overturn rate is at most half SFT's and below GRPO think-only's",
@@ -312,18 +323,18 @@ def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
                 f"{name}: thinking accuracy on factual QA (1- and 2-hop) beats GRPO think-only's "
                 f"by >= {QA_GAIN * 100:.0f} points and mixed lambda=0's", accuracy))  # fmt: skip
         out.append(Claim.compare(
-            f"{name}: 2-hop thinking accuracy is at least SFT's", m["thinking_2hop"], ">=",
-            sft["thinking_2hop"], value_label="2-hop thinking accuracy",
+            f"{name}: 2-hop thinking accuracy is at least SFT's", _value(m, "thinking_2hop"), ">=",
+            _value(sft, "thinking_2hop"), value_label="2-hop thinking accuracy",
             reference_label="SFT's"))  # fmt: skip
         out.append(Claim.compare(
             f"{name}: arithmetic thinking accuracy is within {MATH_SLACK * 100:.0f} points of "
-            "SFT's or above", m["thinking_math"], ">=", sft["thinking_math"] - MATH_SLACK,
+            "SFT's or above", _value(m, "thinking_math"), ">=", _value(sft, "thinking_math") - MATH_SLACK,
             value_label="arithmetic accuracy", reference_label=f"SFT's - {MATH_SLACK}"))  # fmt: skip
         out.append(Claim.all_of(
             f"{name}: think length on 2-hop and arithmetic stays >= {LENGTH_KEEP:.0%} of SFT's "
             "(no win by not thinking)",
-            [Claim.compare(kind, m[f"think_length_{kind}"], ">=",
-                           LENGTH_KEEP * sft[f"think_length_{kind}"],
+            [Claim.compare(kind, _value(m, f"think_length_{kind}"), ">=",
+                           LENGTH_KEEP * _value(sft, f"think_length_{kind}"),
                            value_label="think length (tokens)",
                            reference_label=f"{LENGTH_KEEP} x SFT's") for kind in ("2hop", "math")],
         ))  # fmt: skip
@@ -336,13 +347,16 @@ def _plot(done: list[dict[str, Any]], config: Config, out_dir: Path) -> None:
         ("thinking_qa", "accuracy_over_steps.png", "thinking accuracy (1- and 2-hop)"),
     ):
         series = {}
+        start = next(d for d in done if d.get("system") == "sft")["probe"][metric]
         for condition, *_ in config.conditions:
             curves = [d["curves"] for d in done if d.get("condition") == condition]
             steps = [0.0] + curves[0]["probe_step"]
-            sft = next(d for d in done if d.get("system") == "sft")
-            values = [[sft[metric]] + [math.nan if v is None else v for v in c[metric]]
-                      for c in curves]  # fmt: skip
-            series[condition] = (steps, np.nanmean(np.array(values, dtype=float), 0).tolist())
+            values = np.array(
+                [[start, *c[metric]] for c in curves], dtype=float
+            )  # None -> NaN: not measured (no correct direct answer to overturn)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # a step no seed measured
+                series[condition] = (steps, np.nanmean(values, 0).tolist())
         line_plot(
             out_dir / name,
             series,

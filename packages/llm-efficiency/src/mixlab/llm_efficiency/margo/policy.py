@@ -54,9 +54,7 @@ class PolicyConfig:
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def sft_policy(
-    config: PolicyConfig, device: torch.device | str = "cpu"
-) -> tuple[Any, Any, World]:
+def sft_policy(config: PolicyConfig, device: torch.device | str = "cpu") -> tuple[Any, Any, World]:
     """``(model, tokenizer, world)``: the SFT model of ``config`` from the mixlab cache, trained
     first when absent (a killed training resumes)."""
     world = World.build(config.world)
@@ -125,7 +123,9 @@ def evaluate_modes(
     return {
         "thinking_accuracy": float(right["thinking"].mean()),
         "direct_accuracy": float(direct_right.mean()),
-        "overturn_rate": float(overturned.sum() / direct_right.sum()) if direct_right.any() else None,
+        "overturn_rate": float(overturned.sum() / direct_right.sum())
+        if direct_right.any()
+        else None,
         "associate_share": float(np.mean(associates)) if associates else None,
         "wrong_thinking": len(wrong),
         "think_length": float(

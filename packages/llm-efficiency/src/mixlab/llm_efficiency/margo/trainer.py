@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import trl
-from packaging.version import Version
 from trl import GRPOConfig, GRPOTrainer
 from trl.data_utils import is_conversational
 
@@ -42,9 +42,13 @@ TESTED_TRL = ("1.16", "1.17")
 def check_trl_version(version: str | None = None) -> None:
     """Raise ``ValueError`` when ``version`` (default: the installed TRL) is outside
     :data:`TESTED_TRL`."""
-    found = Version(version or trl.__version__)
+    found = version or trl.__version__
     low, high = TESTED_TRL
-    if not Version(low) <= found < Version(high):
+
+    def release(text: str) -> tuple[int, ...]:  # "1.16.0.dev0" -> (1, 16)
+        return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
+
+    if not release(low) <= release(found) < release(high):
         raise ValueError(
             f"trl: MARGOTrainer overrides GRPOTrainer._generate_and_score_completions, "
             f"_tokenize_prompts and _calculate_rewards as of trl >={low},<{high}; found {found} "
@@ -256,7 +260,9 @@ class MARGOTrainer(GRPOTrainer):
         elif args.direct_chat_template_kwargs is not None:
             self._direct_prefix = ""
         else:
-            if not (_has_token(tokenizer, args.think_open) and _has_token(tokenizer, args.think_close)):
+            if not (
+                _has_token(tokenizer, args.think_open) and _has_token(tokenizer, args.think_close)
+            ):
                 raise ValueError(
                     f"direct_prefix: the tokenizer has no {args.think_open!r}/{args.think_close!r} "
                     "tokens for an empty think block; set direct_prefix (text that makes the "

@@ -111,9 +111,7 @@ class WorldConfig:
                 "a number in [0, 1)",
                 value,
             )
-        require(
-            isinstance(self.seed, int) and self.seed >= 0, "seed", "an integer >= 0", self.seed
-        )
+        require(isinstance(self.seed, int) and self.seed >= 0, "seed", "an integer >= 0", self.seed)
 
     def key(self) -> str:
         data = {"format": 2, **asdict(self)}  # bump format with the text formats
@@ -166,7 +164,9 @@ class World:
                     colleague[p] = q
                     break
         order = rng.permutation(len(people))
-        held_out = frozenset(people[i] for i in order[: round(config.held_out_fraction * len(people))])
+        held_out = frozenset(
+            people[i] for i in order[: round(config.held_out_fraction * len(people))]
+        )
         return cls(config, tuple(people), tuple(cities), tuple(countries), city, colleague,
                    country, held_out)  # fmt: skip
 
@@ -208,7 +208,9 @@ def _math(problem: Any) -> Question:
     return Question(prompt, str(problem.answer), "math")
 
 
-def questions(world: World, split: str, kind: str, *, n_math: int = 200, seed: int = 0) -> list[Question]:
+def questions(
+    world: World, split: str, kind: str, *, n_math: int = 200, seed: int = 0
+) -> list[Question]:
     """The ``kind`` questions of the ``split`` people (``train`` or ``test``: held out); math
     questions are ``n_math`` chains drawn from ``seed``."""
     require(split in ("train", "test"), "split", "'train' or 'test'", split)
