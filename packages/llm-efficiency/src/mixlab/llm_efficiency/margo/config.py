@@ -95,8 +95,9 @@ class Config(ExperimentConfig):
     """held-out arithmetic chains (their own seed)"""
     test_samples: int = 4
     """samples per test question and mode (temperature 1)"""
-    probe_every: int = 20
-    """steps between the held-out probes of the over-steps plot"""
+    probe_every: int = 5
+    """steps between the held-out probes of the over-steps plot (every run drops most of its
+    drift within 20 steps)"""
     min_direct_one_hop: float = 0.85
     """regime: the SFT model's direct 1-hop accuracy reaches this ..."""
     min_two_hop_gain: float = 0.15
