@@ -344,7 +344,7 @@ def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
 def _plot(done: list[dict[str, Any]], config: Config, out_dir: Path) -> None:
     for metric, name, label in (
         ("overturn_1hop", "overturn_over_steps.png", "1-hop overturn rate"),
-        ("thinking_qa", "accuracy_over_steps.png", "thinking accuracy (1- and 2-hop)"),
+        ("thinking_qa", "accuracy_over_steps.png", "thinking accuracy, 1- and 2-hop"),
     ):
         series = {}
         start = next(d for d in done if d.get("system") == "sft")["probe"][metric]
@@ -361,6 +361,6 @@ def _plot(done: list[dict[str, Any]], config: Config, out_dir: Path) -> None:
             out_dir / name,
             series,
             xlabel="GRPO step",
-            ylabel=f"{label}, held-out probe",
-            title=f"{label} over training (mean over seeds; step 0: SFT)",
+            ylabel=f"{label} (held-out probe)",
+            title=f"{label} (mean of seeds; step 0: SFT)",
         )
