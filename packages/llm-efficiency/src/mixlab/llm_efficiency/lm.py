@@ -55,6 +55,7 @@ __all__ = [
     "encode_file",
     "fit_lm",
     "llama_config",
+    "load_generator",
     "load_lm",
     "perplexity",
     "perplexity_of",
@@ -496,3 +497,19 @@ def perplexity(model: Any, tokens: torch.Tensor, seq_len: int, **kwargs: Any) ->
 def perplexity_of(nll: torch.Tensor) -> float:
     """exp(mean) of per-token negative log-likelihoods."""
     return math.exp(nll.mean().item())
+
+
+def load_generator(path: str | Path, option: str = "--model") -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of a local causal LM folder that holds its tokenizer, set up for
+    batched sampling (left padding; the end token pads when there is no pad token). A missing
+    folder or tokenizer raises a ValueError naming ``option``."""
+    from transformers import AutoTokenizer
+
+    from mixlab.shared.checks import check_input_folder
+
+    check_input_folder(Path(path), option, containing=("config.json", "tokenizer_config.json"))
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return load_lm(path), tokenizer

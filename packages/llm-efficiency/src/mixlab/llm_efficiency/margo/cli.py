@@ -25,7 +25,6 @@ from mixlab.shared.checks import (
     check_choice,
     check_count,
     check_input_file,
-    check_input_folder,
     check_number,
     check_output_file,
     check_output_folder,
@@ -70,19 +69,6 @@ def read_rows(path: Path, option: str = "--data") -> list[dict[str, Any]]:
     if not rows:
         raise ValueError(f"{option}: {path} holds no rows")
     return rows
-
-
-def _load(folder: Path, option: str) -> tuple[Any, Any]:
-    check_input_folder(folder, option, containing=("config.json", "tokenizer_config.json"))
-    from transformers import AutoTokenizer
-
-    from mixlab.llm_efficiency.lm import load_lm
-
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return load_lm(folder), tokenizer
 
 
 def _direct_prefix(direct_prefix: str | None, tokenizer: Any) -> str:
@@ -135,7 +121,9 @@ def train(
     check_seed(seed)
     rows = read_rows(data)
     check_output_folder(out, "--out")
-    policy, tokenizer = _load(model, "--model")
+    from mixlab.llm_efficiency.lm import load_generator
+
+    policy, tokenizer = load_generator(model, "--model")
 
     from datasets import Dataset
 
@@ -185,7 +173,9 @@ def evaluate(
     check_count(max_new_tokens, "--max-new-tokens")
     check_seed(seed)
     rows = read_rows(data)
-    policy, tokenizer = _load(model, "--model")
+    from mixlab.llm_efficiency.lm import load_generator
+
+    policy, tokenizer = load_generator(model, "--model")
     from mixlab.llm_efficiency.margo.policy import evaluate_modes
     from mixlab.llm_efficiency.margo.world import Question
 

@@ -20,7 +20,6 @@ import typer
 from mixlab.shared.checks import (
     check_choice,
     check_count,
-    check_input_folder,
     check_number,
     check_output_folder,
     check_seed,
@@ -42,19 +41,6 @@ def _task(task: str) -> None:
     from mixlab.llm_efficiency.prompt_kl.tasks import TASKS
 
     check_choice(task, "--task", tuple(TASKS))
-
-
-def _load(folder: Path, option: str) -> tuple[Any, Any]:
-    check_input_folder(folder, option, containing=("config.json", "tokenizer_config.json"))
-    from transformers import AutoTokenizer
-
-    from mixlab.llm_efficiency.lm import load_lm
-
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return load_lm(folder), tokenizer
 
 
 def _test(task: str, n: int, samples: int, seed: int, max_new_tokens: int) -> tuple[list, dict]:
@@ -108,7 +94,9 @@ def train(
     check_number(warmup, "--warmup", 0 <= warmup < 1, "a number in [0, 1)")
     check_seed(seed)
     check_output_folder(out, "--out")
-    policy, tokenizer = _load(model, "--model")
+    from mixlab.llm_efficiency.lm import load_generator
+
+    policy, tokenizer = load_generator(model, "--model")
 
     from datasets import Dataset
 
@@ -158,7 +146,9 @@ def evaluate(
     """Hack rate, true success and proxy reward of sampled completions on the task's test prompts."""
     _task(task)
     test, kwargs = _test(task, n, samples, seed, max_new_tokens)
-    policy, tokenizer = _load(model, "--model")
+    from mixlab.llm_efficiency.lm import load_generator
+
+    policy, tokenizer = load_generator(model, "--model")
     from mixlab.llm_efficiency.prompt_kl.policy import evaluate_policy
 
     _echo(evaluate_policy(policy, tokenizer, task, test, **kwargs))
@@ -177,8 +167,10 @@ def swap(
     """Hack rate and success when one model's prompt encoding (KV cache) feeds another's response."""
     _task(task)
     test, kwargs = _test(task, n, samples, seed, max_new_tokens)
-    encoder, _ = _load(prompt_model, "--prompt-model")
-    writer, tokenizer = _load(response_model, "--response-model")
+    from mixlab.llm_efficiency.lm import load_generator
+
+    encoder, _ = load_generator(prompt_model, "--prompt-model")
+    writer, tokenizer = load_generator(response_model, "--response-model")
     from mixlab.llm_efficiency.prompt_kl.diagnostics import swap_generate
     from mixlab.llm_efficiency.prompt_kl.policy import evaluate_policy
 
@@ -208,8 +200,10 @@ def steer(
     check_choice(where, "--where", ("prompt", "response"))
     check_number(alpha, "--alpha", alpha >= 0, "a finite number >= 0")
     test, kwargs = _test(task, n, samples, seed, max_new_tokens)
-    model, tokenizer = _load(policy, "--policy")
-    ref, _ = _load(reference, "--reference")
+    from mixlab.llm_efficiency.lm import load_generator
+
+    model, tokenizer = load_generator(policy, "--policy")
+    ref, _ = load_generator(reference, "--reference")
     from mixlab.llm_efficiency.lm import decoder_blocks
     from mixlab.llm_efficiency.prompt_kl.diagnostics import activation_difference
     from mixlab.llm_efficiency.prompt_kl.diagnostics import steer as steering
