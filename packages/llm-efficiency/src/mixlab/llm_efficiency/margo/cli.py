@@ -74,14 +74,9 @@ def read_rows(path: Path, option: str = "--data") -> list[dict[str, Any]]:
 def _direct_prefix(direct_prefix: str | None, tokenizer: Any) -> str:
     if direct_prefix is not None:
         return direct_prefix
-    from mixlab.llm_efficiency.margo.trainer import _has_token
+    from mixlab.llm_efficiency.margo.trainer import empty_think_block
 
-    if not (_has_token(tokenizer, "<think>") and _has_token(tokenizer, "</think>")):
-        raise ValueError(
-            "--direct-prefix: the tokenizer has no <think>/</think> tokens for an empty think "
-            "block; pass the text that makes the model answer at once"
-        )
-    return "<think>\n\n</think>\n\n"
+    return empty_think_block(tokenizer, option="--direct-prefix")
 
 
 @app.command()

@@ -90,8 +90,7 @@ def evaluate_modes(
     over the direct samples that are right), the share of wrong thinking answers that are the
     colleague's city (1-hop only, else None) and the mean think length in tokens."""
     require(len(questions) > 0, "questions", "a non-empty list", questions)
-    right = {}
-    completions = {}
+    answers = {}
     for mode, prefix in (("thinking", thinking_prefix), ("direct", direct_prefix)):
         texts = sample_completions(
             model,
@@ -101,25 +100,20 @@ def evaluate_modes(
             seed=seed,
             max_new_tokens=max_new_tokens,
         )
-        completions[mode] = texts
-        right[mode] = np.array(
-            [[final_answer(c, mode == "thinking") == q.answer for c in cs]
-             for q, cs in zip(questions, texts, strict=True)]
-        )  # fmt: skip
+        answers[mode] = [[final_answer(c, mode == "thinking") for c in cs] for cs in texts]
+        if mode == "thinking":
+            lengths = [think_length(c) for cs in texts for c in cs]
+    right = {
+        mode: np.array(
+            [[a == q.answer for a in row] for q, row in zip(questions, rows, strict=True)]
+        )
+        for mode, rows in answers.items()
+    }
     direct_right = right["direct"]
     overturned = direct_right & ~right["thinking"]
-    wrong = [
-        final_answer(c, True)
-        for q, cs in zip(questions, completions["thinking"], strict=True)
-        for c in cs
-        if final_answer(c, True) != q.answer
-    ]
-    associates = [
-        final_answer(c, True) == q.associate
-        for q, cs in zip(questions, completions["thinking"], strict=True)
-        for c in cs
-        if q.associate and final_answer(c, True) != q.answer
-    ]
+    wrong = [(q, a) for q, row in zip(questions, answers["thinking"], strict=True) for a in row
+             if a != q.answer]  # fmt: skip
+    associates = [a == q.associate for q, a in wrong if q.associate]
     return {
         "thinking_accuracy": float(right["thinking"].mean()),
         "direct_accuracy": float(direct_right.mean()),
@@ -128,7 +122,5 @@ def evaluate_modes(
         else None,
         "associate_share": float(np.mean(associates)) if associates else None,
         "wrong_thinking": len(wrong),
-        "think_length": float(
-            np.mean([think_length(c) for cs in completions["thinking"] for c in cs])
-        ),
+        "think_length": float(np.mean(lengths)),
     }

@@ -33,7 +33,7 @@ from mixlab.llm_efficiency.margo.advantages import SCALES, margo_advantages
 from mixlab.llm_efficiency.margo.reward import ExactMatch
 from mixlab.shared import require
 
-__all__ = ["TESTED_TRL", "MARGOConfig", "MARGOTrainer", "check_trl_version"]
+__all__ = ["TESTED_TRL", "MARGOConfig", "MARGOTrainer", "check_trl_version", "empty_think_block"]
 
 TESTED_TRL = ("1.16", "1.17")
 """TRL versions the overridden internals were tested with: ``>= [0]`` and ``< [1]``"""
@@ -205,6 +205,21 @@ def _has_token(tokenizer: Any, text: str) -> bool:
     return len(ids) == 1 and ids[0] != getattr(tokenizer, "unk_token_id", None)
 
 
+def empty_think_block(
+    tokenizer: Any, think_open: str = "<think>", think_close: str = "</think>",
+    option: str = "direct_prefix",
+) -> str:  # fmt: skip
+    """The direct mode's default prefix, Qwen3's empty think block; a ValueError naming
+    ``option`` when the tokenizer has no single-token think tags."""
+    if not (_has_token(tokenizer, think_open) and _has_token(tokenizer, think_close)):
+        raise ValueError(
+            f"{option}: the tokenizer has no {think_open!r}/{think_close!r} tokens for an empty "
+            "think block; set it to text that makes the model answer at once (or, for chat "
+            "prompts, use direct_chat_template_kwargs)"
+        )
+    return f"{think_open}\n\n{think_close}\n\n"
+
+
 class MARGOTrainer(GRPOTrainer):
     """:class:`trl.GRPOTrainer` with mixed thinking/direct groups and MARGO advantages.
 
@@ -260,15 +275,7 @@ class MARGOTrainer(GRPOTrainer):
         elif args.direct_chat_template_kwargs is not None:
             self._direct_prefix = ""
         else:
-            if not (
-                _has_token(tokenizer, args.think_open) and _has_token(tokenizer, args.think_close)
-            ):
-                raise ValueError(
-                    f"direct_prefix: the tokenizer has no {args.think_open!r}/{args.think_close!r} "
-                    "tokens for an empty think block; set direct_prefix (text that makes the "
-                    "model answer at once) or direct_chat_template_kwargs"
-                )
-            self._direct_prefix = f"{args.think_open}\n\n{args.think_close}\n\n"
+            self._direct_prefix = empty_think_block(tokenizer, args.think_open, args.think_close)
         close = tokenizer(args.think_close, add_special_tokens=False)["input_ids"]
         self._think_close_id = close[0] if _has_token(tokenizer, args.think_close) else None
         self._row_direct: list[bool] = []
