@@ -26,7 +26,7 @@ DOMAINS = (
     Member("packages/llm-efficiency", "mixlab-llm-efficiency", "llm_efficiency", "mixlab-llm",
            ("transformers", "accelerate", "triton")),
     Member("packages/attention-arch", "mixlab-attention-arch", "attention_arch", "mixlab-attn",
-           ("timm", "sklearn")),
+           ("timm", "sklearn", "mambapy", "diffusers", "skimage", "scipy")),
     Member("packages/graphs", "mixlab-graphs", "graphs", "mixlab-graphs",
            ("torch_geometric", "networkx", "scipy")),
     Member("packages/rl", "mixlab-rl", "rl", "mixlab-rl",
@@ -40,7 +40,7 @@ SHARED = Member(
     "mixlab-shared",
     "shared",
     "mixlab",
-    ("torch", "numpy", "typer", "rich", "matplotlib", "safetensors", "platformdirs"),
+    ("torch", "numpy", "typer", "rich", "matplotlib", "safetensors", "platformdirs", "PIL"),
 )
 MEMBERS = (SHARED, *DOMAINS)
 

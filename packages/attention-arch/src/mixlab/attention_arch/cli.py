@@ -1,10 +1,12 @@
 """``mixlab-attn``: the command line of the attention-arch methods; each method adds its command group here."""
 
 from mixlab.attention_arch.mita.cli import app as mita_app
+from mixlab.attention_arch.moh.cli import app as moh_app
 from mixlab.shared.cli_base import domain_app, run_app
 
 app = domain_app("mixlab-attn", "Efficient attention and mixture architectures.")
 app.add_typer(mita_app, name="mita")
+app.add_typer(moh_app, name="moh")
 
 
 def main(argv: list[str] | None = None) -> int:

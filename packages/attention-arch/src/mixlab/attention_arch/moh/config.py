@@ -1,0 +1,180 @@
+"""The MoH experiment's :class:`Config`, its systems, and the registry entry :data:`METHOD`.
+
+Light on purpose (standard library and ``mixlab.shared`` only): ``mixlab list`` reads it without
+importing torch; :mod:`.experiment` loads on ``mixlab run moh``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from mixlab.shared.config import ExperimentConfig, is_count, require
+from mixlab.shared.registry import Method
+
+PLAIN, ZIGMA, STATIC, MOH, DIT = (
+    "plain Mamba", "ZigMa multi-scan", "static MoE", "MoH", "DiT",
+)  # fmt: skip
+MOH_LEVELS, MOH_TRANSFORMS, MOH_DEPTH = (
+    "MoH levels only",
+    "MoH transformations only",
+    "MoH depth only",
+)
+EXPERTS = ("raster", "zigzag", "conv", "mlp")
+LEVELS = (1, 2, 4)
+
+
+def system_architecture(system: str, expand: float) -> dict[str, Any]:
+    """The :class:`~.model.MoHDiffusion` arguments that make ``system`` (besides the shared
+    width, depth, patch and state size; baselines' widths are then matched in parameters)."""
+    routed_experts = {"experts": EXPERTS, "expert_expand": expand / 2}  # 2 scans of half width
+    return {
+        PLAIN: {},
+        ZIGMA: {"layer_orders": ("raster", "zigzag", "raster_t", "zigzag_t")},
+        STATIC: {"levels": LEVELS, **routed_experts, "depth_gate": True, "routing": "static"},
+        MOH: {"levels": LEVELS, **routed_experts, "depth_gate": True},
+        MOH_LEVELS: {"levels": LEVELS},
+        MOH_TRANSFORMS: routed_experts,
+        MOH_DEPTH: {"depth_gate": True},
+        DIT: {"mixer": "attention"},
+    }[system]
+
+
+SYSTEMS = (PLAIN, ZIGMA, STATIC, MOH, MOH_LEVELS, MOH_TRANSFORMS, MOH_DEPTH, DIT)
+QUICK_SYSTEMS = (PLAIN, STATIC, MOH, DIT)
+DATASETS = ("digits", "faces", "shapes")
+
+
+@dataclass
+class Config(ExperimentConfig):
+    """Defaults are the quick profile: sklearn digits 8x8, patch 2 (4x4 tokens), width 64, 4
+    blocks; plain Mamba, static MoE, MoH and DiT trained with the same batches, steps and seed,
+    scored on DDIM samples in the feature space of a CNN trained here on the real digits. Full
+    (one large GPU, 3 seeds): digits 16x16, lfw faces 24x24 and captioned shape scenes 32x32,
+    width 256, 12 blocks, every system and ablation."""
+
+    datasets: tuple[tuple[str, int], ...] = (("digits", 8),)
+    """``(source, image size)`` pairs: sources from :data:`DATASETS`"""
+    systems: tuple[str, ...] = QUICK_SYSTEMS
+    n_seeds: int = 1
+    patch_size: int = 2
+    width: int = 64
+    """MoH's width; the baselines' widths are chosen to match its parameters"""
+    depth: int = 4
+    d_state: int = 8
+    expand: float = 1.0
+    """Mamba's d_inner = expand x width (MoH's two scan experts take half each)"""
+    steps: int = 2000
+    batch_size: int = 64
+    lr: float = 1e-3
+    depth_weight: float = 0.05
+    """λ_d, the compute penalty of the depth gate"""
+    n_samples: int = 1000
+    """DDIM samples scored at the end of training"""
+    sample_steps: int = 50
+    curve_points: int = 5
+    """checkpoints (evenly spaced) scored during training: the FID_local-over-steps curves"""
+    curve_samples: int = 500
+    curve_sample_steps: int = 25
+    feature_steps: int = 600
+    """training steps of the CNN whose feature space the metrics use (cached per dataset)"""
+    guidance_scale: float = 1.0
+    """classifier-free guidance when a dataset is conditional (captioned shapes)"""
+    param_tolerance: float = 0.10
+    """regime: every system's parameters within this share of MoH's"""
+    max_gaussian_share: float = 0.5
+    """regime: plain Mamba's FID_local at most this share of the Gaussian fit's ..."""
+    min_recognisable: float = 0.6
+    """... and at least this share of its samples labelled with confidence >= 0.9"""
+    fid_gain: float = 0.10
+    """claim 1: MoH's FID_local at least this share below plain Mamba's"""
+    convergence_share: float = 0.7
+    """claim 3: MoH reaches plain Mamba's final FID_local within this share of the steps"""
+    min_route_tv: float = 0.2
+    """claim 4: total variation between the mean routes of the lowest and highest t deciles"""
+    max_block_share: float = 0.8
+    """claim 5: share of block evaluations per sampling trajectory with the depth gate"""
+
+    ALLOWED_EDGE_VALUES: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "depth_weight": (0, 0.0),
+        "fid_gain": (0, 0.0),
+        "param_tolerance": (0, 0.0),
+    }
+    PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
+        "quick": {},
+        "full": {
+            "datasets": (("digits", 16), ("faces", 24), ("shapes", 32)),
+            "systems": SYSTEMS,
+            "n_seeds": 3,
+            "width": 256,
+            "depth": 12,
+            "d_state": 16,
+            "expand": 2.0,
+            "steps": 20_000,
+            "batch_size": 128,
+            "lr": 2e-4,
+            "n_samples": 5000,
+            "curve_samples": 1000,
+            "guidance_scale": 2.0,
+        },
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(
+            isinstance(self.datasets, tuple | list) and len(self.datasets) > 0
+            and all(isinstance(d, tuple | list) and len(d) == 2 and d[0] in DATASETS
+                    and is_count(d[1], 8) for d in self.datasets),
+            "datasets", f"(source, size >= 8) pairs with sources from {DATASETS}", self.datasets,
+        )  # fmt: skip
+        require(
+            isinstance(self.systems, tuple | list) and MOH in self.systems
+            and all(s in SYSTEMS for s in self.systems) and len(set(self.systems)) == len(self.systems),
+            "systems", f"distinct names from {SYSTEMS}, MoH among them", self.systems,
+        )  # fmt: skip
+        for name in ("n_seeds", "patch_size", "width", "depth", "d_state", "steps", "batch_size",
+                     "n_samples", "sample_steps", "curve_points", "curve_samples",
+                     "curve_sample_steps", "feature_steps"):  # fmt: skip
+            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
+        require(self.curve_points <= self.steps, "curve_points", f"at most steps={self.steps}",
+                self.curve_points)  # fmt: skip
+        require(self.width % 4 == 0, "width", "a multiple of 4", self.width)
+        for _source, size in self.datasets:
+            require(size % self.patch_size == 0, "patch_size",
+                    f"a divisor of every image size (here {size})", self.patch_size)  # fmt: skip
+            grid = size // self.patch_size
+            require(grid % max(LEVELS) == 0, "datasets",
+                    f"image sizes whose token grid is a multiple of {max(LEVELS)} (MoH's levels)",
+                    self.datasets)  # fmt: skip
+        for name in ("expand", "lr", "guidance_scale"):
+            value = getattr(self, name)
+            require(isinstance(value, numbers.Real) and value > 0, name, "a number > 0", value)
+        for name in ("param_tolerance", "max_gaussian_share", "min_recognisable", "fid_gain",
+                     "convergence_share", "min_route_tv", "max_block_share", "depth_weight"):  # fmt: skip
+            value = getattr(self, name)
+            require(isinstance(value, numbers.Real) and 0 <= value <= 1, name,
+                    "a number in [0, 1]", value)  # fmt: skip
+
+    def curve_steps(self) -> tuple[int, ...]:
+        return tuple(
+            round(self.steps * (i + 1) / self.curve_points) for i in range(self.curve_points)
+        )
+
+
+METHOD = Method(
+    name="moh",
+    domain="attention-arch",
+    paper=(
+        "MoH: Mixture-of-Hierarchical Experts for Mamba diffusion (paper not found; the "
+        "algorithm is reconstructed from DiM, ZigMa and DiT)"
+    ),
+    claim=(
+        "Routing a Mamba diffusion backbone on the timestep over representation levels, "
+        "feature transformations and depth lowers FID against a plain Mamba backbone and a "
+        "static mixture at matched parameters, converges in fewer steps and skips blocks."
+    ),
+    config=Config,
+    run="mixlab.attention_arch.moh.experiment:run",
+    headline_plot="fid_over_steps.png",
+)

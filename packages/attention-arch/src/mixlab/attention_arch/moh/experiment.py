@@ -1,0 +1,446 @@
+"""MoH against plain bidirectional Mamba, static MoE and DiT (``mixlab run moh``).
+
+Every system trains from scratch on the same batches, timesteps and noise (one generator per
+(seed, step)) for the same steps; baselines' widths are chosen to match MoH's parameters. Each is
+scored on DDIM samples of its EMA weights in the feature space of a CNN trained here on the real
+images (FID_local, KID_local, precision/recall, the recognisable rate), against a Gaussian fit of
+the data and the real images themselves; along training, ``curve_points`` checkpoints are scored
+with a smaller sample (the FID_local-over-steps curves of the convergence claim).
+
+Regime check first (issue 22): plain Mamba must reach half the Gaussian fit's FID_local and a
+recognisable rate of ``min_recognisable``, and every system's parameters must sit within
+``param_tolerance`` of MoH's; otherwise the claims are untested. Comparisons are paired by seed:
+a claim holds when the mean of the per-seed differences clears its threshold by one standard
+deviation (zero spread with one seed).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mixlab.attention_arch.moh.config import (
+    MOH,
+    PLAIN,
+    STATIC,
+    Config,
+    system_architecture,
+)
+from mixlab.attention_arch.moh.data import ImageData, load_images
+from mixlab.attention_arch.moh.metrics import feature_net, gaussian_fit_samples, score
+from mixlab.attention_arch.moh.model import MoHDiffusion
+from mixlab.attention_arch.moh.training import TrainSpec, sample, train
+from mixlab.shared import Claim, Result, line_plot, mean_std, run_cells, seed_everything
+from mixlab.shared.files import write_json_atomic
+from mixlab.shared.plotting import save_figure
+
+CAPTION_DIM = 32
+"""width of the frozen random caption embedding used as the text encoder of the shape scenes"""
+ROUTE_GRID = 100
+"""timesteps at which the routes g(t) are read for the plots and the total-variation claim"""
+METRICS = ("fid_local", "kid_local", "precision", "recall", "recognisable", "block_share",
+           "route_tv", "sample_s", "train_s")  # fmt: skip
+
+
+def caption_embeddings(captions: torch.Tensor, vocab_size: int, seed: int = 0) -> torch.Tensor:
+    """A frozen text encoder for the shape captions: a seeded random embedding per token plus
+    one per position (so word order counts); the pad token (0) maps to zeros."""
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.randn(vocab_size, CAPTION_DIM, generator=generator) / CAPTION_DIM**0.5
+    positions = torch.randn(captions.shape[1], CAPTION_DIM, generator=generator) / CAPTION_DIM**0.5
+    out = tokens[captions] * (1 + positions)
+    return out * (captions != 0)[..., None]
+
+
+def _base_architecture(config: Config, data: ImageData, size: int) -> dict[str, Any]:
+    return {
+        "sample_size": size,
+        "in_channels": data.images.shape[1],
+        "patch_size": config.patch_size,
+        "depth": config.depth,
+        "d_state": config.d_state,
+        "expand": config.expand,
+        "caption_dim": CAPTION_DIM if data.captions is not None else None,
+    }
+
+
+def parameter_count(arguments: dict[str, Any]) -> int:
+    with torch.device("meta"):
+        model = MoHDiffusion(**arguments)
+    return sum(p.numel() for p in model.parameters())
+
+
+def matched_width(arguments: dict[str, Any], target: int, start: int) -> int:
+    """The width (a multiple of 4) whose parameter count is closest to ``target``."""
+    best, best_gap = start, abs(parameter_count({**arguments, "width": start}) - target)
+    for direction in (4, -4):
+        width = start + direction
+        while width >= 4:
+            gap = abs(parameter_count({**arguments, "width": width}) - target)
+            if gap >= best_gap:
+                break
+            best, best_gap = width, gap
+            width += direction
+    return best
+
+
+def architecture(system: str, config: Config, data: ImageData, size: int) -> dict[str, Any]:
+    """The MoHDiffusion arguments of ``system``: MoH at ``config.width``, every other system at
+    the width whose parameters come closest to MoH's."""
+    base = _base_architecture(config, data, size)
+    moh = {**base, **system_architecture(MOH, config.expand), "width": config.width}
+    arguments = {**base, **system_architecture(system, config.expand)}
+    if system == MOH:
+        return moh
+    return {**arguments, "width": matched_width(arguments, parameter_count(moh), config.width)}
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in text)
+
+
+def route_summary(model: MoHDiffusion) -> dict[str, Any]:
+    """g(t) per axis averaged over blocks on ROUTE_GRID timesteps, and the total variation
+    between the mean routes of the lowest and the highest t deciles (mean over blocks and
+    routed axes; the gate as the distribution (open, closed))."""
+    total = model.config.num_train_timesteps
+    t = torch.linspace(0, total - 1, ROUTE_GRID)
+    probs = model.route_probabilities(t)
+    if not probs:
+        return {"routes": {}, "route_tv": None}
+    decile = ROUTE_GRID // 10
+    distances = []
+    for axis, p in probs.items():
+        if axis == "gate":
+            p = torch.stack([p, 1 - p], -1)
+        low, high = p[:decile].mean(0), p[-decile:].mean(0)  # [depth, n]
+        distances.append(0.5 * (low - high).abs().sum(-1))
+    curves = {axis: p.mean(1).tolist() for axis, p in probs.items()}
+    return {"routes": {"t": t.tolist(), **curves}, "route_tv": float(torch.cat(distances).mean())}
+
+
+def block_share(model: MoHDiffusion, sample_steps: int) -> float:
+    """Share of block evaluations a DDIM trajectory of ``sample_steps`` runs (gates closed skip)."""
+    from diffusers import DDIMScheduler
+
+    scheduler = DDIMScheduler(num_train_timesteps=model.config.num_train_timesteps)
+    scheduler.set_timesteps(sample_steps)
+    model.precompute_routes(scheduler.timesteps)
+    gates = [
+        1.0 if r.gate is None else float(r.gate.mean())
+        for rows in model.route_table.values()
+        for r in rows
+    ]
+    model.clear_routes()
+    return float(np.mean(gates))
+
+
+def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
+    torch.set_flush_denormal(True)  # exp(ΔA) decays the scan states into denormals (spec §0)
+    torch.set_num_threads(1)  # many small ops: one thread is as fast, and safe beside others
+    seeds = [config.seed + s for s in range(config.n_seeds)]
+    cache: dict[tuple[str, int], tuple[ImageData, Any, torch.Tensor | None]] = {}
+
+    def dataset(source: str, size: int):
+        if (source, size) not in cache:
+            data = load_images(source, size=size, seed=config.seed)
+            net = feature_net(
+                data.images, data.labels, seed=config.seed, steps=config.feature_steps
+            )
+            captions = None
+            if data.captions is not None:
+                captions = caption_embeddings(data.captions, data.vocab_size, config.seed)
+            cache[source, size] = (data, net, captions)
+        return cache[source, size]
+
+    def reference(cell: dict[str, Any]) -> dict[str, Any]:
+        data, net, _ = dataset(cell["dataset"], cell["size"])
+        if cell["system"] == "Gaussian fit":
+            fake = gaussian_fit_samples(data.images, config.n_samples, seed=config.seed)
+            return {**cell, **score(net, data.images, fake, seed=config.seed)}
+        # the real images: one half against the other (the floor of every metric)
+        order = torch.randperm(len(data), generator=torch.Generator().manual_seed(config.seed))
+        half = len(data) // 2
+        real = data.images[order]
+        return {**cell, **score(net, real[:half], real[half:], seed=config.seed)}
+
+    def train_cell(cell: dict[str, Any]) -> dict[str, Any]:
+        data, net, captions = dataset(cell["dataset"], cell["size"])
+        arguments = architecture(cell["system"], config, data, cell["size"])
+        seed = cell["seed"]
+        seed_everything(seed)
+        model = MoHDiffusion(**arguments)
+        run_dir = _run_dir(out_dir, cell)
+        spec = TrainSpec(
+            steps=config.steps,
+            batch_size=config.batch_size,
+            lr=config.lr,
+            depth_weight=config.depth_weight,
+            seed=seed,
+            checkpoint_every=max(1, config.steps // 10),
+        )
+        conditioning = _conditioning(data, captions, config.curve_samples, seed)
+
+        def curve_point(step: int, ema: MoHDiffusion) -> dict[str, Any]:
+            fake = sample(ema, config.curve_samples, steps=config.curve_sample_steps,
+                          seed=seed + 1000, guidance_scale=config.guidance_scale, **conditioning)  # fmt: skip
+            return {"curve_fid_local": score(net, data.images, fake, seed=seed)["fid_local"]}
+
+        started = time.perf_counter()
+        ema, history = train(
+            model, data.images, spec, captions=captions, out_dir=run_dir, resume=resume,
+            on_checkpoint=curve_point, eval_steps=config.curve_steps(),
+        )  # fmt: skip
+        train_s = time.perf_counter() - started
+        ema.save_pretrained(run_dir / "model")
+        conditioning = _conditioning(data, captions, config.n_samples, seed)
+        started = time.perf_counter()
+        fake = sample(ema, config.n_samples, steps=config.sample_steps, seed=seed + 2000,
+                      guidance_scale=config.guidance_scale, **conditioning)  # fmt: skip
+        sample_s = time.perf_counter() - started
+        torch.save(fake[:64].clone(), run_dir / "samples.pt")
+        measured = score(net, data.images, fake, seed=seed)
+        if data.captions is not None and data.labels is not None:  # caption alignment
+            with torch.no_grad():
+                predicted = net(fake).argmax(1)
+            labels = _conditioning_labels(data, config.n_samples, seed)
+            measured["alignment"] = float((predicted == labels).float().mean())
+        curve = [h for h in history if "curve_fid_local" in h]
+        return {
+            **cell,
+            **measured,
+            **route_summary(ema),
+            "params": sum(p.numel() for p in ema.parameters()),
+            "width": arguments["width"],
+            "block_share": block_share(ema, config.sample_steps),
+            "train_s": train_s,
+            "sample_s": sample_s,
+            "curve": {"step": [h["step"] for h in curve],
+                      "fid_local": [h["curve_fid_local"] for h in curve]},
+            "loss": [[h["step"], h["mse"]] for h in history if "mse" in h],
+        }  # fmt: skip
+
+    cells: list[dict[str, Any]] = []
+    for source, size in config.datasets:
+        cells += [{"dataset": source, "size": size, "system": s} for s in ("real", "Gaussian fit")]
+        cells += [{"dataset": source, "size": size, "system": s, "seed": seed}
+                  for seed in seeds for s in config.systems]  # fmt: skip
+    done = run_cells(
+        out_dir,
+        config,
+        cells,
+        lambda cell: train_cell(cell) if "seed" in cell else reference(cell),
+        resume=resume,
+        label="moh",
+    )
+    write_json_atomic(out_dir / "cells.json", done, indent=1)
+    metrics = summarise(done, config)
+    _plots(done, config, out_dir)
+    return Result(metrics=metrics, claims=claims(metrics, config), regime=regime(metrics, config))
+
+
+def _conditioning_labels(data: ImageData, n: int, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed + 3000)
+    return data.labels[torch.randint(0, len(data), (n,), generator=generator)]
+
+
+def _conditioning(data: ImageData, captions: torch.Tensor | None, n: int, seed: int) -> dict:
+    """Captions of random real scenes to sample with (the shape scenes); nothing otherwise."""
+    if captions is None:
+        return {}
+    generator = torch.Generator().manual_seed(seed + 3000)
+    return {"captions": captions[torch.randint(0, len(data), (n,), generator=generator)]}
+
+
+def _row_name(source: str, size: int, system: str) -> str:
+    return f"{source}{size}: {system}"
+
+
+def _paired(done: list[dict[str, Any]], source: str, size: int, a: str, b: str, fn) -> list[float]:
+    """``fn(cell_a, cell_b)`` for each seed both systems ran."""
+    cells = {(d["system"], d.get("seed")): d for d in done
+             if d["dataset"] == source and d["size"] == size}  # fmt: skip
+    seeds = sorted({d["seed"] for d in done if "seed" in d})
+    return [fn(cells[a, s], cells[b, s]) for s in seeds if (a, s) in cells and (b, s) in cells]
+
+
+def convergence_share(moh: dict[str, Any], plain: dict[str, Any]) -> float:
+    """The share of the steps at which MoH's curve first reaches plain Mamba's final curve
+    FID_local (same protocol); 2.0 when it never does."""
+    target = plain["curve"]["fid_local"][-1]
+    total = moh["curve"]["step"][-1]
+    for step, fid in zip(moh["curve"]["step"], moh["curve"]["fid_local"], strict=True):
+        if fid <= target:
+            return step / total
+    return 2.0
+
+
+def summarise(done: list[dict[str, Any]], config: Config) -> dict[str, dict[str, Any]]:
+    """One row per dataset and system (mean and std over seeds), with the paired quantities of
+    the claims on MoH's row."""
+    metrics: dict[str, dict[str, Any]] = {}
+    for source, size in config.datasets:
+        for system in ("real", "Gaussian fit", *config.systems):
+            rows = [d for d in done if d["dataset"] == source and d["size"] == size
+                    and d["system"] == system]  # fmt: skip
+            out: dict[str, Any] = {"n_seeds": len(rows)}
+            for name in (*METRICS, "params", "width", "alignment"):
+                values = [r[name] for r in rows if r.get(name) is not None]
+                if values:
+                    out[name], out[f"{name}_std"] = mean_std(values)
+            metrics[_row_name(source, size, system)] = out
+        moh = metrics[_row_name(source, size, MOH)]
+        paired = {
+            "fid_gain_vs_plain": (PLAIN, lambda m, p: 1 - m["fid_local"] / p["fid_local"]),
+            "fid_below_static": (STATIC, lambda m, s: s["fid_local"] - m["fid_local"]),
+            "convergence_share": (PLAIN, convergence_share),
+        }
+        for name, (other, fn) in paired.items():
+            if other in config.systems:
+                moh[name], moh[f"{name}_std"] = mean_std(
+                    _paired(done, source, size, MOH, other, fn)
+                )
+    return metrics
+
+
+def _value(row: dict[str, Any], key: str) -> float:
+    value = row.get(key)
+    return float("nan") if value is None else float(value)
+
+
+def regime(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
+    """Can the testbed tell generators apart? Plain Mamba beats the trivial generator clearly
+    and draws recognisable images; the systems' parameters are matched (issue 22's margins)."""
+    out = []
+    for source, size in config.datasets:
+        plain = metrics[_row_name(source, size, PLAIN)]
+        gaussian = metrics[_row_name(source, size, "Gaussian fit")]
+        moh_params = metrics[_row_name(source, size, MOH)]["params"]
+        checks = [Claim.compare(
+            f"{source}{size}: plain Mamba's FID_local is at most {config.max_gaussian_share:g} x "
+            "the Gaussian fit's", _value(plain, "fid_local"), "<=",
+            config.max_gaussian_share * _value(gaussian, "fid_local"),
+            value_label="plain Mamba FID_local",
+            reference_label=f"{config.max_gaussian_share:g} x Gaussian fit's")]  # fmt: skip
+        if plain.get("recognisable") is not None:
+            checks.append(Claim.compare(
+                f"{source}{size}: at least {config.min_recognisable:.0%} of plain Mamba's samples "
+                "are recognisable (classifier confidence >= 0.9)",
+                _value(plain, "recognisable"), ">=", config.min_recognisable,
+                value_label="recognisable rate"))  # fmt: skip
+        gaps = {s: abs(metrics[_row_name(source, size, s)]["params"] / moh_params - 1)
+                for s in config.systems}  # fmt: skip
+        worst = max(gaps, key=gaps.get)
+        checks.append(Claim.compare(
+            f"{source}{size}: every system's parameters are within {config.param_tolerance:.0%} "
+            f"of MoH's", gaps[worst], "<=", config.param_tolerance,
+            value_label=f"largest relative gap ({worst})"))  # fmt: skip
+        out += checks
+    return out
+
+
+def _bound(row: dict[str, Any], sign: int):
+    """mean + sign x std of a paired quantity of ``row``."""
+    return lambda key: _value(row, key) + sign * _value(row, f"{key}_std")
+
+
+def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
+    """Issue 22's claims per dataset; paired by seed, mean - std (or + std) against the
+    threshold."""
+    out = []
+    for source, size in config.datasets:
+        name = f"{source}{size}"
+        moh = metrics[_row_name(source, size, MOH)]
+        lower, upper = _bound(moh, -1), _bound(moh, 1)
+
+        out.append(Claim.compare(
+            f"{name}: MoH's FID_local is at least {config.fid_gain:.0%} below plain Mamba's "
+            "(matched parameters and steps)", lower("fid_gain_vs_plain"), ">=", config.fid_gain,
+            value_label="relative FID_local gain, mean - std over seeds"))  # fmt: skip
+        if STATIC in config.systems:
+            out.append(Claim.compare(
+                f"{name}: MoH's FID_local is below the static MoE's (routing on t is what helps)",
+                lower("fid_below_static"), ">", 0.0,
+                value_label="static MoE's minus MoH's FID_local, mean - std"))  # fmt: skip
+        out.append(Claim.compare(
+            f"{name}: MoH reaches plain Mamba's final FID_local within "
+            f"{config.convergence_share:.0%} of the steps ({config.curve_points} checkpoints)",
+            upper("convergence_share"), "<=", config.convergence_share,
+            value_label="share of steps, mean + std (2 = never)"))  # fmt: skip
+        out.append(Claim.compare(
+            f"{name}: MoH's routes move with t (total variation between the lowest and highest "
+            f"t deciles >= {config.min_route_tv:g})",
+            lower("route_tv"), ">=", config.min_route_tv,
+            value_label="route total variation, mean - std"))  # fmt: skip
+        out.append(Claim.compare(
+            f"{name}: with the depth gate MoH runs at most {config.max_block_share:.0%} of the "
+            "block evaluations of a sampling trajectory",
+            upper("block_share"), "<=",
+            config.max_block_share, value_label="executed share, mean + std"))  # fmt: skip
+    return out
+
+
+def _image_grid(images: torch.Tensor, columns: int = 8) -> np.ndarray:
+    images = ((images.clamp(-1, 1) + 1) / 2).permute(0, 2, 3, 1).numpy()
+    rows = -(-len(images) // columns)
+    h, w, c = images.shape[1:]
+    grid = np.ones((rows * (h + 1) + 1, columns * (w + 1) + 1, c))
+    for i, image in enumerate(images):
+        r, col = divmod(i, columns)
+        grid[1 + r * (h + 1) : 1 + r * (h + 1) + h, 1 + col * (w + 1) : 1 + col * (w + 1) + w] = (
+            image
+        )
+    return grid
+
+
+def _plots(done: list[dict[str, Any]], config: Config, out_dir: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    first_seed = config.seed
+    for source, size in config.datasets:
+        runs = {d["system"]: d for d in done if d["dataset"] == source and d["size"] == size
+                and d.get("seed") == first_seed}  # fmt: skip
+        suffix = "" if (source, size) == tuple(config.datasets[0]) else f"_{source}{size}"
+        line_plot(
+            out_dir / f"fid_over_steps{suffix}.png",
+            {s: (r["curve"]["step"], r["curve"]["fid_local"]) for s, r in runs.items()},
+            xlabel="training step",
+            ylabel=f"FID_local ({config.curve_samples} samples, {config.curve_sample_steps} DDIM steps)",
+            title=f"{source} {size}x{size}: FID_local over training (seed {first_seed})",
+        )
+        routes = runs[MOH]["routes"]
+        figure, axes = plt.subplots(1, max(1, len(routes) - 1), figsize=(4 * (len(routes) - 1), 3))
+        for ax, axis in zip(np.atleast_1d(axes), [k for k in routes if k != "t"], strict=False):
+            values = np.array(routes[axis])
+            if values.ndim == 1:
+                ax.plot(routes["t"], values, label="gate open")
+            else:
+                for j in range(values.shape[1]):
+                    ax.plot(routes["t"], values[:, j], label=_axis_labels(axis, j))
+            ax.set_xlabel("timestep t")
+            ax.set_title(f"g(t): {axis} (mean over blocks)")
+            ax.legend(fontsize=7)
+        save_figure(figure, out_dir / f"routes{suffix}.png")
+        figure, axes = plt.subplots(1, len(runs), figsize=(3 * len(runs), 3.3))
+        for ax, (system, run) in zip(np.atleast_1d(axes), runs.items(), strict=True):
+            grid = _image_grid(torch.load(_run_dir(out_dir, run) / "samples.pt")[:64])
+            ax.imshow(grid.squeeze(-1) if grid.shape[-1] == 1 else grid, cmap="gray")
+            ax.set_title(system, fontsize=9)
+            ax.axis("off")
+        save_figure(figure, out_dir / f"samples{suffix}.png")
+
+
+def _run_dir(out_dir: Path, cell: dict[str, Any]) -> Path:
+    return (
+        out_dir / "runs" / f"{cell['dataset']}{cell['size']}-{_slug(cell['system'])}-{cell['seed']}"
+    )
+
+
+def _axis_labels(axis: str, j: int) -> str:
+    from mixlab.attention_arch.moh.config import EXPERTS, LEVELS
+
+    return f"x1/{LEVELS[j]}" if axis == "levels" else EXPERTS[j]

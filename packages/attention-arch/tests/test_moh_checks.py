@@ -1,0 +1,111 @@
+"""MoH's experiment on a tiny config (regime gating, resume after a kill gives the same
+numbers), its config refusals, and the CLI (``mixlab-attn moh``) end to end with one-line exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from mixlab.attention_arch.cli import main
+from mixlab.attention_arch.moh.config import MOH, PLAIN, STATIC, Config
+
+torch.set_num_threads(1)
+
+TINY = {
+    "width": 16, "depth": 2, "d_state": 4, "steps": 4, "batch_size": 8, "n_samples": 24,
+    "sample_steps": 2, "curve_points": 2, "curve_samples": 12, "curve_sample_steps": 2,
+    "feature_steps": 10, "systems": (PLAIN, STATIC, MOH),
+}  # fmt: skip
+
+
+def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
+    from mixlab.attention_arch.moh import experiment
+
+    monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
+    config = Config(**TINY)
+    result = experiment.run(config, tmp_path / "full")
+    assert {"digits8: real", "digits8: Gaussian fit", "digits8: MoH"} <= set(result.metrics)
+    moh = result.metrics["digits8: MoH"]
+    assert moh["params"] > 0
+    assert 0 <= moh["block_share"] <= 1
+    assert moh["route_tv"] >= 0
+    assert len(result.regime) == 3
+    assert len(result.claims) == 5
+    if not all(c.holds for c in result.regime):  # 4 steps draw nothing recognisable
+        assert not any(c.tested for c in result.claims)
+    for plot in ("fid_over_steps.png", "routes.png", "samples.png"):
+        assert (tmp_path / "full" / plot).exists()
+    cells = json.loads((tmp_path / "full" / "cells.json").read_text())
+    assert cells[-1]["curve"]["step"] == [2, 4]
+
+    real, calls = experiment.sample, []
+
+    def dies_on_the_fifth(*args, **kwargs):  # inside the second system's training
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(experiment, "sample", dies_on_the_fifth)
+    with pytest.raises(KeyboardInterrupt):
+        experiment.run(config, tmp_path / "killed")
+    monkeypatch.setattr(experiment, "sample", real)
+    resumed = experiment.run(config, tmp_path / "killed", resume=True)
+    for system, row in result.metrics.items():
+        for key, value in row.items():
+            if not key.startswith(("train_s", "sample_s")):  # wall times differ
+                assert resumed.metrics[system][key] == value, (system, key)
+
+
+def test_config_refuses_bad_values():
+    with pytest.raises(ValueError, match="systems must be"):
+        Config(systems=("plain Mamba", "DiT"))  # no MoH
+    with pytest.raises(ValueError, match="datasets must be"):
+        Config(datasets=(("cifar", 32),))
+    with pytest.raises(ValueError, match="patch_size must be a divisor"):
+        Config(patch_size=3)
+    with pytest.raises(ValueError, match="datasets must be image sizes whose token grid"):
+        Config(datasets=(("digits", 12),))
+    with pytest.raises(ValueError, match="curve_points must be at most"):
+        Config(steps=3, curve_points=5)
+
+
+def test_cli_train_sample_routes_score(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    args = ["moh", "train", "--data", "digits", "--out", str(out), "--width", "16", "--depth",
+            "2", "--d-state", "4", "--steps", "3", "--batch-size", "8"]  # fmt: skip
+    assert main(args) == 0
+    assert (out / "model" / "config.json").exists()
+    assert main(["moh", "sample", "--model", str(out), "--n", "4", "--steps", "2", "--out",
+                 str(tmp_path / "s.png")]) == 0  # fmt: skip
+    assert (tmp_path / "s.png").exists()
+    assert main(["moh", "routes", "--model", str(out), "--out", str(tmp_path / "r.png")]) == 0
+    assert (tmp_path / "r.png").exists()
+    capsys.readouterr()
+    assert main(["moh", "score", "--model", str(out), "--n", "16", "--steps", "2",
+                 "--feature-steps", "10"]) == 0  # fmt: skip
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["fid_local"] > 0
+    assert 0 <= scores["recognisable"] <= 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "--data", "cifar10"], "--data"),
+        (["train", "--system", "Transformer"], "--system must be one of"),
+        (["train", "--patch-size", "3"], "--patch-size must divide the image size 8"),
+        (["train", "--d-state", "0"], "--d-state"),
+        (["sample", "--model", "nowhere"], "--model"),
+        (["sample", "--model", ".", "--n", "0"], "--n"),
+    ],
+)
+def test_cli_errors_are_one_line_and_exit_2(args, message, capsys, tmp_path):
+    args = [*args, "--out", str(tmp_path / ("x.png" if args[0] == "sample" else "run"))]
+    assert main(["moh", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert message in err, err
