@@ -12,9 +12,9 @@ parallel scan and the per-step ``ref`` loop (about 3x faster than the parallel s
 at 16 and 64 tokens here, not necessarily in backward or at 1,024 tokens); DiT's SDPA blocks.
 Ratios (``*_vs_plain``) are to the *faster* plain Mamba at the same N and mode, whichever
 backend that is (``config.reference`` says which). A train step is forward, the diffusion loss
-with the routing losses, backward and AdamW at batch ``--train-batch`` (default 8: at 1,024
-tokens the parallel scan keeps ``[batch, L, d_inner, d_state]`` tensors for backward, about
-0.5 GB at batch 8); a sample step is one no-grad forward at t = 500 at batch ``--sample-batch``
+with the routing losses, backward and AdamW at batch ``--train-batch`` (default 8: the parallel
+scan keeps several ``[batch, L, d_inner, d_state]`` tensors per block and direction for backward,
+18 MB each at batch 8 and 1,024 tokens); a sample step is one no-grad forward at t = 500 at batch ``--sample-batch``
 (default 64), MoH's routes precomputed for that t. Times are medians of ``--repeats`` rounds
 after a warm-up, every system called once per round, side by side in one process; peak memory
 is what one step adds to the resident set, every (system, N, mode) one after another in one

@@ -16,7 +16,7 @@ torch.set_num_threads(1)
 TINY = {
     "width": 16, "depth": 2, "d_state": 4, "steps": 4, "batch_size": 8, "n_samples": 24,
     "sample_steps": 2, "curve_points": 2, "curve_samples": 12, "curve_sample_steps": 2,
-    "feature_steps": 10, "systems": (PLAIN, STATIC, MOH),
+    "feature_steps": 10, "systems": (PLAIN, STATIC, MOH), "workers": 1,
 }  # fmt: skip
 
 

@@ -82,3 +82,16 @@ def test_scan_orders_are_permutations_undone_by_their_inverse(order):
     assert scan_order(3, 4, "zigzag").tolist()[:8] == [0, 1, 2, 3, 7, 6, 5, 4]
     with pytest.raises(ValueError, match="order must be one of"):
         scan_order(3, 4, "spiral")
+
+
+@pytest.mark.parametrize("backend", ["ref", "mambapy"])
+def test_grouped_B_and_C_equal_one_scan_per_group(backend):
+    x = inputs(channels=6, length=9)
+    generator = torch.Generator().manual_seed(1)
+    B2, C2 = (torch.randn(2, 2, 4, 9, generator=generator, dtype=torch.float64) for _ in range(2))
+    grouped = selective_scan(**{**x, "B": B2, "C": C2}, backend=backend)
+    for g, channels in enumerate((slice(0, 3), slice(3, 6))):
+        part = {k: (v[:, channels] if k in ("u", "delta", "z") else v[channels])
+                for k, v in x.items() if k not in ("B", "C")}  # fmt: skip
+        alone = selective_scan(**part, B=B2[:, g], C=C2[:, g], backend="ref")
+        torch.testing.assert_close(grouped[:, channels], alone)

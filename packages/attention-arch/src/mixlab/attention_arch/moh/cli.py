@@ -63,12 +63,17 @@ def train(
     width: int = 64,
     depth: int = 4,
     patch_size: int = 2,
-    d_state: int = 8,
+    d_state: int = 4,
     expand: float = 1.0,
     steps: int = 2000,
     batch_size: int = 64,
-    lr: float = 1e-3,
-    prediction: Annotated[str, typer.Option(help="'epsilon' or 'v_prediction'")] = "epsilon",
+    lr: float = 2e-3,
+    prediction: Annotated[
+        str, typer.Option(help="'epsilon', 'v_prediction' or 'sample' (x0)")
+    ] = "sample",
+    conditional: Annotated[
+        bool, typer.Option(help="class-conditional on labelled images (label dropout 0.1)")
+    ] = True,
     seed: int = 0,
 ) -> None:
     """Train from scratch (EMA, checkpoints every 10 % of the steps; run again to resume)."""
@@ -81,7 +86,7 @@ def train(
         check_count(size, "--size", 8)
     check_number(expand, "--expand", expand > 0, "a number > 0")
     check_number(lr, "--lr", 0 < lr < 1, "a number in (0, 1)")
-    check_choice(prediction, "--prediction", ("epsilon", "v_prediction"))
+    check_choice(prediction, "--prediction", ("epsilon", "v_prediction", "sample"))
     check_seed(seed)
     check_output_folder(out, "--out")
 
@@ -106,6 +111,7 @@ def train(
         "sample_size": sample_size, "in_channels": images.images.shape[1], "patch_size": patch_size,
         "width": width, "depth": depth, "d_state": d_state, "expand": expand,
         "caption_dim": CAPTION_DIM if captions is not None else None,
+        "num_classes": images.num_classes if conditional and captions is None else None,
         **system_architecture(system, expand),
     }  # fmt: skip
     torch.manual_seed(seed)
@@ -115,8 +121,9 @@ def train(
     resuming = (out / "checkpoints").is_dir()
     if resuming:
         typer.echo(f"resuming from the checkpoints in {out}")
-    ema, history = train_model(model, images.images, spec, captions=captions, out_dir=out,
-                               resume=resuming)  # fmt: skip
+    labels = images.labels if arguments["num_classes"] is not None else None
+    ema, history = train_model(model, images.images, spec, class_labels=labels, captions=captions,
+                               out_dir=out, resume=resuming)  # fmt: skip
     ema.save_pretrained(out / "model")
     settings = {"data": data, "size": sample_size, "system": system, "prediction": prediction,
                 "seed": seed, "history": history}  # fmt: skip
@@ -163,7 +170,11 @@ def _samples(unet, folder: Path, n: int, steps: int, guidance: float, seed: int)
 
         data = load_images(settings["data"], size=settings["size"], seed=settings["seed"])
         captions = caption_embeddings(data.captions, data.vocab_size, settings["seed"])
-        conditioning = _conditioning(data, captions, n, seed)
+        conditioning = _conditioning(data, captions, None, n, seed)
+    elif unet.config.num_classes is not None:  # every class in turn
+        import torch
+
+        conditioning = {"class_labels": torch.arange(n) % unet.config.num_classes}
     return draw(unet, n, steps=steps, seed=seed, prediction_type=settings["prediction"],
                 guidance_scale=guidance, **conditioning)  # fmt: skip
 

@@ -62,23 +62,30 @@ class Config(ExperimentConfig):
     width: int = 64
     """MoH's width; the baselines' widths are chosen to match its parameters"""
     depth: int = 4
-    d_state: int = 8
+    d_state: int = 4
     expand: float = 1.0
     """Mamba's d_inner = expand x width (MoH's two scan experts take half each)"""
-    steps: int = 2000
+    steps: int = 1500
     batch_size: int = 64
-    lr: float = 1e-3
+    lr: float = 2e-3
+    prediction: str = "sample"
+    """what the networks predict: "epsilon", "v_prediction" or "sample" (x0)"""
+    workers: int = 2
+    """processes that train cells side by side (one torch thread each)"""
     depth_weight: float = 0.05
     """λ_d, the compute penalty of the depth gate"""
     n_samples: int = 1000
     """DDIM samples scored at the end of training"""
-    sample_steps: int = 50
+    sample_steps: int = 25
     curve_points: int = 5
     """checkpoints (evenly spaced) scored during training: the FID_local-over-steps curves"""
-    curve_samples: int = 500
-    curve_sample_steps: int = 25
+    curve_samples: int = 250
+    curve_sample_steps: int = 20
     feature_steps: int = 600
     """training steps of the CNN whose feature space the metrics use (cached per dataset)"""
+    class_conditional: bool = True
+    """train class-conditional models on labelled images (label dropout 0.1) and sample with
+    the labels of random real images; routes read t only either way"""
     guidance_scale: float = 1.0
     """classifier-free guidance when a dataset is conditional (captioned shapes)"""
     param_tolerance: float = 0.10
@@ -133,7 +140,9 @@ class Config(ExperimentConfig):
             and all(s in SYSTEMS for s in self.systems) and len(set(self.systems)) == len(self.systems),
             "systems", f"distinct names from {SYSTEMS}, MoH among them", self.systems,
         )  # fmt: skip
-        for name in ("n_seeds", "patch_size", "width", "depth", "d_state", "steps", "batch_size",
+        require(self.prediction in ("epsilon", "v_prediction", "sample"), "prediction",
+                "'epsilon', 'v_prediction' or 'sample'", self.prediction)  # fmt: skip
+        for name in ("workers", "n_seeds", "patch_size", "width", "depth", "d_state", "steps", "batch_size",
                      "n_samples", "sample_steps", "curve_points", "curve_samples",
                      "curve_sample_steps", "feature_steps"):  # fmt: skip
             require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))

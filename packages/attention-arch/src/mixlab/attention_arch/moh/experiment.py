@@ -16,7 +16,11 @@ deviation (zero spread with one seed).
 
 from __future__ import annotations
 
+import functools
+import json
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +69,15 @@ def _base_architecture(config: Config, data: ImageData, size: int) -> dict[str, 
         "d_state": config.d_state,
         "expand": config.expand,
         "caption_dim": CAPTION_DIM if data.captions is not None else None,
+        "num_classes": _classes(config, data),
     }
+
+
+def _classes(config: Config, data: ImageData) -> int | None:
+    """Class-conditional on labelled images without captions, when the config asks."""
+    if config.class_conditional and data.labels is not None and data.captions is None:
+        return data.num_classes
+    return None
 
 
 def parameter_count(arguments: dict[str, Any]) -> int:
@@ -139,104 +151,147 @@ def block_share(model: MoHDiffusion, sample_steps: int) -> float:
     return float(np.mean(gates))
 
 
+def _dataset(config: Config, source: str, size: int):
+    """The images, the feature net of the metrics (cached on disk) and the caption embeddings."""
+    return _load_dataset(source, size, config.seed, config.feature_steps)
+
+
+@functools.cache
+def _load_dataset(source: str, size: int, seed: int, feature_steps: int):
+    data = load_images(source, size=size, seed=seed)
+    net = feature_net(data.images, data.labels, seed=seed, steps=feature_steps)
+    captions = None
+    if data.captions is not None:
+        captions = caption_embeddings(data.captions, data.vocab_size, seed)
+    return data, net, captions
+
+
+def _reference(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
+    data, net, _ = _dataset(config, cell["dataset"], cell["size"])
+    if cell["system"] == "Gaussian fit":
+        fake = gaussian_fit_samples(data.images, config.n_samples, seed=config.seed)
+        return {**cell, **score(net, data.images, fake, seed=config.seed)}
+    # the real images: one half against the other (the floor of every metric)
+    order = torch.randperm(len(data), generator=torch.Generator().manual_seed(config.seed))
+    half = len(data) // 2
+    real = data.images[order]
+    return {**cell, **score(net, real[:half], real[half:], seed=config.seed)}
+
+
+def _train_cell(
+    config: Config, cell: dict[str, Any], out_dir: Path, resume: bool
+) -> dict[str, Any]:
+    """Train one system on one seed (resuming from its checkpoints), sample and score it."""
+    data, net, captions = _dataset(config, cell["dataset"], cell["size"])
+    arguments = architecture(cell["system"], config, data, cell["size"])
+    seed = cell["seed"]
+    seed_everything(seed)
+    model = MoHDiffusion(**arguments)
+    run_dir = _run_dir(out_dir, cell)
+    spec = TrainSpec(
+        steps=config.steps,
+        batch_size=config.batch_size,
+        lr=config.lr,
+        prediction_type=config.prediction,
+        depth_weight=config.depth_weight,
+        seed=seed,
+        checkpoint_every=max(1, config.steps // 10),
+    )
+    drawing = {"prediction_type": config.prediction, "guidance_scale": config.guidance_scale}
+
+    def curve_point(step: int, ema: MoHDiffusion) -> dict[str, Any]:
+        conditioning = _conditioning(data, captions, labels, config.curve_samples, seed)
+        fake = sample(ema, config.curve_samples, steps=config.curve_sample_steps,
+                      seed=seed + 1000, **drawing, **conditioning)  # fmt: skip
+        return {"curve_fid_local": score(net, data.images, fake, seed=seed)["fid_local"]}
+
+    started = time.perf_counter()
+    labels = data.labels if arguments["num_classes"] is not None else None
+    ema, history = train(
+        model, data.images, spec, class_labels=labels, captions=captions, out_dir=run_dir, resume=resume,
+        on_checkpoint=curve_point, eval_steps=config.curve_steps(),
+    )  # fmt: skip
+    train_s = time.perf_counter() - started
+    ema.save_pretrained(run_dir / "model")
+    conditioning = _conditioning(data, captions, labels, config.n_samples, seed)
+    started = time.perf_counter()
+    fake = sample(ema, config.n_samples, steps=config.sample_steps, seed=seed + 2000,
+                  **drawing, **conditioning)  # fmt: skip
+    sample_s = time.perf_counter() - started
+    torch.save(fake[:64].clone(), run_dir / "samples.pt")
+    measured = score(net, data.images, fake, seed=seed)
+    if (captions is not None or labels is not None) and data.labels is not None:
+        with torch.no_grad():  # alignment: the local classifier finds the asked class
+            predicted = net(fake).argmax(1)
+        wanted = _conditioning_labels(data, config.n_samples, seed)
+        measured["alignment"] = float((predicted == wanted).float().mean())
+    curve = [h for h in history if "curve_fid_local" in h]
+    return {
+        **cell,
+        **measured,
+        **route_summary(ema),
+        "params": sum(p.numel() for p in ema.parameters()),
+        "width": arguments["width"],
+        "block_share": block_share(ema, config.sample_steps),
+        "train_s": train_s,
+        "sample_s": sample_s,
+        "curve": {"step": [h["step"] for h in curve],
+                  "fid_local": [h["curve_fid_local"] for h in curve]},
+        "loss": [[h["step"], h["mse"]] for h in history if "mse" in h],
+    }  # fmt: skip
+
+
+def _worker(config: Config, cell: dict[str, Any], out_dir: Path, resume: bool) -> None:
+    """A training cell in a worker process: its outcome goes to ``cell.json`` in its run folder."""
+    torch.set_flush_denormal(True)
+    torch.set_num_threads(1)
+    outcome = _train_cell(config, cell, out_dir, resume)
+    write_json_atomic(_run_dir(out_dir, cell) / "cell.json", outcome)
+
+
+def _train_side_by_side(config: Config, cells: list[dict[str, Any]], out_dir: Path,
+                        resume: bool) -> None:  # fmt: skip
+    """Train the cells in ``config.workers`` processes (one thread each), the longest first;
+    each finished cell leaves its ``cell.json``, which the sequential pass then reads."""
+    pending = []
+    for cell in cells:
+        outcome = _run_dir(out_dir, cell) / "cell.json"
+        if not resume:
+            outcome.unlink(missing_ok=True)
+        if not outcome.exists():
+            pending.append(cell)
+    if len(pending) < 2:
+        return
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch state
+    with ProcessPoolExecutor(config.workers, mp_context=context) as pool:
+        jobs = [pool.submit(_worker, config, cell, out_dir, resume) for cell in pending]
+        for job in jobs:
+            job.result()
+
+
 def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     torch.set_flush_denormal(True)  # exp(ΔA) decays the scan states into denormals (spec §0)
     torch.set_num_threads(1)  # many small ops: one thread is as fast, and safe beside others
     seeds = [config.seed + s for s in range(config.n_seeds)]
-    cache: dict[tuple[str, int], tuple[ImageData, Any, torch.Tensor | None]] = {}
-
-    def dataset(source: str, size: int):
-        if (source, size) not in cache:
-            data = load_images(source, size=size, seed=config.seed)
-            net = feature_net(
-                data.images, data.labels, seed=config.seed, steps=config.feature_steps
-            )
-            captions = None
-            if data.captions is not None:
-                captions = caption_embeddings(data.captions, data.vocab_size, config.seed)
-            cache[source, size] = (data, net, captions)
-        return cache[source, size]
-
-    def reference(cell: dict[str, Any]) -> dict[str, Any]:
-        data, net, _ = dataset(cell["dataset"], cell["size"])
-        if cell["system"] == "Gaussian fit":
-            fake = gaussian_fit_samples(data.images, config.n_samples, seed=config.seed)
-            return {**cell, **score(net, data.images, fake, seed=config.seed)}
-        # the real images: one half against the other (the floor of every metric)
-        order = torch.randperm(len(data), generator=torch.Generator().manual_seed(config.seed))
-        half = len(data) // 2
-        real = data.images[order]
-        return {**cell, **score(net, real[:half], real[half:], seed=config.seed)}
-
-    def train_cell(cell: dict[str, Any]) -> dict[str, Any]:
-        data, net, captions = dataset(cell["dataset"], cell["size"])
-        arguments = architecture(cell["system"], config, data, cell["size"])
-        seed = cell["seed"]
-        seed_everything(seed)
-        model = MoHDiffusion(**arguments)
-        run_dir = _run_dir(out_dir, cell)
-        spec = TrainSpec(
-            steps=config.steps,
-            batch_size=config.batch_size,
-            lr=config.lr,
-            depth_weight=config.depth_weight,
-            seed=seed,
-            checkpoint_every=max(1, config.steps // 10),
-        )
-        conditioning = _conditioning(data, captions, config.curve_samples, seed)
-
-        def curve_point(step: int, ema: MoHDiffusion) -> dict[str, Any]:
-            fake = sample(ema, config.curve_samples, steps=config.curve_sample_steps,
-                          seed=seed + 1000, guidance_scale=config.guidance_scale, **conditioning)  # fmt: skip
-            return {"curve_fid_local": score(net, data.images, fake, seed=seed)["fid_local"]}
-
-        started = time.perf_counter()
-        ema, history = train(
-            model, data.images, spec, captions=captions, out_dir=run_dir, resume=resume,
-            on_checkpoint=curve_point, eval_steps=config.curve_steps(),
-        )  # fmt: skip
-        train_s = time.perf_counter() - started
-        ema.save_pretrained(run_dir / "model")
-        conditioning = _conditioning(data, captions, config.n_samples, seed)
-        started = time.perf_counter()
-        fake = sample(ema, config.n_samples, steps=config.sample_steps, seed=seed + 2000,
-                      guidance_scale=config.guidance_scale, **conditioning)  # fmt: skip
-        sample_s = time.perf_counter() - started
-        torch.save(fake[:64].clone(), run_dir / "samples.pt")
-        measured = score(net, data.images, fake, seed=seed)
-        if data.captions is not None and data.labels is not None:  # caption alignment
-            with torch.no_grad():
-                predicted = net(fake).argmax(1)
-            labels = _conditioning_labels(data, config.n_samples, seed)
-            measured["alignment"] = float((predicted == labels).float().mean())
-        curve = [h for h in history if "curve_fid_local" in h]
-        return {
-            **cell,
-            **measured,
-            **route_summary(ema),
-            "params": sum(p.numel() for p in ema.parameters()),
-            "width": arguments["width"],
-            "block_share": block_share(ema, config.sample_steps),
-            "train_s": train_s,
-            "sample_s": sample_s,
-            "curve": {"step": [h["step"] for h in curve],
-                      "fid_local": [h["curve_fid_local"] for h in curve]},
-            "loss": [[h["step"], h["mse"]] for h in history if "mse" in h],
-        }  # fmt: skip
-
     cells: list[dict[str, Any]] = []
     for source, size in config.datasets:
         cells += [{"dataset": source, "size": size, "system": s} for s in ("real", "Gaussian fit")]
         cells += [{"dataset": source, "size": size, "system": s, "seed": seed}
                   for seed in seeds for s in config.systems]  # fmt: skip
-    done = run_cells(
-        out_dir,
-        config,
-        cells,
-        lambda cell: train_cell(cell) if "seed" in cell else reference(cell),
-        resume=resume,
-        label="moh",
-    )
+    if config.workers > 1:
+        for source, size in config.datasets:  # the feature nets, cached before the workers start
+            _dataset(config, source, size)
+        _train_side_by_side(config, [c for c in cells if "seed" in c], out_dir, resume)
+
+    def run_cell(cell: dict[str, Any]) -> dict[str, Any]:
+        if "seed" not in cell:
+            return _reference(config, cell)
+        outcome = _run_dir(out_dir, cell) / "cell.json"
+        if config.workers > 1 and outcome.exists():
+            return json.loads(outcome.read_text())
+        return _train_cell(config, cell, out_dir, resume)
+
+    done = run_cells(out_dir, config, cells, run_cell, resume=resume, label="moh")
     write_json_atomic(out_dir / "cells.json", done, indent=1)
     metrics = summarise(done, config)
     _plots(done, config, out_dir)
@@ -248,12 +303,17 @@ def _conditioning_labels(data: ImageData, n: int, seed: int) -> torch.Tensor:
     return data.labels[torch.randint(0, len(data), (n,), generator=generator)]
 
 
-def _conditioning(data: ImageData, captions: torch.Tensor | None, n: int, seed: int) -> dict:
-    """Captions of random real scenes to sample with (the shape scenes); nothing otherwise."""
-    if captions is None:
-        return {}
+def _conditioning(data: ImageData, captions: torch.Tensor | None,
+                  labels: torch.Tensor | None, n: int, seed: int) -> dict:  # fmt: skip
+    """What to sample with: the captions or labels of random real images (the same draw as
+    :func:`_conditioning_labels`); nothing for an unconditional model."""
     generator = torch.Generator().manual_seed(seed + 3000)
-    return {"captions": captions[torch.randint(0, len(data), (n,), generator=generator)]}
+    index = torch.randint(0, len(data), (n,), generator=generator)
+    if captions is not None:
+        return {"captions": captions[index]}
+    if labels is not None:
+        return {"class_labels": labels[index]}
+    return {}
 
 
 def _row_name(source: str, size: int, system: str) -> str:
@@ -304,7 +364,8 @@ def summarise(done: list[dict[str, Any]], config: Config) -> dict[str, dict[str,
                 moh[name], moh[f"{name}_std"] = mean_std(
                     _paired(done, source, size, MOH, other, fn)
                 )
-    return metrics
+    keys = {key for row in metrics.values() for key in row}
+    return {system: {key: row.get(key) for key in sorted(keys)} for system, row in metrics.items()}
 
 
 def _value(row: dict[str, Any], key: str) -> float:

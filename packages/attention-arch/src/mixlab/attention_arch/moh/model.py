@@ -3,7 +3,7 @@
 The paper was not found; this is the spec's reconstruction (``shared/specs/attention-vision.md``
 §2a) on published backbones: DiT's patchify, timestep embedder, adaLN-Zero and final layer; Vim/DiM
 bidirectional Mamba in place of attention; ZigMa's zigzag scans. One router per block reads the
-conditioning vector c = emb(t) (+ class or caption embedding) and routes over three axes:
+timestep embedding τ = emb(t) and routes over three axes:
 
 - **levels** ℓ ∈ ``levels``: the mixer runs on the token grid average-pooled by ℓ and its output
   is upsampled back (nearest): y = Σ_ℓ g^lvl_ℓ(c) · Up_ℓ(E(Down_ℓ x)). The experts are shared
@@ -16,7 +16,9 @@ conditioning vector c = emb(t) (+ class or caption embedding) and routes over th
   makes the block the identity, and :attr:`MoHOutput.depth_cost` (mean sigmoid over blocks) is
   the compute penalty λ_d·E_t[Σ_l d_l(t)] of the spec.
 
-g = softmax(W₂·SiLU(W₁·c)/T_r) per axis; :attr:`MoHOutput.balance_loss` is Switch's n·Σ fᵢPᵢ per
+g = softmax(W₂·SiLU(W₁·τ)/T_r) per axis, on the timestep embedding τ only (the class or
+caption embedding enters adaLN, not the routers, so routes stay a function of t for conditional
+models too); :attr:`MoHOutput.balance_loss` is Switch's n·Σ fᵢPᵢ per
 routed axis over the batch (its timesteps). Routes depend on c only, so for a sampling step (one
 t for the batch) :meth:`MoHDiffusion.precompute_routes` fixes them once and the experts, levels
 and blocks with weight 0 are not computed. ``routing="static"`` is the static-MoE baseline: the
@@ -407,19 +409,22 @@ class MoHDiffusion(ModelMixin, ConfigMixin):
         )
         return t
 
+    def time_embedding(self, timestep: torch.Tensor | float | int, batch: int) -> torch.Tensor:
+        """τ = emb(t) ``[batch, width]`` (DiT's embedder): what the routers read."""
+        t = self._check_timesteps(timestep, batch)
+        return self.t_embedder(timestep_embedding(t, 256).to(self.pos_embed.dtype))
+
     def condition(
         self,
-        timestep: torch.Tensor | float | int,
-        batch: int,
+        tau: torch.Tensor,
         class_labels: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """c = emb(t) (+ class embedding, + pooled caption): ``[batch, width]``."""
-        t = self._check_timesteps(timestep, batch)
-        c = self.t_embedder(timestep_embedding(t, 256).to(self.pos_embed.dtype))
+        """c = τ (+ class embedding, + attention-pooled caption): what adaLN reads."""
+        c = tau
         if self.y_embedder is not None:
             if class_labels is None:  # unconditional: the null class
-                class_labels = torch.full((batch,), self.config.num_classes, device=c.device)
+                class_labels = torch.full((len(c),), self.config.num_classes, device=c.device)
             c = c + self.y_embedder(class_labels)
         if encoder_hidden_states is not None:
             require(self.config.caption_dim is not None, "encoder_hidden_states",
@@ -429,32 +434,28 @@ class MoHDiffusion(ModelMixin, ConfigMixin):
             c = c + self.caption_proj(pooled)
         return c
 
-    def routes_of(self, c: torch.Tensor) -> list[Routes]:
-        return [block.router(c)[0] for block in self.blocks]
-
     @torch.no_grad()
-    def route_probabilities(
-        self, timesteps: torch.Tensor, class_labels: torch.Tensor | None = None
-    ) -> dict[str, torch.Tensor]:
+    def route_probabilities(self, timesteps: torch.Tensor) -> dict[str, torch.Tensor]:
         """The soft routes g(t) of every block: ``levels``/``experts`` ``[T, depth, n]`` and the
         gate's open probability ``gate`` ``[T, depth]`` (the axes that are routed)."""
-        c = self.condition(timesteps, len(timesteps), class_labels)
-        rows = [block.router.probabilities(c) for block in self.blocks]
+        tau = self.time_embedding(timesteps, len(timesteps))
+        rows = [block.router.probabilities(tau) for block in self.blocks]
         out = {k: torch.stack([r[k] for r in rows], 1) for k in rows[0]}
         if "gate" in out:
             out["gate"] = torch.sigmoid(out["gate"])
         return out
 
     @torch.no_grad()
-    def precompute_routes(self, timesteps: torch.Tensor, class_label: int | None = None) -> None:
+    def precompute_routes(self, timesteps: torch.Tensor) -> None:
         """Fix the (inference) routes of each sampling timestep, e.g. ``scheduler.timesteps``:
         while the model is in eval mode, a forward at one of them with one timestep for the
-        batch uses the table and runs no router. ``clear_routes()`` undoes it."""
+        batch (any labels or captions: routes read t only) uses the table and runs no router.
+        ``clear_routes()`` undoes it."""
         was_training = self.training
         self.eval()
         t = torch.as_tensor(timesteps, device=self.pos_embed.device).flatten()
-        labels = None if class_label is None else torch.full_like(t, class_label, dtype=torch.long)
-        routes = self.routes_of(self.condition(t, len(t), labels))
+        tau = self.time_embedding(t, len(t))
+        routes = [block.router(tau)[0] for block in self.blocks]
         self.route_table = {
             float(value): [Routes(*(None if part is None else part[i : i + 1] for part in r))
                            for r in routes]
@@ -495,14 +496,15 @@ class MoHDiffusion(ModelMixin, ConfigMixin):
         if grid != self.grid:
             _check_levels(self.blocks[0].levels, grid)
         t = self._check_timesteps(timestep, batch)
-        c = self.condition(t, batch, class_labels, encoder_hidden_states)
-        routes = None if encoder_hidden_states is not None else self._table_routes(t, batch)
+        tau = self.time_embedding(t, batch)
+        c = self.condition(tau, class_labels, encoder_hidden_states)
+        routes = self._table_routes(t, batch)
         x = self.x_embedder(sample).flatten(2).transpose(1, 2)
         x = x + (self.pos_embed if grid == self.grid else _sincos_2d(x.shape[-1], grid[0]).to(x))
         balance, depth_cost = [], []
         for i, block in enumerate(self.blocks):
             if routes is None:
-                block_routes, probs = block.router(c)
+                block_routes, probs = block.router(tau)
                 balance += [_balance(probs[k]) for k in ("levels", "experts") if k in probs]
                 if "gate" in probs:
                     depth_cost.append(torch.sigmoid(probs["gate"]).mean())

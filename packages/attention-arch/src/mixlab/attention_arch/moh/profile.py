@@ -43,7 +43,7 @@ MAX_LEVEL = 4
 def grid_side(tokens: int) -> int:
     """The side of the square token grid of ``tokens`` tokens."""
     side = math.isqrt(tokens) if is_count(tokens) else 0
-    require(side * side == tokens and side % MAX_LEVEL == 0, "tokens",
+    require(side >= 1 and side * side == tokens and side % MAX_LEVEL == 0, "tokens",
             f"a square whose side is a multiple of {MAX_LEVEL} (16, 64, 256, 1024, ...)",
             tokens)  # fmt: skip
     return side

@@ -2,7 +2,8 @@
 grid is scanned in.
 
 For each channel d and state n, with inputs in mamba-ssm's layout (u, Δ, z: ``[batch, D, L]``;
-A: ``[D, N]``; B, C: ``[batch, N, L]``; D: ``[D]``)::
+A: ``[D, N]``; B, C: ``[batch, N, L]``, or ``[batch, G, N, L]`` with the channels split into G
+equal groups, each with its own B and C; D: ``[D]``)::
 
     Δ ← softplus(Δ + bias)                   (when asked, as mamba-ssm's ``delta_softplus``)
     x_t = exp(Δ_t A) ⊙ x_{t−1} + Δ_t B_t u_t    (zero-order-hold discretisation, x_0 = 0)
@@ -44,12 +45,22 @@ def _check_shapes(u, delta, A, B, C, D, z) -> None:
             tuple(A.shape))  # fmt: skip
     state = A.shape[1]
     for name, value in (("B", B), ("C", C)):
-        require(value.shape == (batch, state, length), name,
-                f"a tensor [{batch}, {state}, {length}]", tuple(value.shape))  # fmt: skip
+        grouped = value.dim() == 4 and channels % value.shape[1] == 0
+        require(value.shape == (batch, state, length)
+                or (grouped and (value.shape[0], value.shape[3]) == (batch, length) and value.shape[2] == state),
+                name, f"a tensor [{batch}, {state}, {length}] or [{batch}, groups dividing "
+                f"{channels}, {state}, {length}]", tuple(value.shape))  # fmt: skip
     require(D is None or D.shape == (channels,), "D", f"None or a tensor [{channels}]",
             None if D is None else tuple(D.shape))  # fmt: skip
     require(z is None or z.shape == u.shape, "z", f"None or the shape of u {tuple(u.shape)}",
             None if z is None else tuple(z.shape))  # fmt: skip
+
+
+def _per_channel(value: torch.Tensor, channels: int) -> torch.Tensor:
+    """B or C as ``[L, batch, channels or 1, state]``, contiguous in each step's slice."""
+    if value.dim() == 3:  # shared by every channel
+        return value.permute(2, 0, 1)[:, :, None].contiguous()
+    return value.permute(3, 0, 1, 2).repeat_interleave(channels // value.shape[1], dim=2)
 
 
 def _auto_backend(device: torch.device) -> str:
@@ -92,23 +103,28 @@ def selective_scan(
         delta = delta + delta_bias[:, None]
     if delta_softplus:
         delta = F.softplus(delta)
+    # [L, batch, channels or 1, state]: B and C of each channel (its group's when grouped)
+    B, C = (_per_channel(value, u.shape[1]) for value in (B, C))
     if backend == "mambapy":
         from mambapy.pscan import pscan
 
         # [batch, L, channels, state]: the layout of mambapy's scan
         decay = torch.exp(delta.transpose(1, 2)[..., None] * A)
-        drive = (delta * u).transpose(1, 2)[..., None] * B.transpose(1, 2)[:, :, None, :]
+        drive = (delta * u).transpose(1, 2)[..., None] * B.transpose(0, 1)
         states = pscan(decay, drive)
-        y = (states * C.transpose(1, 2)[:, :, None, :]).sum(-1).transpose(1, 2)
+        y = (states * C.transpose(0, 1)).sum(-1).transpose(1, 2)
     else:
         # one step at a time on [batch, channels, state] slices: these stay in cache, where the
         # whole [batch, L, channels, state] tensors of a parallel scan do not (3x faster on a CPU)
+        # (unbind, not indexing: the backward of an index fills a zero tensor of the whole input
+        # at every step, of unbind one stack)
         state = u.new_zeros(u.shape[0], u.shape[1], A.shape[1])
         outputs = []
-        for t in range(u.shape[-1]):
-            step = delta[:, :, t, None]
-            state = torch.exp(step * A) * state + (step * u[:, :, t, None]) * B[:, None, :, t]
-            outputs.append((state * C[:, None, :, t]).sum(-1))
+        steps = zip(delta.unbind(-1), u.unbind(-1), B.unbind(0), C.unbind(0), strict=True)
+        for delta_t, u_t, B_t, C_t in steps:
+            step = delta_t[..., None]
+            state = torch.exp(step * A) * state + (step * u_t[..., None]) * B_t
+            outputs.append((state * C_t).sum(-1))
         y = torch.stack(outputs, dim=-1)
     if D is not None:
         y = y + D[:, None] * u

@@ -23,7 +23,8 @@ from mixlab.shared import Checkpointer, is_count, require, warmup_cosine
 
 __all__ = ["TrainSpec", "ema_update", "sample", "train", "training_loss"]
 
-PREDICTIONS = ("epsilon", "v_prediction")
+PREDICTIONS = ("epsilon", "v_prediction", "sample")
+"""what the network predicts: the noise, v (Salimans & Ho), or the clean image x0"""
 
 
 @dataclass(frozen=True)
@@ -99,9 +100,12 @@ def training_loss(
         captions = torch.where(drop[:, None, None], torch.zeros_like(captions), captions)
         captions = captions.to(device)
     noisy = scheduler.add_noise(images, noise, t)
-    target = (
-        noise if spec.prediction_type == "epsilon" else scheduler.get_velocity(images, noise, t)
-    )
+    if spec.prediction_type == "epsilon":
+        target = noise
+    elif spec.prediction_type == "v_prediction":
+        target = scheduler.get_velocity(images, noise, t)
+    else:
+        target = images
     out = model(noisy, t, class_labels=class_labels, encoder_hidden_states=captions)
     mse = (out.sample - target).pow(2).mean()
     loss = mse
@@ -209,8 +213,8 @@ def sample(
 ) -> torch.Tensor:
     """``n`` DDIM samples (η = 0) ``[n, C, H, W]`` in [-1, 1], deterministic given ``seed``.
     With ``class_labels`` (or ``captions``) and ``guidance_scale`` > 1, classifier-free
-    guidance ε = ε_∅ + s·(ε_y − ε_∅). ``precompute_routes``: fix each step's routes once (they
-    depend on t only) when sampling unconditionally."""
+    guidance ε = ε_∅ + s·(ε_y − ε_∅) (on the prediction, whatever ``prediction_type``).
+    ``precompute_routes``: fix each step's routes once (they depend on t only)."""
     for name, value in (("n", n), ("steps", steps), ("batch_size", batch_size)):
         require(is_count(value), name, "an integer >= 1", value)
     require(prediction_type in PREDICTIONS, "prediction_type", f"one of {PREDICTIONS}",
@@ -226,8 +230,7 @@ def sample(
     )
     scheduler.set_timesteps(steps)
     device = next(model.parameters()).device
-    conditional = class_labels is not None or captions is not None
-    if precompute_routes and not conditional:
+    if precompute_routes:
         model.precompute_routes(scheduler.timesteps)
     generator = torch.Generator().manual_seed(seed)
     shape = (config.in_channels, config.sample_size, config.sample_size)
