@@ -4,7 +4,7 @@ and DiT, as ratios to the plain block.
     uv run python benchmarks/moh.py                      # -> benchmarks/results/moh/
     uv run python benchmarks/moh.py --tokens 64 256 --repeats 3 --out /tmp/bench
 
-The quick experiment's backbones (width 64, 4 blocks, d_state 8, expand 1; patch 2 on one
+The quick experiment's backbones (width 64, 4 blocks, d_state 4, expand 1; patch 2 on one
 channel) on square grids of N = 64, 256 and 1,024 tokens, the baselines' widths matched to MoH's
 parameters (:mod:`mixlab.attention_arch.moh.profile`). Systems: MoH with the scan backend
 ``auto`` (``ref`` on a CPU); the plain bidirectional Mamba block on both CPU backends, mambapy's
@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--sample-batch", type=int, default=64)
     parser.add_argument("--width", type=int, default=64, help="MoH's; the others' are matched")
     parser.add_argument("--depth", type=int, default=4)
-    parser.add_argument("--d-state", type=int, default=8)
+    parser.add_argument("--d-state", type=int, default=4)
     parser.add_argument("--expand", type=float, default=1.0)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "moh")
     args = parser.parse_args()

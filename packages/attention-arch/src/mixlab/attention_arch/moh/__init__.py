@@ -29,6 +29,7 @@ _MODULE_OF = {
     "MoHOutput": "model",
     "Router": "model",
     "Routes": "model",
+    "MoHPipeline": "pipeline",
     "TrainSpec": "training",
     "sample": "training",
     "train": "training",

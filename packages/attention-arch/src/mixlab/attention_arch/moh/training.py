@@ -19,6 +19,7 @@ import torch
 from diffusers import DDIMScheduler, DDPMScheduler
 
 from mixlab.attention_arch.moh.model import MoHDiffusion
+from mixlab.attention_arch.moh.pipeline import MoHPipeline
 from mixlab.shared import Checkpointer, is_count, require, warmup_cosine
 
 __all__ = ["TrainSpec", "ema_update", "sample", "train", "training_loss"]
@@ -211,50 +212,35 @@ def sample(
     batch_size: int = 250,
     precompute_routes: bool = True,
 ) -> torch.Tensor:
-    """``n`` DDIM samples (η = 0) ``[n, C, H, W]`` in [-1, 1], deterministic given ``seed``.
-    With ``class_labels`` (or ``captions``) and ``guidance_scale`` > 1, classifier-free
-    guidance ε = ε_∅ + s·(ε_y − ε_∅) (on the prediction, whatever ``prediction_type``).
-    ``precompute_routes``: fix each step's routes once (they depend on t only)."""
+    """``n`` DDIM samples (η = 0) ``[n, C, H, W]`` in [-1, 1] through :class:`~.pipeline.MoHPipeline`
+    in batches, deterministic given ``seed``; with ``class_labels`` (or ``captions``) ``[n]`` and
+    ``guidance_scale`` > 1, classifier-free guidance."""
     for name, value in (("n", n), ("steps", steps), ("batch_size", batch_size)):
         require(is_count(value), name, "an integer >= 1", value)
     require(prediction_type in PREDICTIONS, "prediction_type", f"one of {PREDICTIONS}",
             prediction_type)  # fmt: skip
-    model = model.eval()
-    config = model.config
     scheduler = DDIMScheduler(
-        num_train_timesteps=config.num_train_timesteps,
+        num_train_timesteps=model.config.num_train_timesteps,
         beta_schedule=beta_schedule,
         prediction_type=prediction_type,
         clip_sample=True,
         set_alpha_to_one=True,
     )
-    scheduler.set_timesteps(steps)
-    device = next(model.parameters()).device
-    if precompute_routes:
-        model.precompute_routes(scheduler.timesteps)
+    pipeline = MoHPipeline(transformer=model.eval(), scheduler=scheduler)
+    pipeline.set_progress_bar_config(disable=True)
     generator = torch.Generator().manual_seed(seed)
-    shape = (config.in_channels, config.sample_size, config.sample_size)
     out = []
-    try:
-        for first in range(0, n, batch_size):
-            size = min(batch_size, n - first)
-            x = torch.randn((size, *shape), generator=generator).to(device)
-            labels = None if class_labels is None else class_labels[first : first + size].to(device)
-            caps = None if captions is None else captions[first : first + size].to(device)
-            for t in scheduler.timesteps:
-                eps = _guided(model, x, t, labels, caps, guidance_scale)
-                x = scheduler.step(eps, t, x).prev_sample
-            out.append(x.clamp(-1, 1).cpu())
-    finally:
-        model.clear_routes()
+    for first in range(0, n, batch_size):
+        part = slice(first, min(n, first + batch_size))
+        images = pipeline(
+            batch_size=part.stop - part.start,
+            class_labels=None if class_labels is None else class_labels[part],
+            encoder_hidden_states=None if captions is None else captions[part],
+            num_inference_steps=steps,
+            guidance_scale=guidance_scale,
+            generator=generator,
+            output_type="latent",
+            precompute_routes=precompute_routes,
+        ).images
+        out.append(images.clamp(-1, 1).cpu())
     return torch.cat(out)
-
-
-def _guided(model, x, t, labels, captions, scale: float) -> torch.Tensor:
-    cond = model(x, t, class_labels=labels, encoder_hidden_states=captions).sample
-    if scale == 1.0 or (labels is None and captions is None):
-        return cond
-    null_labels = None if labels is None else torch.full_like(labels, model.config.num_classes)
-    null_captions = None if captions is None else torch.zeros_like(captions)
-    uncond = model(x, t, class_labels=null_labels, encoder_hidden_states=null_captions).sample
-    return uncond + scale * (cond - uncond)
