@@ -95,3 +95,14 @@ def test_grouped_B_and_C_equal_one_scan_per_group(backend):
                 for k, v in x.items() if k not in ("B", "C")}  # fmt: skip
         alone = selective_scan(**part, B=B2[:, g], C=C2[:, g], backend="ref")
         torch.testing.assert_close(grouped[:, channels], alone)
+
+
+def test_mamba_ssm_agrees_with_the_reference_where_it_imports():
+    pytest.importorskip("mamba_ssm", reason="mamba-ssm (a CUDA extra) is not installed")
+    if not torch.cuda.is_available():
+        pytest.skip("mamba-ssm's kernel needs a CUDA device")
+    x = {k: v.float().cuda() for k, v in inputs(length=32).items()}
+    bias = torch.rand(6, device="cuda")
+    fast = selective_scan(**x, delta_bias=bias, delta_softplus=True, backend="mamba_ssm")
+    ref = selective_scan(**x, delta_bias=bias, delta_softplus=True, backend="ref")
+    torch.testing.assert_close(fast, ref, atol=1e-4, rtol=1e-4)

@@ -9,6 +9,8 @@ a local folder), decodes the latents the backbone was trained on.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from diffusers import DiffusionPipeline, ImagePipelineOutput
 
@@ -23,7 +25,7 @@ or the samples as drawn (pixels in about [-1, 1], or the latents)"""
 
 class MoHPipeline(DiffusionPipeline):
     model_cpu_offload_seq = "transformer->vae"
-    _optional_components = ["vae"]
+    _optional_components: ClassVar[list[str]] = ["vae"]
 
     def __init__(self, transformer, scheduler, vae=None) -> None:
         super().__init__()
@@ -91,4 +93,3 @@ class MoHPipeline(DiffusionPipeline):
         unconditional = model(x, t, class_labels=null_labels,
                               encoder_hidden_states=null_captions).sample  # fmt: skip
         return unconditional + scale * (conditional - unconditional)
-
