@@ -26,7 +26,7 @@ DOMAINS = (
     Member("packages/llm-efficiency", "mixlab-llm-efficiency", "llm_efficiency", "mixlab-llm",
            ("transformers", "accelerate", "triton")),
     Member("packages/attention-arch", "mixlab-attention-arch", "attention_arch", "mixlab-attn",
-           ("timm", "sklearn", "mambapy", "diffusers", "skimage", "scipy")),
+           ("timm", "sklearn", "mambapy", "diffusers", "skimage", "scipy", "PIL", "matplotlib")),
     Member("packages/graphs", "mixlab-graphs", "graphs", "mixlab-graphs",
            ("torch_geometric", "networkx", "scipy")),
     Member("packages/rl", "mixlab-rl", "rl", "mixlab-rl",
