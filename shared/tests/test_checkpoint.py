@@ -198,3 +198,30 @@ def test_a_damaged_checkpoint_is_refused_naming_the_file(tmp_path: Path, damage:
         load_state(tmp_path / "state")
     assert "state." in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_run_cells_in_worker_processes_gives_the_sequential_outcomes_and_resumes(
+    tmp_path: Path,
+) -> None:
+    import json
+    from dataclasses import dataclass
+
+    from mixlab.shared import ExperimentConfig, run_cells
+
+    @dataclass
+    class Config(ExperimentConfig):
+        pass
+
+    planned = [{"cell": i} for i in range(4)]
+    sequential = run_cells(tmp_path / "a", Config(), planned, json.dumps, resume=False, label="t")
+    parallel = run_cells(tmp_path / "b", Config(), planned, json.dumps, resume=False, label="t",
+                         workers=2)  # fmt: skip
+    assert parallel == sequential == [json.dumps(cell) for cell in planned]
+
+    def refuse(cell):  # every cell is on record: a resumed run calls nothing
+        raise AssertionError(cell)
+
+    again = run_cells(tmp_path / "b", Config(), planned, refuse, resume=True, label="t", workers=2)
+    assert again == sequential
+    with pytest.raises(ValueError, match="workers must be an integer >= 1"):
+        run_cells(tmp_path / "c", Config(), planned, json.dumps, resume=False, label="t", workers=0)

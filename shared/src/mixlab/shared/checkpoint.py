@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import os
 import re
 import shutil
 from collections.abc import Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -243,23 +245,41 @@ def run_cells(
     *,
     resume: bool,
     label: str,
+    workers: int = 1,
 ) -> list[Any]:
     """Run an experiment as independent cells (JSON-able dicts): ``run_cell(cell)`` for each
     planned cell not yet done, saving every outcome as it finishes; returns the outcomes in
     ``planned`` order. With ``resume`` the cells a killed run finished are not run again (a
-    checkpoint made under another config is refused, see :meth:`Checkpointer.load_run`)."""
+    checkpoint made under another config is refused, see :meth:`Checkpointer.load_run`).
+
+    ``workers`` > 1 runs the pending cells in that many fresh processes (``spawn``), in planned
+    order as workers free up; ``run_cell`` must then be picklable (a module-level function or a
+    ``functools.partial`` of one), and a script that calls this needs the usual
+    ``if __name__ == "__main__":`` guard."""
     from mixlab.shared.progress import progress
 
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     checkpoints = Checkpointer(out_dir, resume=resume, keep_last=1)
     done: dict[str, Any] = {}
     if (saved := checkpoints.load_run(config)) is not None:
         done = saved["done"]
     keys = [json.dumps(cell, sort_keys=True) for cell in planned]
-    with progress(len(planned), label, completed=sum(k in done for k in keys)) as bar:
-        for key, cell in zip(keys, planned, strict=True):
-            if key in done:
-                continue
-            done[key] = run_cell(cell)
+    pending = [(key, cell) for key, cell in zip(keys, planned, strict=True) if key not in done]
+    with progress(len(planned), label, completed=len(planned) - len(pending)) as bar:
+
+        def finished(key: str, outcome: Any) -> None:
+            done[key] = outcome
             checkpoints.save_run(len(done), config, done=done)
             bar.advance()
+
+        if workers == 1 or len(pending) < 2:
+            for key, cell in pending:
+                finished(key, run_cell(cell))
+        else:
+            context = multiprocessing.get_context("spawn")  # no forked torch or thread state
+            with ProcessPoolExecutor(min(workers, len(pending)), mp_context=context) as pool:
+                jobs = {pool.submit(run_cell, cell): key for key, cell in pending}
+                for job in as_completed(jobs):
+                    finished(jobs[job], job.result())
     return [done[key] for key in keys]

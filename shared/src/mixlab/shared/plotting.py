@@ -5,9 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    import torch
 
 
 def save_figure(figure: Figure, path: str | os.PathLike[str], *, dpi: int = 120) -> Path:
@@ -19,6 +24,22 @@ def save_figure(figure: Figure, path: str | os.PathLike[str], *, dpi: int = 120)
     FigureCanvasAgg(figure)
     figure.savefig(path, dpi=dpi, bbox_inches="tight")
     return path
+
+
+def image_grid(images: torch.Tensor, columns: int) -> np.ndarray:
+    """Images ``[B, C, H, W]`` in [-1, 1] tiled ``columns`` per row on a white 1-pixel grid, as
+    a uint8 array ``[rows·(H+1)+1, columns·(W+1)+1, C]``."""
+    array = ((images.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().byte()
+    array = array.permute(0, 2, 3, 1).numpy()
+    rows = -(-len(array) // columns)
+    h, w, c = array.shape[1:]
+    canvas = np.full((rows * (h + 1) + 1, columns * (w + 1) + 1, c), 255, np.uint8)
+    for i, image in enumerate(array):
+        r, col = divmod(i, columns)
+        canvas[1 + r * (h + 1) : 1 + r * (h + 1) + h, 1 + col * (w + 1) : 1 + col * (w + 1) + w] = (
+            image
+        )
+    return canvas
 
 
 def line_plot(

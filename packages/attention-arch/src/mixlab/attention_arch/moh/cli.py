@@ -152,9 +152,9 @@ def sample(
 
     import matplotlib.pyplot as plt
 
-    from mixlab.attention_arch.moh.experiment import _image_grid
+    from mixlab.shared.plotting import image_grid
 
-    grid = _image_grid(images)
+    grid = image_grid(images, 8)
     plt.imsave(out, grid.squeeze(-1) if grid.shape[-1] == 1 else grid, cmap="gray")
     typer.echo(f"wrote {n} samples to {out}")
 
@@ -166,11 +166,11 @@ def _samples(unet, folder: Path, n: int, steps: int, guidance: float, seed: int)
     conditioning = {}
     if unet.config.caption_dim is not None:  # sample with captions of random training scenes
         from mixlab.attention_arch.moh.data import load_images
-        from mixlab.attention_arch.moh.experiment import _conditioning, caption_embeddings
+        from mixlab.attention_arch.moh.experiment import caption_embeddings, sampling_conditions
 
         data = load_images(settings["data"], size=settings["size"], seed=settings["seed"])
         captions = caption_embeddings(data.captions, data.vocab_size, settings["seed"])
-        conditioning = _conditioning(data, captions, None, n, seed)
+        conditioning = sampling_conditions(data, captions, None, n, seed)
     elif unet.config.num_classes is not None:  # every class in turn
         import torch
 

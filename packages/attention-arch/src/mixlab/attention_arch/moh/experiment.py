@@ -17,10 +17,7 @@ deviation (zero spread with one seed).
 from __future__ import annotations
 
 import functools
-import json
-import multiprocessing
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +37,7 @@ from mixlab.attention_arch.moh.model import MoHDiffusion
 from mixlab.attention_arch.moh.training import TrainSpec, sample, train
 from mixlab.shared import Claim, Result, line_plot, mean_std, run_cells, seed_everything
 from mixlab.shared.files import write_json_atomic
-from mixlab.shared.plotting import save_figure
+from mixlab.shared.plotting import image_grid, save_figure
 
 CAPTION_DIM = 32
 """width of the frozen random caption embedding used as the text encoder of the shape scenes"""
@@ -200,7 +197,7 @@ def _train_cell(
     drawing = {"prediction_type": config.prediction, "guidance_scale": config.guidance_scale}
 
     def curve_point(step: int, ema: MoHDiffusion) -> dict[str, Any]:
-        conditioning = _conditioning(data, captions, labels, config.curve_samples, seed)
+        conditioning = sampling_conditions(data, captions, labels, config.curve_samples, seed)
         fake = sample(ema, config.curve_samples, steps=config.curve_sample_steps,
                       seed=seed + 1000, **drawing, **conditioning)  # fmt: skip
         return {"curve_fid_local": score(net, data.images, fake, seed=seed)["fid_local"]}
@@ -213,7 +210,7 @@ def _train_cell(
     )  # fmt: skip
     train_s = time.perf_counter() - started
     ema.save_pretrained(run_dir / "model")
-    conditioning = _conditioning(data, captions, labels, config.n_samples, seed)
+    conditioning = sampling_conditions(data, captions, labels, config.n_samples, seed)
     started = time.perf_counter()
     fake = sample(ema, config.n_samples, steps=config.sample_steps, seed=seed + 2000,
                   **drawing, **conditioning)  # fmt: skip
@@ -223,7 +220,7 @@ def _train_cell(
     if (captions is not None or labels is not None) and data.labels is not None:
         with torch.no_grad():  # alignment: the local classifier finds the asked class
             predicted = net(fake).argmax(1)
-        wanted = _conditioning_labels(data, config.n_samples, seed)
+        wanted = data.labels[_sampled_images(data, config.n_samples, seed)]
         measured["alignment"] = float((predicted == wanted).float().mean())
     curve = [h for h in history if "curve_fid_local" in h]
     return {
@@ -241,37 +238,16 @@ def _train_cell(
     }  # fmt: skip
 
 
-def _worker(config: Config, cell: dict[str, Any], out_dir: Path, resume: bool) -> None:
-    """A training cell in a worker process: its outcome goes to ``cell.json`` in its run folder."""
-    torch.set_flush_denormal(True)
-    torch.set_num_threads(1)
-    outcome = _train_cell(config, cell, out_dir, resume)
-    write_json_atomic(_run_dir(out_dir, cell) / "cell.json", outcome)
-
-
-def _train_side_by_side(config: Config, cells: list[dict[str, Any]], out_dir: Path,
-                        resume: bool) -> None:  # fmt: skip
-    """Train the cells in ``config.workers`` processes (one thread each), the longest first;
-    each finished cell leaves its ``cell.json``, which the sequential pass then reads."""
-    pending = []
-    for cell in cells:
-        outcome = _run_dir(out_dir, cell) / "cell.json"
-        if not resume:
-            outcome.unlink(missing_ok=True)
-        if not outcome.exists():
-            pending.append(cell)
-    if len(pending) < 2:
-        return
-    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch state
-    with ProcessPoolExecutor(config.workers, mp_context=context) as pool:
-        jobs = [pool.submit(_worker, config, cell, out_dir, resume) for cell in pending]
-        for job in jobs:
-            job.result()
+def _run_cell(config: Config, out_dir: Path, resume: bool, cell: dict[str, Any]) -> dict[str, Any]:
+    """One cell, in this process or a worker's: a reference or a training cell."""
+    torch.set_flush_denormal(True)  # exp(ΔA) decays the scan states into denormals (spec §0)
+    torch.set_num_threads(1)  # many small ops: one thread is as fast, and safe beside others
+    if "seed" not in cell:
+        return _reference(config, cell)
+    return _train_cell(config, cell, out_dir, resume)
 
 
 def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
-    torch.set_flush_denormal(True)  # exp(ΔA) decays the scan states into denormals (spec §0)
-    torch.set_num_threads(1)  # many small ops: one thread is as fast, and safe beside others
     seeds = [config.seed + s for s in range(config.n_seeds)]
     cells: list[dict[str, Any]] = []
     for source, size in config.datasets:
@@ -281,34 +257,25 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     if config.workers > 1:
         for source, size in config.datasets:  # the feature nets, cached before the workers start
             _dataset(config, source, size)
-        _train_side_by_side(config, [c for c in cells if "seed" in c], out_dir, resume)
-
-    def run_cell(cell: dict[str, Any]) -> dict[str, Any]:
-        if "seed" not in cell:
-            return _reference(config, cell)
-        outcome = _run_dir(out_dir, cell) / "cell.json"
-        if config.workers > 1 and outcome.exists():
-            return json.loads(outcome.read_text())
-        return _train_cell(config, cell, out_dir, resume)
-
-    done = run_cells(out_dir, config, cells, run_cell, resume=resume, label="moh")
+    run_cell = functools.partial(_run_cell, config, out_dir, resume)
+    done = run_cells(out_dir, config, cells, run_cell, resume=resume, label="moh",
+                     workers=config.workers)  # fmt: skip
     write_json_atomic(out_dir / "cells.json", done, indent=1)
     metrics = summarise(done, config)
     _plots(done, config, out_dir)
     return Result(metrics=metrics, claims=claims(metrics, config), regime=regime(metrics, config))
 
 
-def _conditioning_labels(data: ImageData, n: int, seed: int) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed + 3000)
-    return data.labels[torch.randint(0, len(data), (n,), generator=generator)]
+def _sampled_images(data: ImageData, n: int, seed: int) -> torch.Tensor:
+    """Which real images lend their label or caption to the ``n`` samples (one draw per seed)."""
+    return torch.randint(0, len(data), (n,), generator=torch.Generator().manual_seed(seed + 3000))
 
 
-def _conditioning(data: ImageData, captions: torch.Tensor | None,
-                  labels: torch.Tensor | None, n: int, seed: int) -> dict:  # fmt: skip
-    """What to sample with: the captions or labels of random real images (the same draw as
-    :func:`_conditioning_labels`); nothing for an unconditional model."""
-    generator = torch.Generator().manual_seed(seed + 3000)
-    index = torch.randint(0, len(data), (n,), generator=generator)
+def sampling_conditions(data: ImageData, captions: torch.Tensor | None,
+                        labels: torch.Tensor | None, n: int, seed: int) -> dict:  # fmt: skip
+    """What to sample with: the captions or labels of random real images; nothing for an
+    unconditional model."""
+    index = _sampled_images(data, n, seed)
     if captions is not None:
         return {"captions": captions[index]}
     if labels is not None:
@@ -445,19 +412,6 @@ def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
     return out
 
 
-def _image_grid(images: torch.Tensor, columns: int = 8) -> np.ndarray:
-    images = ((images.clamp(-1, 1) + 1) / 2).permute(0, 2, 3, 1).numpy()
-    rows = -(-len(images) // columns)
-    h, w, c = images.shape[1:]
-    grid = np.ones((rows * (h + 1) + 1, columns * (w + 1) + 1, c))
-    for i, image in enumerate(images):
-        r, col = divmod(i, columns)
-        grid[1 + r * (h + 1) : 1 + r * (h + 1) + h, 1 + col * (w + 1) : 1 + col * (w + 1) + w] = (
-            image
-        )
-    return grid
-
-
 def _plots(done: list[dict[str, Any]], config: Config, out_dir: Path) -> None:
     import matplotlib.pyplot as plt
 
@@ -488,7 +442,7 @@ def _plots(done: list[dict[str, Any]], config: Config, out_dir: Path) -> None:
         save_figure(figure, out_dir / f"routes{suffix}.png")
         figure, axes = plt.subplots(1, len(runs), figsize=(3 * len(runs), 3.3))
         for ax, (system, run) in zip(np.atleast_1d(axes), runs.items(), strict=True):
-            grid = _image_grid(torch.load(_run_dir(out_dir, run) / "samples.pt")[:64])
+            grid = image_grid(torch.load(_run_dir(out_dir, run) / "samples.pt")[:64], 8)
             ax.imshow(grid.squeeze(-1) if grid.shape[-1] == 1 else grid, cmap="gray")
             ax.set_title(system, fontsize=9)
             ax.axis("off")

@@ -47,6 +47,7 @@ from torch import nn
 from mixlab.attention_arch.moh.mamba import BiMamba
 from mixlab.attention_arch.moh.scan import BACKENDS, ORDERS
 from mixlab.shared import is_count, require
+from mixlab.shared.routing import keep_top_k, switch_balance_loss
 
 __all__ = ["EXPERT_KINDS", "MoHBlock", "MoHDiffusion", "MoHOutput", "Router", "Routes"]
 
@@ -144,13 +145,9 @@ class Router(nn.Module):
     def forward(self, c: torch.Tensor) -> tuple[Routes, dict[str, torch.Tensor]]:
         probs = self.probabilities(c)
         experts = probs.get("experts")
-        if experts is not None and self.top_k is not None and self.top_k < experts.shape[1]:
-            kept = torch.zeros_like(experts).scatter(
-                1, experts.topk(self.top_k, dim=1).indices, 1.0
-            )
-            experts = experts * kept
-            if self.top_k > 1:  # top-2 renormalised; top-1 keeps its probability (Switch)
-                experts = experts / experts.sum(1, keepdim=True)
+        if experts is not None and self.top_k is not None:
+            # top-2 renormalised; top-1 keeps its probability (Switch)
+            experts = keep_top_k(experts, self.top_k, renormalise=self.top_k > 1)
         gate = None
         if "gate" in probs:
             logit = probs["gate"]
@@ -505,7 +502,9 @@ class MoHDiffusion(ModelMixin, ConfigMixin):
         for i, block in enumerate(self.blocks):
             if routes is None:
                 block_routes, probs = block.router(tau)
-                balance += [_balance(probs[k]) for k in ("levels", "experts") if k in probs]
+                balance += [
+                    switch_balance_loss(probs[k]) for k in ("levels", "experts") if k in probs
+                ]
                 if "gate" in probs:
                     depth_cost.append(torch.sigmoid(probs["gate"]).mean())
             else:
@@ -522,13 +521,6 @@ class MoHDiffusion(ModelMixin, ConfigMixin):
             balance_loss=torch.stack(balance).mean() if balance else None,
             depth_cost=torch.stack(depth_cost).mean() if depth_cost else None,
         )
-
-
-def _balance(probs: torch.Tensor) -> torch.Tensor:
-    """Switch's load-balancing loss n·Σ_i f_i·P_i over the batch (1 when balanced)."""
-    n = probs.shape[1]
-    share = F.one_hot(probs.argmax(1), n).float().mean(0)
-    return n * (share * probs.mean(0)).sum()
 
 
 def _check_levels(levels: tuple[int, ...], grid: tuple[int, int]) -> None:

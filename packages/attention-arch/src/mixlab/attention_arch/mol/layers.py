@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from mixlab.shared import is_count, require
+from mixlab.shared.routing import keep_top_k, switch_balance_loss
 
 __all__ = ["GRANULARITIES", "MixtureOfLayers", "MoLOutput", "instruction_embedding"]
 
@@ -127,7 +127,7 @@ class MixtureOfLayers(nn.Module):
             logits = self.image_router(instruction) / self.temperature  # [batch, |S|]
             weights = self._sparse(logits.softmax(-1))
             features = torch.einsum("bl,btld->btd", weights, states)
-            return MoLOutput(features, weights, _balance(weights))
+            return MoLOutput(features, weights, switch_balance_loss(weights))
         tokens = states.shape[1]
         context = torch.cat([instruction[:, None].expand(-1, tokens, -1), states.mean(-2)], -1)
         patch = self.patch_router(context) / self.temperature  # [batch, tokens, |S|]
@@ -135,17 +135,7 @@ class MixtureOfLayers(nn.Module):
             patch = patch + self.image_router(instruction)[:, None] / self.temperature
         weights = self._sparse(patch.softmax(-1))
         features = torch.einsum("btl,btld->btd", weights, states)
-        return MoLOutput(features, weights, _balance(weights.flatten(0, 1)))
+        return MoLOutput(features, weights, switch_balance_loss(weights.flatten(0, 1)))
 
     def _sparse(self, weights: torch.Tensor) -> torch.Tensor:
-        if self.top_k is None or self.top_k == weights.shape[-1]:
-            return weights
-        kept = torch.zeros_like(weights).scatter(-1, weights.topk(self.top_k, -1).indices, 1.0)
-        weights = weights * kept
-        return weights / weights.sum(-1, keepdim=True)
-
-
-def _balance(weights: torch.Tensor) -> torch.Tensor:
-    n = weights.shape[-1]
-    share = F.one_hot(weights.argmax(-1), n).float().mean(0)
-    return n * (share * weights.mean(0)).sum()
+        return weights if self.top_k is None else keep_top_k(weights, self.top_k)

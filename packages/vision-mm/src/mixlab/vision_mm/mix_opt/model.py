@@ -21,7 +21,6 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from diffusers import DDIMScheduler, DDPMScheduler, UNet2DConditionModel
 from PIL import Image
@@ -37,6 +36,7 @@ from mixlab.shared import (
     warmup_cosine,
 )
 from mixlab.shared.files import CheckpointError, checkpoint_errors
+from mixlab.shared.plotting import image_grid
 from mixlab.vision_mm.mix_opt.cache import load_cached
 from mixlab.vision_mm.mix_opt.data import NULL_TOKEN, TOKEN_ID, VOCABULARY, captioned_shapes
 
@@ -232,14 +232,7 @@ def save_grid(
 ) -> Path:
     """Write images (B, 3, H, W) in [-1, 1] as one PNG, ``columns`` per row, upscaled ×scale
     (nearest neighbour, so pixels stay visible)."""
-    array = ((images.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().byte()
-    array = array.permute(0, 2, 3, 1).numpy()
-    rows = -(-len(array) // columns)
-    h, w = array.shape[1:3]
-    canvas = np.full((rows * (h + 1) + 1, columns * (w + 1) + 1, 3), 255, np.uint8)
-    for i, image in enumerate(array):
-        r, c = divmod(i, columns)
-        canvas[1 + r * (h + 1) : 1 + r * (h + 1) + h, 1 + c * (w + 1) : 1 + c * (w + 1) + w] = image
+    canvas = image_grid(images, columns)
     picture = Image.fromarray(canvas)
     picture = picture.resize((canvas.shape[1] * scale, canvas.shape[0] * scale), Image.NEAREST)
     path = Path(path)
