@@ -9,6 +9,9 @@ S and an instruction embedding e ``[batch, e_dim]``:
 - hybrid: log π_i = log π^img + log π^patch_i − logsumexp (the patch router refines the image one);
 - optional top-k over layers (renormalised) and Switch's balance loss n·Σ f_l·P_l.
 
+Two instruction-blind granularities serve as baselines in the same module: ``static`` learns one
+π for every input (a learned static mixture), ``uniform`` keeps π = 1/|S| (layer averaging).
+
 LN_l is a LayerNorm per candidate layer except the default one (the layer the projector was
 trained on: LLaVA's ``vision_feature_layer = -2``), which passes unchanged. The routers' output
 weights start at zero and the image router's bias puts ``default_bias`` on the default layer, so an
@@ -28,9 +31,18 @@ from torch import nn
 from mixlab.shared import is_count, require
 from mixlab.shared.routing import keep_top_k, switch_balance_loss
 
-__all__ = ["GRANULARITIES", "MixtureOfLayers", "MoLOutput", "instruction_embedding"]
+__all__ = [
+    "GRANULARITIES",
+    "FixedLayer",
+    "LayerConcat",
+    "MixtureOfLayers",
+    "MoLOutput",
+    "instruction_embedding",
+]
 
-GRANULARITIES = ("image", "patch", "hybrid")
+GRANULARITIES = ("image", "patch", "hybrid", "static", "uniform")
+ROUTED = ("image", "patch", "hybrid")
+"""the granularities whose π reads the instruction"""
 
 
 @dataclass
@@ -98,20 +110,37 @@ class MixtureOfLayers(nn.Module):
         require(math.isfinite(temperature) and temperature > 0, "temperature", "a number > 0",
                 temperature)  # fmt: skip
         self.layers, self.granularity, self.top_k = resolved, granularity, top_k
-        self.temperature = temperature
+        self.temperature, self.router_hidden = temperature, router_hidden
         self.default = resolved.index(default_layer % total)
         self.norms = nn.ModuleList(
             nn.Identity() if i == self.default else nn.LayerNorm(hidden_size)
             for i in range(len(resolved))
         )
         size = len(resolved)
-        self.image_router = self.patch_router = None
-        if granularity != "patch":
+        self.image_router = self.patch_router = self.static_logits = None
+        if granularity in ("image", "hybrid"):
             self.image_router = _router(instruction_dim, router_hidden, size)
-        if granularity != "image":
+        if granularity in ("patch", "hybrid"):
             self.patch_router = _router(instruction_dim + hidden_size, router_hidden, size)
-        with torch.no_grad():  # the bias sits on the router that sets the level of π
-            (self.image_router or self.patch_router)[2].bias[self.default] = default_bias
+        if granularity == "static":
+            self.static_logits = nn.Parameter(torch.zeros(size))
+        # the bias on the default layer: a buffer, so that training can release it (release())
+        self.default_bias = 0.0 if granularity == "uniform" else float(default_bias)
+        self.register_buffer("default_offset", torch.tensor(self.default_bias))
+
+    def release(self, fraction: float) -> None:
+        """Lower the default layer's bias to ``(1 - fraction)`` of its initial value.
+
+        At e^16 the softmax is saturated and its gradient ~e^-16: the routers then barely move
+        (π stayed exactly on the default layer through 300 steps of the toy). Training releases
+        the bias over its first steps (:class:`~.training.TrainSpec` ``release_steps``), so the
+        model starts exactly at the original MLLM and the routers still learn."""
+        self.default_offset.fill_(self.default_bias * (1 - min(max(fraction, 0.0), 1.0)))
+
+    def _offset(self, logits: torch.Tensor) -> torch.Tensor:
+        bump = torch.zeros(logits.shape[-1], device=logits.device, dtype=logits.dtype)
+        bump[self.default] = self.default_offset
+        return logits + bump
 
     def forward(
         self, hidden_states: Sequence[torch.Tensor], instruction: torch.Tensor
@@ -123,19 +152,70 @@ class MixtureOfLayers(nn.Module):
         states = torch.stack([norm(hidden_states[i]) for norm, i in zip(self.norms, self.layers,
                                                                         strict=True)], dim=-2)  # fmt: skip
         # states: [batch, tokens, |S|, d]
-        if self.granularity == "image":
-            logits = self.image_router(instruction) / self.temperature  # [batch, |S|]
+        if self.granularity not in ("patch", "hybrid"):
+            logits = self._offset(self._image_logits(instruction)) / self.temperature  # [b, |S|]
             weights = self._sparse(logits.softmax(-1))
             features = torch.einsum("bl,btld->btd", weights, states)
             return MoLOutput(features, weights, switch_balance_loss(weights))
         tokens = states.shape[1]
         context = torch.cat([instruction[:, None].expand(-1, tokens, -1), states.mean(-2)], -1)
-        patch = self.patch_router(context) / self.temperature  # [batch, tokens, |S|]
+        patch = self.patch_router(context)  # [batch, tokens, |S|]
         if self.granularity == "hybrid":  # log π^img + log π^patch, renormalised by the softmax
-            patch = patch + self.image_router(instruction)[:, None] / self.temperature
+            patch = patch + self.image_router(instruction)[:, None]
+        patch = self._offset(patch) / self.temperature
         weights = self._sparse(patch.softmax(-1))
         features = torch.einsum("btl,btld->btd", weights, states)
         return MoLOutput(features, weights, switch_balance_loss(weights.flatten(0, 1)))
 
+    def _image_logits(self, instruction: torch.Tensor) -> torch.Tensor:
+        if self.granularity == "image":
+            return self.image_router(instruction)
+        batch = instruction.shape[0]
+        if self.granularity == "static":
+            return self.static_logits.expand(batch, -1)
+        return instruction.new_zeros(batch, len(self.layers))  # uniform
+
     def _sparse(self, weights: torch.Tensor) -> torch.Tensor:
         return weights if self.top_k is None else keep_top_k(weights, self.top_k)
+
+
+def _resolve(layer: int, num_hidden_layers: int, name: str) -> int:
+    total = num_hidden_layers + 1
+    require(isinstance(layer, int) and -total <= layer < total, name,
+            f"an index into the {total} hidden states, in [{-total}, {total - 1}]", layer)  # fmt: skip
+    return layer % total
+
+
+class FixedLayer(nn.Module):
+    """The single-layer baseline: one layer's states (LLaVA's ``vision_feature_layer``), through
+    a LayerNorm unless it is the default layer the projector was trained on (as in MoL)."""
+
+    def __init__(self, hidden_size: int, layer: int, num_hidden_layers: int, *,
+                 default_layer: int = -2) -> None:  # fmt: skip
+        super().__init__()
+        self.layers = [_resolve(layer, num_hidden_layers, "layer")]
+        default = _resolve(default_layer, num_hidden_layers, "default_layer")
+        self.norm = nn.Identity() if self.layers[0] == default else nn.LayerNorm(hidden_size)
+
+    def forward(self, hidden_states: Sequence[torch.Tensor], instruction: torch.Tensor) -> MoLOutput:
+        features = self.norm(hidden_states[self.layers[0]])
+        weights = features.new_ones(features.shape[0], 1)
+        return MoLOutput(features, weights, features.new_ones(()))
+
+
+class LayerConcat(nn.Module):
+    """DenseConnector's sparse token integration: the layers' states side by side on the
+    channels (``[batch, tokens, |S|·d]``), as transformers' LLaVA does for a list
+    ``vision_feature_layer``; the projector's first linear is widened to read them
+    (:func:`~mixlab.attention_arch.mol.llava.widen_projector`)."""
+
+    def __init__(self, layers: Sequence[int], num_hidden_layers: int) -> None:
+        super().__init__()
+        require(len(layers) > 0, "layers", "a non-empty set of layer indices", layers)
+        self.layers = [_resolve(i, num_hidden_layers, "layers") for i in layers]
+        require(len(set(self.layers)) == len(self.layers), "layers", "distinct layers", layers)
+
+    def forward(self, hidden_states: Sequence[torch.Tensor], instruction: torch.Tensor) -> MoLOutput:
+        features = torch.cat([hidden_states[i] for i in self.layers], dim=-1)
+        weights = features.new_full((features.shape[0], len(self.layers)), 1 / len(self.layers))
+        return MoLOutput(features, weights, features.new_ones(()))

@@ -3,9 +3,9 @@ encoder discards (issue 23's experiment; spec §3e). Nothing is downloaded.
 
 Every image is drawn with PIL at ``size``² on a dark, noisy background:
 
-- a **scene** has one large shape (:data:`SHAPES`, radius ≈ size/5, a random colour), grey
+- a **scene** has one large shape (:data:`SHAPES`, radius ≈ size/5, a random grey), grey
   clutter specks, and one or two small squares (4–6 px at 64², scaled with ``size``) of the
-  :data:`COLOURS`;
+  :data:`COLOURS`, the only hues in the scene (as V*'s targets stand out once found);
 - a **chart** is a bar chart of four bars of distinct colours on axes, heights on a grid of 10
   levels.
 
@@ -146,7 +146,7 @@ def _scene(question: str, size: int, rng: np.random.Generator):
     radius = size * rng.uniform(0.17, 0.23)
     margin = radius + 1
     cx, cy = rng.uniform(margin, size - margin, 2)
-    large_colour = tuple(int(c) for c in rng.integers(90, 256, 3))
+    large_colour = (int(rng.integers(110, 256)),) * 3  # achromatic: the small squares carry the hue
     _large_shape(draw, shape, (cx, cy, radius), large_colour)
     taken = [(cx, cy, radius * 1.15)]
     for _ in range(rng.integers(4, 8)):  # grey clutter specks, 1-2 px

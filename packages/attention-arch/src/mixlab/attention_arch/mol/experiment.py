@@ -1,0 +1,410 @@
+"""MoL against LLaVA's single layers, layer averaging, DenseConnector's concat and a static learned
+mixture on procedural VQA (``mixlab run mol``; issue 23).
+
+The toy LLaVA (:mod:`.toy`) is trained once into the cache; its frozen encoder's states of every
+layer are cached per split. Every system wraps a fresh copy of the base in :class:`~.llava.MoLLlava`
+and fine-tunes its mixer, projector and language model with the same batches (one generator per
+seed) and steps; the score is the exact match of the greedy answer on the test split.
+
+Regime checks first: the encoder learnt its caption labels; the base reads the image (it beats
+the blind base on the semantic control); and there is headroom, a shallow layer that answers the
+V*-like questions clearly better than the penultimate one (with a per-layer probe of the small
+object's colour beside it). Comparisons are paired by seed: a claim holds when the mean of the
+per-seed differences clears its threshold by one standard deviation.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mixlab.attention_arch.mol.config import (
+    CONCAT, MOL_HYBRID, PENULTIMATE, STATIC, Config, fixed_layer, system_mixer,
+)  # fmt: skip
+from mixlab.attention_arch.mol.tasks import FINE_TASKS, QUESTION_TYPES, TASK_OF, TASKS
+from mixlab.shared import Claim, Result, cache_dir, line_plot, mean_std, run_cells, seed_everything
+from mixlab.shared.files import write_json_atomic
+from mixlab.shared.plotting import save_figure
+
+FINE_QUESTIONS = tuple(q for q in QUESTION_TYPES if TASK_OF[q] in FINE_TASKS)
+SPLIT_SEEDS = {"train": 10, "test": 11}
+"""offsets of each split's data seed from config.seed (the toy's own data uses 1-4)"""
+PROBE_STEPS = 600
+
+
+def toy_spec(config: Config):
+    from mixlab.attention_arch.mol.toy import ToySpec
+
+    return ToySpec(
+        size=config.size, patch_size=config.patch_size, vision_width=config.vision_width,
+        vision_depth=config.vision_depth, lm_width=config.lm_width, lm_depth=config.lm_depth,
+        encoder_images=config.encoder_images, encoder_steps=config.encoder_steps,
+        base_examples=config.base_examples, base_steps=config.base_steps,
+        batch_size=config.batch_size, seed=config.seed,
+    )  # fmt: skip
+
+
+def _folder(config: Config) -> Path:
+    return cache_dir("mol") / f"toy-{toy_spec(config).key()}"
+
+
+def prepare(config: Config) -> dict[str, Any]:
+    """The base (trained into the cache the first time) and every split's cached vision states;
+    returns the toy's info (encoder accuracy, one-time seconds)."""
+    from mixlab.attention_arch.mol.layers import FixedLayer
+    from mixlab.attention_arch.mol.llava import MoLLlava
+    from mixlab.attention_arch.mol.tasks import make_vqa
+    from mixlab.attention_arch.mol.toy import toy_llava, vision_states_of
+
+    llava, _, info = toy_llava(toy_spec(config), cache_dir("mol"))
+    model = MoLLlava(llava, FixedLayer(config.vision_width, -2, config.vision_depth))
+    for split in SPLIT_SEEDS:
+        path = _states_path(config, split)
+        if not path.is_file():
+            data = make_vqa(_split_size(config, split), size=config.size, seed=_split_seed(config, split))
+            states = vision_states_of(model, data.images)
+            tmp = path.with_suffix(".tmp")
+            torch.save({"states": states, "questions": data.questions, "answers": data.answers,
+                        "question_types": data.question_types}, tmp)  # fmt: skip
+            tmp.rename(path)
+    return info
+
+
+def _split_size(config: Config, split: str) -> int:
+    return config.n_train if split == "train" else config.n_test
+
+
+def _split_seed(config: Config, split: str) -> int:
+    return config.seed + SPLIT_SEEDS[split]
+
+
+def _states_path(config: Config, split: str) -> Path:
+    n, seed = _split_size(config, split), _split_seed(config, split)
+    return _folder(config) / f"states-{split}-{n}-{seed}.pt"
+
+
+def _split(config: Config, split: str):
+    """(batch function, n, question types) of a split, from the cache."""
+    return _load_split(_states_path(config, split), _folder(config))
+
+
+@functools.cache
+def _load_split(states: Path, folder: Path):
+    from transformers import AutoTokenizer, LlavaConfig
+
+    from mixlab.attention_arch.mol.data import encode_prompts, image_token_count
+    from mixlab.attention_arch.mol.training import cached_batches
+
+    saved = torch.load(states)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    llava_config = LlavaConfig.from_pretrained(folder)
+    prompts = encode_prompts(tokenizer, saved["questions"], saved["answers"],
+                             image_tokens=image_token_count(llava_config))  # fmt: skip
+    return cached_batches(saved["states"], prompts), len(saved["answers"]), saved["question_types"]
+
+
+def _base(config: Config):
+    from transformers import LlavaForConditionalGeneration
+
+    return LlavaForConditionalGeneration.from_pretrained(_folder(config)).eval()
+
+
+def build_system(config: Config, system: str, llava):
+    from mixlab.attention_arch.mol.layers import FixedLayer, LayerConcat, MixtureOfLayers
+    from mixlab.attention_arch.mol.llava import MoLLlava
+
+    spec = system_mixer(system, tuple(config.layers), config.vision_depth)
+    width, depth = config.vision_width, config.vision_depth
+    if spec["kind"] == "fixed":
+        mixer = FixedLayer(width, spec["layer"], depth)
+    elif spec["kind"] == "concat":
+        mixer = LayerConcat(config.layers, depth)
+    else:
+        mixer = MixtureOfLayers(width, config.lm_width, config.layers, depth,
+                                granularity=spec["granularity"])  # fmt: skip
+    return MoLLlava(llava, mixer)
+
+
+def _per_question(hits: torch.Tensor, types: list[str]) -> dict[str, float]:
+    out = {}
+    for question in QUESTION_TYPES:
+        picked = torch.tensor([t == question for t in types])
+        if picked.any():
+            out[question] = float(hits[picked].float().mean())
+    return out
+
+
+def task_scores(per_question: dict[str, float]) -> dict[str, float]:
+    """Each task's accuracy (the mean of its question types) and the fine-grained mean."""
+    tasks = {task: float(np.mean([per_question[q] for q in qs])) for task, qs in TASKS.items()}
+    return {**tasks, "fine": float(np.mean([tasks[t] for t in FINE_TASKS]))}
+
+
+def _reference(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
+    if cell["system"] == "probe":
+        return {**cell, "probe": colour_probe(config)}
+    # the base as trained, with and without its image (the blind model)
+    batch_of, n, types = _split(config, "test")
+    model = build_system(config, PENULTIMATE, _base(config))
+    from mixlab.attention_arch.mol.training import answer_hits
+
+    out = dict(cell)
+    for name, zero in (("base", False), ("blind", True)):
+        hits, _ = answer_hits(model, batch_of, n, zero_image=zero)
+        out[name] = _per_question(hits, types)
+    return out
+
+
+class _AttentionProbe(torch.nn.Module):
+    """Attention pooling over the tokens then an MLP: finds one small object anywhere."""
+
+    def __init__(self, width: int, classes: int) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(width)
+        self.score = torch.nn.Sequential(torch.nn.Linear(width, 64), torch.nn.GELU(), torch.nn.Linear(64, 1))
+        self.out = torch.nn.Sequential(torch.nn.Linear(width, 64), torch.nn.GELU(), torch.nn.Linear(64, classes))
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
+        states = self.norm(states)
+        weights = self.score(states).softmax(1)
+        return self.out((weights * states).sum(1))
+
+
+def colour_probe(config: Config) -> list[float]:
+    """Per layer of the frozen encoder: the test accuracy of an attention probe trained on the
+    train split's colour questions (the V*-like attribute) to name the small object's colour."""
+    data = {}
+    for split in SPLIT_SEEDS:
+        saved = torch.load(_states_path(config, split))
+        picked = [i for i, q in enumerate(saved["question_types"]) if q == "colour"]
+        names = sorted({saved["answers"][i] for i in picked} | {"red"})
+        data[split] = ([s[picked] for s in saved["states"]], [saved["answers"][i] for i in picked])
+    names = sorted(set(data["train"][1]) | set(data["test"][1]))
+    labels = {s: torch.tensor([names.index(a) for a in data[s][1]]) for s in data}
+    accuracies = []
+    for layer in range(len(data["train"][0])):
+        torch.manual_seed(config.seed)
+        probe = _AttentionProbe(config.vision_width, len(names))
+        optimizer = torch.optim.Adam(probe.parameters(), lr=3e-3)
+        train_states = data["train"][0][layer].float()
+        generator = torch.Generator().manual_seed(config.seed)
+        for _ in range(PROBE_STEPS):
+            index = torch.randint(len(train_states), (128,), generator=generator)
+            loss = torch.nn.functional.cross_entropy(probe(train_states[index]), labels["train"][index])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        with torch.no_grad():
+            predicted = probe(data["test"][0][layer].float()).argmax(-1)
+        accuracies.append(float((predicted == labels["test"]).float().mean()))
+    return accuracies
+
+
+def _train_cell(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
+    from mixlab.attention_arch.mol.training import TrainSpec, answer_hits, train
+
+    seed = cell["seed"]
+    seed_everything(seed)
+    model = build_system(config, cell["system"], _base(config))
+    train_batches, n_train, _ = _split(config, "train")
+    spec = TrainSpec(steps=config.steps, batch_size=config.batch_size, lr=config.lr,
+                     balance_weight=config.balance_weight, trainable="all", seed=seed,
+                     release_steps=max(1, config.steps // 3))  # fmt: skip
+    started = time.perf_counter()
+    history = train(model, train_batches, n_train, spec)
+    train_s = time.perf_counter() - started
+    test_batches, n_test, types = _split(config, "test")
+    hits, weights = answer_hits(model, test_batches, n_test)
+    layers = torch.tensor(model.mol.layers, dtype=torch.float32)
+    out = {**cell, "accuracy": _per_question(hits, types), "train_s": train_s,
+           "loss": [[h["step"], h["loss"]] for h in history]}  # fmt: skip
+    if weights.shape[1] == len(layers) and len(layers) > 1:
+        out["pi"], out["layer_index"] = {}, {}
+        for question in QUESTION_TYPES:
+            picked = torch.tensor([t == question for t in types])
+            out["pi"][question] = weights[picked].mean(0).tolist()
+            out["layer_index"][question] = float((weights[picked] @ layers).mean())
+    return out
+
+
+def _run_cell(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
+    torch.set_num_threads(1)  # many small ops: one thread is as fast, and safe beside a worker
+    torch.set_flush_denormal(True)
+    if "seed" not in cell:
+        return _reference(config, cell)
+    return _train_cell(config, cell)
+
+
+def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
+    torch.set_flush_denormal(True)
+    started = time.perf_counter()
+    info = prepare(config)
+    prepare_s = time.perf_counter() - started
+    seeds = [config.seed + s for s in range(config.n_seeds)]
+    cells: list[dict[str, Any]] = [{"system": "probe"}, {"system": "base"}]
+    cells += [{"system": s, "seed": seed} for seed in seeds for s in config.systems]
+    run_cell = functools.partial(_run_cell, config)
+    done = run_cells(out_dir, config, cells, run_cell, resume=resume, label="mol",
+                     workers=config.workers)  # fmt: skip
+    write_json_atomic(out_dir / "cells.json", done, indent=1)
+    metrics = summarise(done, config, info, prepare_s)
+    _plots(done, metrics, config, out_dir)
+    return Result(metrics=metrics, claims=claims(metrics, config), regime=regime(metrics, config))
+
+
+def _paired(done, a: str, b: str, fn) -> list[float]:
+    cells = {(d["system"], d.get("seed")): d for d in done}
+    seeds = sorted({d["seed"] for d in done if "seed" in d})
+    return [fn(cells[a, s], cells[b, s]) for s in seeds if (a, s) in cells and (b, s) in cells]
+
+
+def _fine(cell) -> float:
+    return task_scores(cell["accuracy"])["fine"]
+
+
+def _semantic(cell) -> float:
+    return task_scores(cell["accuracy"])["semantic"]
+
+
+def depth_shift(cell) -> float:
+    """π-weighted layer index on the semantic control minus that on the fine-grained questions."""
+    index = cell["layer_index"]
+    return index["shape"] - float(np.mean([index[q] for q in FINE_QUESTIONS]))
+
+
+def summarise(done, config: Config, info: dict[str, Any], prepare_s: float) -> dict[str, dict[str, Any]]:
+    """One row per system (mean and std over seeds of each question type's and task's accuracy,
+    π and the π-weighted layer index), the paired quantities of the claims on MoL-hybrid's row,
+    and the regime's references."""
+    metrics: dict[str, dict[str, Any]] = {}
+    for system in config.systems:
+        rows = [d for d in done if d["system"] == system and "seed" in d]
+        out: dict[str, Any] = {"n_seeds": len(rows)}
+        scores = [{**r["accuracy"], **task_scores(r["accuracy"])} for r in rows]
+        for key in scores[0]:
+            out[key], out[f"{key}_std"] = mean_std([s[key] for s in scores])
+        out["train_s"], out["train_s_std"] = mean_std([r["train_s"] for r in rows])
+        if "layer_index" in rows[0]:
+            for q in QUESTION_TYPES:
+                out[f"layer_index_{q}"] = float(np.mean([r["layer_index"][q] for r in rows]))
+                pi = np.mean([r["pi"][q] for r in rows], axis=0)
+                out.update({f"pi_{q}_layer{layer}": float(w) for layer, w in zip(config.layers, pi)})
+            out["depth_shift"], out["depth_shift_std"] = mean_std([depth_shift(r) for r in rows])
+        metrics[system] = out
+    hybrid = metrics[MOL_HYBRID]
+    paired = {
+        "fine_gain_vs_penultimate": (PENULTIMATE, lambda m, p: _fine(m) - _fine(p)),
+        "semantic_drop_vs_penultimate": (PENULTIMATE, lambda m, p: _semantic(p) - _semantic(m)),
+        "fine_gain_vs_static": (STATIC, lambda m, s: _fine(m) - _fine(s)),
+        "fine_gain_vs_concat": (CONCAT, lambda m, c: _fine(m) - _fine(c)),
+    }
+    for name, (other, fn) in paired.items():
+        hybrid[name], hybrid[f"{name}_std"] = mean_std(_paired(done, MOL_HYBRID, other, fn))
+    reference = {d["system"]: d for d in done if "seed" not in d}
+    base = {"n_seeds": 1, "encoder_accuracy": info["encoder_accuracy"],
+            "toy_train_s": info["train_s"], "prepare_s": prepare_s}  # fmt: skip
+    for name in ("base", "blind"):
+        scores = {**reference["base"][name], **task_scores(reference["base"][name])}
+        base.update({f"{name}_{k}": v for k, v in scores.items()})
+    base.update({f"probe_colour_layer{i}": a for i, a in enumerate(reference["probe"]["probe"])})
+    metrics["toy base"] = base
+    keys = {key for row in metrics.values() for key in row}
+    return {system: {key: row.get(key) for key in sorted(keys)} for system, row in metrics.items()}
+
+
+def _shallow(config: Config) -> list[str]:
+    return [fixed_layer(layer) for layer in config.layers if layer < config.vision_depth - 1]
+
+
+def regime(metrics, config: Config) -> list[Claim]:
+    base = metrics["toy base"]
+    checks = [
+        Claim.compare(
+            f"the vision encoder's held-out accuracy on its caption labels is at least "
+            f"{config.min_encoder_accuracy:g}", base["encoder_accuracy"], ">=",
+            config.min_encoder_accuracy, value_label="encoder accuracy"),
+        Claim.compare(
+            f"the base beats the blind model (image zeroed) by at least {config.min_blind_gap:g} "
+            "on the semantic control", base["base_semantic"] - base["blind_semantic"], ">=",
+            config.min_blind_gap, value_label="base minus blind semantic accuracy"),
+    ]  # fmt: skip
+    shallow = _shallow(config)
+    if shallow:
+        best = max(shallow, key=lambda s: metrics[s]["vstar"])
+        checks.append(Claim.compare(
+            f"headroom: the best shallow fixed layer beats the penultimate by at least "
+            f"{config.min_headroom:g} on the V*-like questions",
+            metrics[best]["vstar"] - metrics[PENULTIMATE]["vstar"], ">=", config.min_headroom,
+            value_label=f"{best} minus penultimate V*-like accuracy"))  # fmt: skip
+    return checks
+
+
+def _lower(row, key) -> float:
+    return row[key] - row[f"{key}_std"]
+
+
+def _upper(row, key) -> float:
+    return row[key] + row[f"{key}_std"]
+
+
+def claims(metrics, config: Config) -> list[Claim]:
+    """Issue 23's claims, paired by seed: mean - std (or + std) against the threshold."""
+    hybrid = metrics[MOL_HYBRID]
+    return [
+        Claim.all_of(
+            f"MoL-hybrid beats the penultimate layer by at least {config.fine_gain:g} on the mean "
+            f"of the fine-grained tasks and loses at most {config.semantic_loss:g} on the "
+            "semantic control",
+            [Claim.compare("fine", _lower(hybrid, "fine_gain_vs_penultimate"), ">=",
+                           config.fine_gain, value_label="fine-grained gain, mean - std"),
+             Claim.compare("semantic", _upper(hybrid, "semantic_drop_vs_penultimate"), "<=",
+                           config.semantic_loss, value_label="semantic drop, mean + std")],
+        ),
+        Claim.all_of(
+            "MoL-hybrid beats the static learned mixture and the DenseConnector concat on the "
+            "fine-grained mean (the instruction is what helps)",
+            [Claim.compare("static", _lower(hybrid, "fine_gain_vs_static"), ">", 0.0,
+                           value_label="gain over static, mean - std"),
+             Claim.compare("concat", _lower(hybrid, "fine_gain_vs_concat"), ">", 0.0,
+                           value_label="gain over concat, mean - std")],
+        ),
+        Claim.compare(
+            f"MoL-hybrid's π-weighted layer index is at least {config.min_depth_shift:g} layer "
+            "shallower on fine-grained than on semantic questions",
+            _lower(hybrid, "depth_shift"), ">=", config.min_depth_shift,
+            value_label="semantic minus fine-grained layer index, mean - std"),
+    ]  # fmt: skip
+
+
+def _plots(done, metrics, config: Config, out_dir: Path) -> None:
+    from matplotlib.figure import Figure
+
+    systems = config.systems
+    figure = Figure(figsize=(max(8, 0.9 * len(systems)), 4))
+    axes = figure.subplots()
+    tasks = (*TASKS, "fine")
+    width = 0.8 / len(tasks)
+    for i, task in enumerate(tasks):
+        means = [metrics[s][task] for s in systems]
+        stds = [metrics[s][f"{task}_std"] for s in systems]
+        axes.bar(np.arange(len(systems)) + i * width, means, width, yerr=stds, label=task)
+    axes.set_xticks(np.arange(len(systems)) + 0.4 - width / 2, systems, rotation=35, ha="right")
+    axes.set_ylabel("exact-match accuracy (test)")
+    axes.set_title("per-task accuracy, mean ± std over seeds")
+    axes.legend(fontsize=8)
+    save_figure(figure, out_dir / "task_accuracy.png")
+    hybrid = metrics[MOL_HYBRID]
+    layers = list(config.layers)
+    line_plot(out_dir / "routes.png",
+              {q: (layers, [hybrid[f"pi_{q}_layer{layer}"] for layer in layers]) for q in QUESTION_TYPES},
+              xlabel="encoder layer", ylabel="mean π (MoL-hybrid, test)",
+              title="where each question type reads the encoder")  # fmt: skip
+    probe = [metrics["toy base"][f"probe_colour_layer{i}"] for i in range(config.vision_depth + 1)]
+    line_plot(out_dir / "probe.png", {"small object's colour": (list(range(len(probe))), probe)},
+              xlabel="encoder layer (0: embeddings)", ylabel="attention-probe accuracy (test)",
+              title="what each frozen layer still knows")  # fmt: skip
