@@ -70,3 +70,42 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
 def test_config_refusals_name_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         Config(**{field: value})
+
+
+def test_cli_end_to_end(tmp_path, capsys):
+    from mixlab.attention_arch.mol.toy import ToySpec, toy_llava
+
+    spec = ToySpec(size=32, vision_width=16, vision_depth=3, lm_width=16, lm_depth=1,
+                   encoder_images=16, encoder_steps=1, base_examples=12, base_steps=1)  # fmt: skip
+    toy_llava(spec, tmp_path / "cache", log=lambda _: None)
+    model = str(next((tmp_path / "cache").glob("toy-*")))
+    data = tmp_path / "vqa"
+    assert main(["mol", "data", "--out", str(data), "--n", "12", "--size", "32"]) == 0
+    assert len((data / "data.jsonl").read_text().splitlines()) == 12
+    args = ["mol", "train", "--model", model, "--data", str(data), "--out", str(tmp_path / "run"),
+            "--layers", "1,2", "--steps", "4", "--batch-size", "4"]  # fmt: skip
+    assert main(args) == 0
+    assert (tmp_path / "run" / "mol" / "mol.safetensors").is_file()
+    capsys.readouterr()
+    assert main(["mol", "eval", "--model", str(tmp_path / "run"), "--data", str(data)]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["n"] == 12 and set(scores) >= {"all", "vstar", "semantic"}
+    image = str(data / "00000.png")
+    assert main(["mol", "routes", "--model", str(tmp_path / "run"), "--image", image,
+                 "--question", "what is the large shape ?"]) == 0  # fmt: skip
+    pi = json.loads(capsys.readouterr().out)["pi"]
+    assert set(pi) == {"1", "2"} and sum(pi.values()) == pytest.approx(1, abs=1e-3)
+
+    refusals = [
+        (["mol", "train", "--model", model, "--data", str(data), "--granularity", "token"], "--granularity"),
+        (["mol", "train", "--model", model, "--data", str(data), "--layers", "1,9"], "layers"),
+        (["mol", "train", "--model", model, "--data", str(data), "--layers", "1,2", "--top-k", "3"], "top_k"),
+        (["mol", "train", "--model", str(data), "--data", str(data)], "--model"),
+        (["mol", "eval", "--model", model, "--data", str(tmp_path)], "data"),
+        (["mol", "routes", "--model", model, "--image", image, "--question", " "], "--question"),
+    ]  # fmt: skip
+    for argv, name in refusals:
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and name in err, (argv, err)

@@ -90,7 +90,7 @@ def test_hooked_states_of_a_hf_clip_equal_its_hidden_states():
     tower = llava.model.vision_tower
     pixels = make_vqa(2, size=SPEC.size).images
     native = vision_hidden_states(tower, pixels)
-    hooked = hooked_hidden_states(tower.vision_model.encoder.layers, lambda: tower(pixels))
+    hooked = hooked_hidden_states(tower.encoder.layers, lambda: tower(pixels))
     assert len(native) == len(hooked) == SPEC.vision_depth + 1
     for a, b in zip(native, hooked, strict=True):
         torch.testing.assert_close(a, b)

@@ -47,6 +47,10 @@ def _load(model: str):
     from mixlab.attention_arch.mol.layers import FixedLayer
     from mixlab.attention_arch.mol.llava import MoLLlava
 
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()  # stderr keeps to our own lines (errors: one line, exit 2)
+    logging.set_verbosity_error()
     torch.set_flush_denormal(True)
     if model == "toy":
         from mixlab.attention_arch.mol.toy import toy_llava
@@ -55,6 +59,9 @@ def _load(model: str):
         llava, processor, _ = toy_llava(cache_dir=cache_dir("mol"), log=typer.echo)
     else:
         check_input_folder(Path(model), "--model", containing=("config.json",))
+        kind = json.loads((Path(model) / "config.json").read_text()).get("model_type")
+        if kind != "llava":
+            raise ValueError(f"--model must be a LLaVA folder (model_type 'llava'), got {kind!r}")
         llava = LlavaForConditionalGeneration.from_pretrained(model).eval()
         processor = AutoProcessor.from_pretrained(model)
     if (Path(model) / "mol").is_dir():
