@@ -21,12 +21,17 @@ MoL is MoL-hybrid (the experiment's method, image and patch routers) with its ro
 off their initialisation (cost does not depend on the weights). Times are medians of
 ``--repeats`` rounds after a warm-up, every system called once per round, side by side in one
 process, one thread; peak memory is what one more call adds to the resident set after its
-warm-up (:func:`mixlab.shared.added_peak_bytes`), per image.
+warm-up (:func:`mixlab.shared.added_peak_bytes`), per image, each system in its own fresh process
+with every allocation above 64 KiB its own mapping (so freed memory is not reused unseen).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -111,15 +116,31 @@ def _no_grad(call):
     return run
 
 
+def fresh_peak_bytes(size: str, batch: int, system: str) -> int:
+    """What one warmed-up call of ``system`` adds to the resident set, in a fresh process."""
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
+    spec = json.dumps([size, batch, system])
+    done = subprocess.run([sys.executable, __file__, "--peak-of", spec], capture_output=True,
+                          text=True, env=env, check=True)  # fmt: skip
+    return int(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=SIZES)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "mol")
+    parser.add_argument("--peak-of", help=argparse.SUPPRESS)  # JSON [size, batch, system]
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)
+    if args.peak_of:  # a fresh process measuring one system's peak
+        size, batch, system = json.loads(args.peak_of)
+        call = image_paths(size, batch)[0][system]
+        call()
+        print(added_peak_bytes(call))
+        return
     started = time.perf_counter()
     metrics: dict[str, dict[str, float | None]] = {}
     candidates = {}
@@ -134,7 +155,7 @@ def main() -> None:
                 for name, call in calls.items():
                     seconds[name].append(median_seconds(call, 1))
             median = {name: sorted(s)[len(s) // 2] for name, s in seconds.items()}
-            peaks = {name: added_peak_bytes(call) for name, call in calls.items()}
+            peaks = {name: fresh_peak_bytes(size, batch, name) for name in calls}
             peer = median["LLaVA single layer"]
             for name in calls:
                 metrics[f"{size}, batch {batch}: {name}"] = {
