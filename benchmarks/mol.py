@@ -70,7 +70,7 @@ def image_paths(size: str, batch: int):
     """{system: a no-grad call computing the batch's projected visual tokens}."""
     from transformers import LlavaForConditionalGeneration
 
-    from mixlab.attention_arch.mol import LayerConcat, MoLLlava
+    from mixlab.attention_arch.mol import MoLLlava
     from mixlab.attention_arch.mol.data import image_token_count
 
     config, layers = build(size)
@@ -87,7 +87,9 @@ def image_paths(size: str, batch: int):
         for p in mol.mol.parameters():
             p.add_(torch.randn_like(p) * 0.1)
     projector = llava.model.multi_modal_projector
-    concat_projector = torch.nn.Linear(vision.hidden_size * len(layers), projector.linear_1.out_features)
+    concat_projector = torch.nn.Linear(
+        vision.hidden_size * len(layers), projector.linear_1.out_features
+    )
 
     def single():
         return llava.model.get_image_features(pixels, vision_feature_layer=-2,

@@ -37,7 +37,8 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     assert 0 <= hybrid["fine"] <= 1
     assert hybrid["pi_colour_layer1"] + hybrid["pi_colour_layer2"] == pytest.approx(1, abs=1e-5)
     assert result.metrics["toy base"]["probe_colour_layer3"] is not None  # embeddings + 3 blocks
-    assert len(result.regime) == 3 and len(result.claims) == 3
+    assert len(result.regime) == 3
+    assert len(result.claims) == 3
     if not all(c.holds for c in result.regime):
         assert not any(c.tested for c in result.claims)
     for plot in ("task_accuracy.png", "routes.png", "probe.png"):
@@ -89,12 +90,14 @@ def test_cli_end_to_end(tmp_path, capsys):
     capsys.readouterr()
     assert main(["mol", "eval", "--model", str(tmp_path / "run"), "--data", str(data)]) == 0
     scores = json.loads(capsys.readouterr().out)
-    assert scores["n"] == 12 and set(scores) >= {"all", "vstar", "semantic"}
+    assert scores["n"] == 12
+    assert set(scores) >= {"all", "vstar", "semantic"}
     image = str(data / "00000.png")
     assert main(["mol", "routes", "--model", str(tmp_path / "run"), "--image", image,
                  "--question", "what is the large shape ?"]) == 0  # fmt: skip
     pi = json.loads(capsys.readouterr().out)["pi"]
-    assert set(pi) == {"1", "2"} and sum(pi.values()) == pytest.approx(1, abs=1e-3)
+    assert set(pi) == {"1", "2"}
+    assert sum(pi.values()) == pytest.approx(1, abs=1e-3)
 
     refusals = [
         (["mol", "train", "--model", model, "--data", str(data), "--granularity", "token"], "--granularity"),
@@ -108,4 +111,5 @@ def test_cli_end_to_end(tmp_path, capsys):
         capsys.readouterr()
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1 and name in err, (argv, err)
+        assert len(err.splitlines()) == 1, (argv, err)
+        assert name in err, (argv, err)

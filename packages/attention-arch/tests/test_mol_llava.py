@@ -104,17 +104,21 @@ def test_timm_and_open_clip_towers_give_every_layer():
     vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8,
                             depth=3, embed_dim=32, num_heads=2).eval()  # fmt: skip
     states = vision_hidden_states(vit, pixels)
-    assert len(states) == 4 and states[0].shape == (2, 17, 32)
+    assert len(states) == 4
+    assert states[0].shape == (2, 17, 32)
     torch.testing.assert_close(vit.norm(states[-1]), vit.forward_features(pixels))
     tower = open_clip.transformer.VisionTransformer(
         image_size=32, patch_size=8, width=32, layers=3, heads=2, mlp_ratio=2.0, output_dim=16
     ).eval()  # fmt: skip
     states = vision_hidden_states(tower, pixels)
-    assert len(states) == 4 and all(s.shape == (2, 17, 32) for s in states)
+    assert len(states) == 4
+    assert all(s.shape == (2, 17, 32) for s in states)
     from mixlab.attention_arch.mol import MixtureOfLayers
 
     mol = MixtureOfLayers(32, 8, [1, 2, 3], 3, granularity="hybrid")
-    torch.testing.assert_close(mol(states, torch.randn(2, 8)).features, states[-2], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        mol(states, torch.randn(2, 8)).features, states[-2], atol=1e-5, rtol=1e-5
+    )
 
 
 def test_gradients_reach_router_and_projector_not_the_encoder():
@@ -124,7 +128,9 @@ def test_gradients_reach_router_and_projector_not_the_encoder():
     model = MoLLlava.from_llava(llava, [1, 2, 3], granularity="hybrid", default_bias=2.0)
     trainable_parameters(model, "projector")
     pixels, prompts = batch(llava, tokenizer)
-    out = model(prompts.input_ids, prompts.attention_mask, pixel_values=pixels, labels=prompts.labels)
+    out = model(
+        prompts.input_ids, prompts.attention_mask, pixel_values=pixels, labels=prompts.labels
+    )
     out.loss.backward()
     for name in ("image_router", "patch_router"):
         assert any(p.grad is not None and p.grad.abs().sum() > 0
@@ -170,7 +176,8 @@ def test_the_router_saves_and_loads_alone(tmp_path):
             p.add_(torch.randn_like(p))
     model.save_router(tmp_path / "mol")
     loaded = MoLLlava.load_router(tiny_llava()[0], tmp_path / "mol")
-    assert loaded.mol.top_k == 2 and loaded.mol.layers == [1, 2, 3, 4]
+    assert loaded.mol.top_k == 2
+    assert loaded.mol.layers == [1, 2, 3, 4]
     pixels, prompts = batch(llava, tokenizer)
     a = model.mix(prompts.input_ids, prompts.attention_mask, pixel_values=pixels)[1]
     b = loaded.mix(prompts.input_ids, prompts.attention_mask, pixel_values=pixels)[1]
@@ -189,7 +196,12 @@ def test_training_resumed_after_a_kill_ends_at_the_same_weights(tmp_path):
         def batch_of(index):
             from mixlab.attention_arch.mol.data import EncodedPrompts
 
-            fields = (prompts.input_ids, prompts.attention_mask, prompts.labels, prompts.answer_start)
+            fields = (
+                prompts.input_ids,
+                prompts.attention_mask,
+                prompts.labels,
+                prompts.answer_start,
+            )
             return model.vision_states(pixels[index]), EncodedPrompts(*(t[index] for t in fields))
 
         spec = TrainSpec(steps=6, batch_size=4, checkpoint_every=3, seed=0)
@@ -205,7 +217,9 @@ def test_training_resumed_after_a_kill_ends_at_the_same_weights(tmp_path):
 
 def test_refusals():
     llava, tokenizer = tiny_llava()
-    with pytest.raises(ValueError, match="model must be a transformers LlavaForConditionalGeneration"):
+    with pytest.raises(
+        ValueError, match="model must be a transformers LlavaForConditionalGeneration"
+    ):
         MoLLlava(llava.model.language_model, FixedLayer(16, -2, 4))
     with pytest.raises(ValueError, match="layers"):
         MoLLlava.from_llava(llava, [1, 9])

@@ -43,11 +43,10 @@ def _load(model: str):
     LLaVA (its own ``vision_feature_layer``)."""
     import torch
     from transformers import AutoProcessor, LlavaForConditionalGeneration
+    from transformers.utils import logging
 
     from mixlab.attention_arch.mol.layers import FixedLayer
     from mixlab.attention_arch.mol.llava import MoLLlava
-
-    from transformers.utils import logging
 
     logging.disable_progress_bar()  # stderr keeps to our own lines (errors: one line, exit 2)
     logging.set_verbosity_error()
@@ -90,7 +89,9 @@ def _parse_layers(text: str | None) -> list[int] | None:
 
 
 @app.command()
-def toy(out: Annotated[Path, typer.Option(help="folder for the toy LLaVA")] = Path("runs/toy-llava")) -> None:
+def toy(
+    out: Annotated[Path, typer.Option(help="folder for the toy LLaVA")] = Path("runs/toy-llava"),
+) -> None:
     """Train (once, into the cache) and write the toy LLaVA as a transformers folder."""
     from mixlab.attention_arch.mol.toy import save_toy, toy_llava
     from mixlab.shared import cache_dir
@@ -103,7 +104,9 @@ def toy(out: Annotated[Path, typer.Option(help="folder for the toy LLaVA")] = Pa
 
 @app.command()
 def data(
-    out: Annotated[Path, typer.Option(help="folder for the images and data.jsonl")] = Path("runs/vqa"),
+    out: Annotated[Path, typer.Option(help="folder for the images and data.jsonl")] = Path(
+        "runs/vqa"
+    ),
     n: Annotated[int, typer.Option(help="examples, the question types in turn")] = 600,
     size: int = 64,
     seed: int = 0,
@@ -124,12 +127,23 @@ def data(
 @app.command()
 def train(
     model: Model = "toy",
-    data: Annotated[Path, typer.Option(help="folder with images and data.jsonl")] = Path("runs/vqa"),
-    out: Annotated[Path, typer.Option(help="folder for the LLaVA, mol/ and checkpoints")] = Path("runs/mol"),
+    data: Annotated[Path, typer.Option(help="folder with images and data.jsonl")] = Path(
+        "runs/vqa"
+    ),
+    out: Annotated[Path, typer.Option(help="folder for the LLaVA, mol/ and checkpoints")] = Path(
+        "runs/mol"
+    ),
     granularity: Annotated[str, typer.Option(help=f"one of {MIXERS}")] = "hybrid",
-    layers: Annotated[str | None, typer.Option(help="candidate layers, e.g. '1,2,3,4,5' (default: "
-                                               "every other layer and the default one)")] = None,  # fmt: skip
-    tune: Annotated[str, typer.Option(help="'router', 'projector' (and router) or 'all' (and the LM)")] = "projector",
+    layers: Annotated[
+        str | None,
+        typer.Option(
+            help="candidate layers, e.g. '1,2,3,4,5' (default: "
+            "every other layer and the default one)"
+        ),
+    ] = None,
+    tune: Annotated[
+        str, typer.Option(help="'router', 'projector' (and router) or 'all' (and the LM)")
+    ] = "projector",
     top_k: Annotated[int | None, typer.Option(help="keep the k largest weights per token")] = None,
     steps: int = 600,
     batch_size: int = 16,
@@ -193,7 +207,9 @@ def train(
 @app.command("eval")
 def evaluate(
     model: Model = "runs/mol",
-    data: Annotated[Path, typer.Option(help="folder with images and data.jsonl")] = Path("runs/vqa"),
+    data: Annotated[Path, typer.Option(help="folder with images and data.jsonl")] = Path(
+        "runs/vqa"
+    ),
     batch_size: int = 32,
 ) -> None:
     """Exact match of the greedy answer's first word, per task and overall (JSON)."""
@@ -215,7 +231,9 @@ def evaluate(
             generated = wrapped.generate(prompts.input_ids, prompts.attention_mask,
                                          pixel_values=_pixels(processor, records.images[chunk]),
                                          max_new_tokens=8, do_sample=False)  # fmt: skip
-        texts = tokenizer.batch_decode(generated[:, prompts.input_ids.shape[1]:], skip_special_tokens=True)
+        texts = tokenizer.batch_decode(
+            generated[:, prompts.input_ids.shape[1] :], skip_special_tokens=True
+        )
         for text, answer in zip(texts, records.answers[chunk], strict=True):
             words = text.strip().lower().split()
             hits.append(bool(words) and words[0].strip(".,!?") == answer.strip().lower())
@@ -248,5 +266,8 @@ def routes(
         _, mixed = wrapped.mix(prompts.input_ids, prompts.attention_mask,
                                pixel_values=_pixels(processor, [image]))  # fmt: skip
     weights = mixed.weights.mean(1) if mixed.weights.dim() == 3 else mixed.weights
-    pi = {str(layer): round(float(w), 4) for layer, w in zip(wrapped.mol.layers, weights[0], strict=True)}
+    pi = {
+        str(layer): round(float(w), 4)
+        for layer, w in zip(wrapped.mol.layers, weights[0], strict=True)
+    }
     typer.echo(json.dumps({"question": question, "pi": pi}, indent=1))

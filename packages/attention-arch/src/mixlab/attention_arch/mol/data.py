@@ -75,7 +75,9 @@ def encode_prompts(tokenizer, questions: list[str], answers: list[str] | None, *
         offset = length - len(ids) if left_pad else 0
         input_ids[i, offset : offset + len(ids)] = torch.tensor(ids)
         attention_mask[i, offset : offset + len(ids)] = 1
-        labels[i, offset + start : offset + len(ids)] = input_ids[i, offset + start : offset + len(ids)]
+        labels[i, offset + start : offset + len(ids)] = input_ids[
+            i, offset + start : offset + len(ids)
+        ]
         starts[i] += offset
     return EncodedPrompts(input_ids, attention_mask, labels, torch.tensor(starts))
 
@@ -128,6 +130,8 @@ def write_records(directory: str | Path, images: torch.Tensor, questions: list[s
     for i, (question, answer, task) in enumerate(zip(questions, answers, tasks, strict=True)):
         name = f"{i:05d}.png"
         Image.fromarray(pixels[i]).save(directory / name)
-        lines.append(json.dumps({"image": name, "question": question, "answer": answer, "task": task}))
+        lines.append(
+            json.dumps({"image": name, "question": question, "answer": answer, "task": task})
+        )
     (directory / "data.jsonl").write_text("\n".join(lines) + "\n")
     return directory

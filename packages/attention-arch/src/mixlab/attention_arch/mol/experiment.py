@@ -24,7 +24,13 @@ import numpy as np
 import torch
 
 from mixlab.attention_arch.mol.config import (
-    CONCAT, MOL_HYBRID, PENULTIMATE, STATIC, Config, fixed_layer, system_mixer,
+    CONCAT,
+    MOL_HYBRID,
+    PENULTIMATE,
+    STATIC,
+    Config,
+    fixed_layer,
+    system_mixer,
 )  # fmt: skip
 from mixlab.attention_arch.mol.tasks import FINE_TASKS, QUESTION_TYPES, TASK_OF, TASKS
 from mixlab.shared import Claim, Result, cache_dir, line_plot, mean_std, run_cells, seed_everything
@@ -66,7 +72,9 @@ def prepare(config: Config) -> dict[str, Any]:
     for split in SPLIT_SEEDS:
         path = _states_path(config, split)
         if not path.is_file():
-            data = make_vqa(_split_size(config, split), size=config.size, seed=_split_seed(config, split))
+            data = make_vqa(
+                _split_size(config, split), size=config.size, seed=_split_seed(config, split)
+            )
             states = vision_states_of(model, data.images)
             tmp = path.with_suffix(".tmp")
             torch.save({"states": states, "questions": data.questions, "answers": data.answers,
@@ -166,8 +174,12 @@ class _AttentionProbe(torch.nn.Module):
     def __init__(self, width: int, classes: int) -> None:
         super().__init__()
         self.norm = torch.nn.LayerNorm(width)
-        self.score = torch.nn.Sequential(torch.nn.Linear(width, 64), torch.nn.GELU(), torch.nn.Linear(64, 1))
-        self.out = torch.nn.Sequential(torch.nn.Linear(width, 64), torch.nn.GELU(), torch.nn.Linear(64, classes))
+        self.score = torch.nn.Sequential(
+            torch.nn.Linear(width, 64), torch.nn.GELU(), torch.nn.Linear(64, 1)
+        )
+        self.out = torch.nn.Sequential(
+            torch.nn.Linear(width, 64), torch.nn.GELU(), torch.nn.Linear(64, classes)
+        )
 
     def forward(self, states: torch.Tensor) -> torch.Tensor:
         states = self.norm(states)
@@ -195,7 +207,9 @@ def colour_probe(config: Config) -> list[float]:
         generator = torch.Generator().manual_seed(config.seed)
         for _ in range(PROBE_STEPS):
             index = torch.randint(len(train_states), (128,), generator=generator)
-            loss = torch.nn.functional.cross_entropy(probe(train_states[index]), labels["train"][index])
+            loss = torch.nn.functional.cross_entropy(
+                probe(train_states[index]), labels["train"][index]
+            )
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -277,7 +291,9 @@ def depth_shift(cell) -> float:
     return index["shape"] - float(np.mean([index[q] for q in FINE_QUESTIONS]))
 
 
-def summarise(done, config: Config, info: dict[str, Any], prepare_s: float) -> dict[str, dict[str, Any]]:
+def summarise(
+    done, config: Config, info: dict[str, Any], prepare_s: float
+) -> dict[str, dict[str, Any]]:
     """One row per system (mean and std over seeds of each question type's and task's accuracy,
     π and the π-weighted layer index), the paired quantities of the claims on MoL-hybrid's row,
     and the regime's references."""
@@ -293,7 +309,12 @@ def summarise(done, config: Config, info: dict[str, Any], prepare_s: float) -> d
             for q in QUESTION_TYPES:
                 out[f"layer_index_{q}"] = float(np.mean([r["layer_index"][q] for r in rows]))
                 pi = np.mean([r["pi"][q] for r in rows], axis=0)
-                out.update({f"pi_{q}_layer{layer}": float(w) for layer, w in zip(config.layers, pi)})
+                out.update(
+                    {
+                        f"pi_{q}_layer{layer}": float(w)
+                        for layer, w in zip(config.layers, pi, strict=True)
+                    }
+                )
             out["depth_shift"], out["depth_shift_std"] = mean_std([depth_shift(r) for r in rows])
         metrics[system] = out
     hybrid = metrics[MOL_HYBRID]

@@ -197,7 +197,9 @@ class FixedLayer(nn.Module):
         default = _resolve(default_layer, num_hidden_layers, "default_layer")
         self.norm = nn.Identity() if self.layers[0] == default else nn.LayerNorm(hidden_size)
 
-    def forward(self, hidden_states: Sequence[torch.Tensor], instruction: torch.Tensor) -> MoLOutput:
+    def forward(
+        self, hidden_states: Sequence[torch.Tensor], instruction: torch.Tensor
+    ) -> MoLOutput:
         features = self.norm(hidden_states[self.layers[0]])
         weights = features.new_ones(features.shape[0], 1)
         return MoLOutput(features, weights, features.new_ones(()))
@@ -215,7 +217,9 @@ class LayerConcat(nn.Module):
         self.layers = [_resolve(i, num_hidden_layers, "layers") for i in layers]
         require(len(set(self.layers)) == len(self.layers), "layers", "distinct layers", layers)
 
-    def forward(self, hidden_states: Sequence[torch.Tensor], instruction: torch.Tensor) -> MoLOutput:
+    def forward(
+        self, hidden_states: Sequence[torch.Tensor], instruction: torch.Tensor
+    ) -> MoLOutput:
         features = torch.cat([hidden_states[i] for i in self.layers], dim=-1)
         weights = features.new_full((features.shape[0], len(self.layers)), 1 / len(self.layers))
         return MoLOutput(features, weights, features.new_ones(()))

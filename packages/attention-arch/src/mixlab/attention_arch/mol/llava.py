@@ -26,7 +26,9 @@ Mixer = MixtureOfLayers | FixedLayer | LayerConcat
 ROUTER_WEIGHTS, ROUTER_CONFIG = "mol.safetensors", "mol.json"
 
 
-def hooked_hidden_states(blocks: Sequence[nn.Module], run: Callable[[], Any]) -> tuple[torch.Tensor, ...]:
+def hooked_hidden_states(
+    blocks: Sequence[nn.Module], run: Callable[[], Any]
+) -> tuple[torch.Tensor, ...]:
     """Every residual-stream state of a stack of ``blocks`` while ``run()`` runs the model: the
     first block's input (the embeddings) then each block's output, ``[batch, tokens, d]``."""
     states: list[torch.Tensor] = []
@@ -35,7 +37,9 @@ def hooked_hidden_states(blocks: Sequence[nn.Module], run: Callable[[], Any]) ->
         return tensor[0] if isinstance(tensor, tuple | list) else tensor
 
     handles = [blocks[0].register_forward_pre_hook(lambda m, args: states.append(first(args)))]
-    handles += [b.register_forward_hook(lambda m, args, out: states.append(first(out))) for b in blocks]
+    handles += [
+        b.register_forward_hook(lambda m, args, out: states.append(first(out))) for b in blocks
+    ]
     try:
         run()
     finally:
@@ -44,7 +48,9 @@ def hooked_hidden_states(blocks: Sequence[nn.Module], run: Callable[[], Any]) ->
     return tuple(states)
 
 
-def vision_hidden_states(encoder: nn.Module, pixel_values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def vision_hidden_states(
+    encoder: nn.Module, pixel_values: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
     """The embeddings and every block's output of a vision tower, batch first: a transformers
     vision model (CLIP, SigLIP, ...), a timm ViT (``blocks``) or an open_clip CLIP or its
     ``visual`` tower (``transformer.resblocks``)."""
@@ -74,7 +80,9 @@ def widen_projector(llava: nn.Module, layers: Sequence[int]) -> None:
     require(isinstance(default, int), "model", "a LLaVA reading one vision_feature_layer", default)
     total = config.vision_config.num_hidden_layers + 1
     resolved = [i % total for i in layers]
-    require(default % total in resolved, "layers", f"a set holding the default layer {default}", layers)
+    require(
+        default % total in resolved, "layers", f"a set holding the default layer {default}", layers
+    )
     old = llava.model.multi_modal_projector.linear_1
     width = old.in_features
     new = nn.Linear(width * len(resolved), old.out_features, bias=old.bias is not None)
@@ -113,7 +121,9 @@ class MoLLlava(nn.Module):
         require(_is_llava(llava), "model", "a transformers LlavaForConditionalGeneration",
                 type(llava).__name__)  # fmt: skip
         self.llava, self.mol = llava, mixer
-        if isinstance(mixer, LayerConcat) and not isinstance(llava.config.vision_feature_layer, list):
+        if isinstance(mixer, LayerConcat) and not isinstance(
+            llava.config.vision_feature_layer, list
+        ):
             widen_projector(llava, mixer.layers)
         self.vision_tower.requires_grad_(False)
 
@@ -130,7 +140,9 @@ class MoLLlava(nn.Module):
         config = llava.config
         depth = config.vision_config.num_hidden_layers
         default = config.vision_feature_layer
-        require(isinstance(default, int), "model", "a LLaVA reading one vision_feature_layer", default)
+        require(
+            isinstance(default, int), "model", "a LLaVA reading one vision_feature_layer", default
+        )
         if layers is None:
             layers = sorted({*range(2, depth + 1, 2), default % (depth + 1)})
         mixer = MixtureOfLayers(

@@ -24,7 +24,13 @@ from typing import Any
 import torch
 
 from mixlab.attention_arch.mol.data import encode_prompts, image_token_count
-from mixlab.attention_arch.mol.tasks import ANSWERS, ENCODER_CLASSES, encoder_labels, make_vqa, question_words
+from mixlab.attention_arch.mol.tasks import (
+    ANSWERS,
+    ENCODER_CLASSES,
+    encoder_labels,
+    make_vqa,
+    question_words,
+)
 from mixlab.shared import is_count, require
 
 __all__ = ["SPECIALS", "ToySpec", "save_toy", "toy_llava", "toy_tokenizer", "vision_states_of"]
@@ -62,7 +68,9 @@ class ToySpec:
     def key(self) -> str:
         import hashlib
 
-        return hashlib.sha256(json.dumps(dataclasses.asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        return hashlib.sha256(
+            json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+        ).hexdigest()[:12]
 
 
 def toy_tokenizer():
@@ -149,7 +157,9 @@ def pretrain_encoder(tower, spec: ToySpec) -> float:
 @torch.no_grad()
 def vision_states_of(model, images: torch.Tensor, batch_size: int = 500) -> list[torch.Tensor]:
     """Every layer's frozen states (CLS dropped) of ``images``, in float16 ``[n, tokens, d]``."""
-    parts = [model.vision_states(images[i : i + batch_size]) for i in range(0, len(images), batch_size)]
+    parts = [
+        model.vision_states(images[i : i + batch_size]) for i in range(0, len(images), batch_size)
+    ]
     return [torch.cat([p[layer] for p in parts]).half() for layer in range(len(parts[0]))]
 
 
@@ -163,7 +173,10 @@ def _train_base(llava, tokenizer, spec: ToySpec) -> dict[str, Any]:
     tokens = image_token_count(config)
     out: dict[str, Any] = {}
     batches, types = {}, []
-    for split, n, seed in (("train", spec.base_examples, spec.seed + 3), ("test", 600, spec.seed + 4)):
+    for split, n, seed in (
+        ("train", spec.base_examples, spec.seed + 3),
+        ("test", 600, spec.seed + 4),
+    ):
         data = make_vqa(n, size=spec.size, seed=seed)
         prompts = encode_prompts(tokenizer, data.questions, data.answers, image_tokens=tokens)
         batches[split] = (cached_batches(vision_states_of(model, data.images), prompts), len(data))
@@ -190,7 +203,11 @@ def toy_llava(spec: ToySpec | None = None, cache_dir: str | Path | None = None, 
         llava = LlavaForConditionalGeneration.from_pretrained(folder)
         from transformers import AutoProcessor
 
-        return llava.eval(), AutoProcessor.from_pretrained(folder), json.loads((folder / "toy.json").read_text())
+        return (
+            llava.eval(),
+            AutoProcessor.from_pretrained(folder),
+            json.loads((folder / "toy.json").read_text()),
+        )
     torch.manual_seed(spec.seed)
     tokenizer = toy_tokenizer()
     llava = LlavaForConditionalGeneration(toy_config(spec, tokenizer))

@@ -123,7 +123,11 @@ def train(
         schedule.step()
         if step % 50 == 0 or step == spec.steps - 1:
             history.append({"step": step, "loss": float(out.loss.detach())})
-        if checkpoints is not None and (step + 1) % spec.checkpoint_every == 0 and step + 1 < spec.steps:
+        if (
+            checkpoints is not None
+            and (step + 1) % spec.checkpoint_every == 0
+            and step + 1 < spec.steps
+        ):
             checkpoints.save(step + 1, {
                 "weights": {n: p.detach().clone() for n, p in named.items()},
                 "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
