@@ -48,7 +48,9 @@ def test_left_padded_generate_rows_equal_solo_runs():
         assert torch.equal(together[i, -3:], alone[0, -3:])
         mixed = model.mix(batch.input_ids[i : i + 1], batch.attention_mask[i : i + 1],
                           pixel_values=data.images[i : i + 1])[1]  # fmt: skip
-        solo_mixed = model.mix(solo.input_ids, solo.attention_mask, pixel_values=data.images[i : i + 1])[1]
+        solo_mixed = model.mix(
+            solo.input_ids, solo.attention_mask, pixel_values=data.images[i : i + 1]
+        )[1]
         torch.testing.assert_close(mixed.weights, solo_mixed.weights)
 
 
