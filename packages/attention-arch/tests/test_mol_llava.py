@@ -194,15 +194,7 @@ def test_training_resumed_after_a_kill_ends_at_the_same_weights(tmp_path):
         model = MoLLlava.from_llava(tiny_llava()[0], [1, 2, 3], granularity="hybrid")
 
         def batch_of(index):
-            from mixlab.attention_arch.mol.data import EncodedPrompts
-
-            fields = (
-                prompts.input_ids,
-                prompts.attention_mask,
-                prompts.labels,
-                prompts.answer_start,
-            )
-            return model.vision_states(pixels[index]), EncodedPrompts(*(t[index] for t in fields))
+            return model.vision_states(pixels[index]), prompts.select(index)
 
         spec = TrainSpec(steps=6, batch_size=4, checkpoint_every=3, seed=0)
         train(model, batch_of, 6, spec, out_dir=folder, resume=resume)

@@ -185,10 +185,7 @@ def train(
     pixels = _pixels(processor, records.images)
 
     def batch_of(index):
-        from mixlab.attention_arch.mol.data import EncodedPrompts
-
-        fields = (prompts.input_ids, prompts.attention_mask, prompts.labels, prompts.answer_start)
-        return wrapped.vision_states(pixels[index]), EncodedPrompts(*(t[index] for t in fields))
+        return wrapped.vision_states(pixels[index]), prompts.select(index)
 
     spec = TrainSpec(steps=steps, batch_size=batch_size, lr=lr, trainable=tune, seed=seed,
                      checkpoint_every=max(1, steps // 10))  # fmt: skip

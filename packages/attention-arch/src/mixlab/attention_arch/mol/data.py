@@ -41,6 +41,11 @@ class EncodedPrompts:
     answer_start: torch.Tensor
     """index of each answer's first token (its prediction sits one position earlier)"""
 
+    def select(self, index: torch.Tensor) -> EncodedPrompts:
+        """The rows ``index`` of every field."""
+        return EncodedPrompts(self.input_ids[index], self.attention_mask[index],
+                              self.labels[index], self.answer_start[index])  # fmt: skip
+
 
 def _prompt(tokenizer, question: str) -> str:
     if getattr(tokenizer, "chat_template", None):

@@ -194,7 +194,6 @@ def colour_probe(config: Config) -> list[float]:
     for split in SPLIT_SEEDS:
         saved = torch.load(_states_path(config, split))
         picked = [i for i, q in enumerate(saved["question_types"]) if q == "colour"]
-        names = sorted({saved["answers"][i] for i in picked} | {"red"})
         data[split] = ([s[picked] for s in saved["states"]], [saved["answers"][i] for i in picked])
     names = sorted(set(data["train"][1]) | set(data["test"][1]))
     labels = {s: torch.tensor([names.index(a) for a in data[s][1]]) for s in data}

@@ -70,8 +70,7 @@ def cached_batches(states: Sequence[torch.Tensor | None], prompts: EncodedPrompt
 
     def batch_of(index: torch.Tensor):
         picked = [None if s is None else s[index].to(dtype) for s in states]
-        return picked, EncodedPrompts(*(t[index] for t in (
-            prompts.input_ids, prompts.attention_mask, prompts.labels, prompts.answer_start)))  # fmt: skip
+        return picked, prompts.select(index)
 
     return batch_of
 
