@@ -22,6 +22,8 @@ _MODULE_OF = {
     "require": "config",
     "is_count": "config",
     "resolve_device": "device",
+    "parameter_count": "budget",
+    "width_for_budget": "budget",
     "added_peak_bytes": "memory",
     "measure_in_fresh_process": "memory",
     "cache_dir": "paths",
@@ -62,6 +64,7 @@ __all__ = [
     "mean_std",
     "measure_in_fresh_process",
     "median_seconds",
+    "parameter_count",
     "progress",
     "require",
     "resolve_device",
@@ -72,12 +75,14 @@ __all__ = [
     "seed_everything",
     "track",
     "warmup_cosine",
+    "width_for_budget",
 ]
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _MODULE_OF)
 
 if TYPE_CHECKING:
+    from mixlab.shared.budget import parameter_count, width_for_budget
     from mixlab.shared.checkpoint import Checkpointer, load_state, run_cells, save_state
     from mixlab.shared.config import ExperimentConfig, is_count, require
     from mixlab.shared.device import resolve_device

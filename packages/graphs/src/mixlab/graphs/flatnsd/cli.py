@@ -223,9 +223,9 @@ def train(
         )
     check_output_folder(out, "--out")
 
-    from mixlab.graphs.flatnsd.layers import parameter_count
     from mixlab.graphs.flatnsd.training import build_model, save_trained, train_readout
     from mixlab.shared import seed_everything
+    from mixlab.shared.budget import parameter_count
 
     train_set, test_set, classes, layers = _task_graphs(task, size, graphs, seed)
     in_channels = train_set[0].num_features

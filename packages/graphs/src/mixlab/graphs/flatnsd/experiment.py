@@ -33,7 +33,6 @@ from mixlab.graphs.flatnsd.config import (
     SYSTEMS,
     Config,
 )
-from mixlab.graphs.flatnsd.layers import parameter_count, width_for_budget
 from mixlab.graphs.flatnsd.tasks import RING_CLASSES, ring_transfer, tree_neighbors_match
 from mixlab.graphs.flatnsd.theory import GRAPH_FAMILIES, json_ready, summary, theory_checks
 from mixlab.graphs.flatnsd.training import build_model, train_readout
@@ -48,6 +47,7 @@ from mixlab.shared import (
     resolve_device,
     seed_everything,
 )
+from mixlab.shared.budget import parameter_count, width_for_budget
 from mixlab.shared.files import write_json_atomic
 
 KEEPS_ACCURACY = 0.9  # "keeps accuracy": at least this at the largest size

@@ -457,21 +457,3 @@ def _mp_conv(conv: str, hidden: int) -> MessagePassing:
         return GATConv(hidden, hidden, heads=1)
     mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden))
     return GINConv(mlp)
-
-
-def parameter_count(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
-def width_for_budget(build: Callable[[int], nn.Module], budget: int, widths: range) -> int:
-    """The width in ``widths`` whose model's parameter count is closest to ``budget`` (counts grow
-    with width, so a bisection finds it with a few builds)."""
-    low, high = 0, len(widths) - 1
-    while low < high:  # the first width whose count reaches the budget
-        middle = (low + high) // 2
-        if parameter_count(build(widths[middle])) < budget:
-            low = middle + 1
-        else:
-            high = middle
-    candidates = [widths[i] for i in (low - 1, low) if 0 <= i < len(widths)]
-    return min(candidates, key=lambda width: abs(parameter_count(build(width)) - budget))
