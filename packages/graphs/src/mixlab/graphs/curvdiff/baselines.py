@@ -129,7 +129,7 @@ class DiGressStyle:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
             optimizer.step()
             _ema_update(self.ema_model, self.model, ema_decay(self.ema, step))
-            self.history.append(float(loss))
+            self.history.append(loss.item())
         self.ema_model.eval()
         return self
 

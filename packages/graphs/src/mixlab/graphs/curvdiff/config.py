@@ -63,11 +63,15 @@ class Config(ExperimentConfig):
     """encoder width"""
     denoiser_width: int = 64
     denoiser_layers: int = 3
-    ae_epochs: int = 200
+    ae_epochs: int = 150
+    encodings_per_graph: int = 2
+    """encodings of each training graph (fresh random features each) the DDPMs learn"""
     diffusion_steps: int = 200
     """T of every diffusion (latent and discrete)"""
-    diffusion_iterations: int = 1500
+    diffusion_iterations: int = 1000
     """optimiser steps of every diffusion model (latent DDPMs and DiGress-style alike)"""
+    diffusion_batch_size: int = 32
+    """graphs per optimiser step of every diffusion model"""
     diffusion_lr: float = 1e-3
     molecules: str = "nci"
     """molecule set: nci (RDKit's NCI sample, in the wheel), qm9 (extra mixlab-graphs[qm9]), none"""
@@ -87,6 +91,8 @@ class Config(ExperimentConfig):
             "denoiser_width": 128,
             "denoiser_layers": 4,
             "ae_epochs": 500,
+            "encodings_per_graph": 4,
+            "diffusion_batch_size": 64,
             "diffusion_steps": 500,
             "diffusion_iterations": 20_000,
             "diffusion_lr": 2e-4,
@@ -125,6 +131,8 @@ class Config(ExperimentConfig):
             "denoiser_width",
             "denoiser_layers",
             "ae_epochs",
+            "encodings_per_graph",
+            "diffusion_batch_size",
             "diffusion_steps",
             "diffusion_iterations",
             "max_molecules",

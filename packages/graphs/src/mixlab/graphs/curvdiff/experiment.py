@@ -128,8 +128,10 @@ def latent_model(config: Config, system: str) -> CurvDiff:
         denoiser_width=config.denoiser_width,
         denoiser_layers=config.denoiser_layers,
         ae_epochs=config.ae_epochs,
+        encodings_per_graph=config.encodings_per_graph,
         diffusion_steps=config.diffusion_steps,
         diffusion_iterations=config.diffusion_iterations,
+        diffusion_batch_size=config.diffusion_batch_size,
         diffusion_lr=config.diffusion_lr,
     )
 
@@ -144,6 +146,7 @@ def digress_model(config: Config) -> DiGressStyle:
             steps=config.diffusion_steps,
             iterations=config.diffusion_iterations,
             lr=config.diffusion_lr,
+            batch_size=config.diffusion_batch_size,
         )
 
     width = width_for_budget(lambda w: build(w).build(), budget, range(4, 513, 4))

@@ -401,7 +401,7 @@ def _edge_coordinates(batch) -> tuple[Tensor, Tensor, Tensor]:
     return graph, batch.edge_index[0] - offset, batch.edge_index[1] - offset
 
 
-def sinkhorn(a: Tensor, b: Tensor, cost: Tensor, reg: float, iterations: int = 50) -> Tensor:
+def sinkhorn(a: Tensor, b: Tensor, cost: Tensor, reg: float, iterations: int = 200) -> Tensor:
     """Entropic OT cost between rows of ``a`` and ``b`` ([E, N] masses, [E, N, N] costs), log
     domain (Cuturi, 2013), differentiable in the cost."""
     log_a, log_b = a.clamp_min(1e-30).log(), b.clamp_min(1e-30).log()

@@ -230,7 +230,7 @@ class CurvDiff:
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 optimizer.step()
-                total += float(loss)
+                total += loss.item()
             self.history["autoencoder"].append(total)
             if log is not None:
                 log("autoencoder", epoch, total)
@@ -308,9 +308,9 @@ class CurvDiff:
             torch.nn.utils.clip_grad_norm_(self.diffusion.parameters(), 1.0)
             optimizer.step()
             _ema_update(self.ema_diffusion, self.diffusion, ema_decay(c.ema, step))
-            self.history["diffusion"].append(float(loss))
+            self.history["diffusion"].append(loss.item())
             if log is not None and step % 100 == 0:
-                log("diffusion", step, float(loss))
+                log("diffusion", step, loss.item())
         self.diffusion.eval()
         self.ema_diffusion.eval()
 

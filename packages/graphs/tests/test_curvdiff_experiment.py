@@ -1,0 +1,162 @@
+"""The CurvDiff experiment (tiny config, resume after a kill) and the ``mixlab-graphs curvdiff`` CLI."""
+
+import json
+
+import pytest
+
+from mixlab.graphs.cli import main
+from mixlab.graphs.curvdiff.config import Config
+from mixlab.graphs.curvdiff.datasets import hetero_within, read_graph6, tree, write_graph6
+from mixlab.graphs.curvdiff.experiment import run as run_experiment
+
+TINY = {
+    "num_graphs": 8,
+    "n_seeds": 2,
+    "num_samples": 4,
+    "systems": ("E", "HSE", "curvdiff", "er"),
+    "hidden": 8,
+    "denoiser_width": 8,
+    "denoiser_layers": 1,
+    "ae_epochs": 2,
+    "diffusion_steps": 5,
+    "diffusion_iterations": 3,
+    "molecules": "none",
+    "workers": 1,
+}
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
+
+
+def test_experiment_reports_every_system_regime_and_claim(tmp_path):
+    result = run_experiment(Config(**TINY), tmp_path / "run")
+    rows = set(result.metrics)
+    assert rows == {f"hetero-within/{s}" for s in (*TINY["systems"], "floor")}
+    assert len(result.claims) == 6
+    assert len(result.regime) == 1
+    check = result.regime[0]
+    e_only = result.metrics["hetero-within/E"]
+    assert f"{e_only['degree_tv'] + e_only['clustering_tv']:.4g}" in check.evidence
+    gated = [c for c in result.claims if c.text in check.gates]
+    assert gated
+    assert check.holds or all(c.state == "untested" for c in gated)
+    untested = [c for c in result.claims if "full profile" in c.evidence]
+    assert len(untested) == 2  # controls and QM9 need the full profile's sets
+    assert (tmp_path / "run" / "mmd.png").exists()
+    samples = read_graph6(tmp_path / "run" / "samples" / "hetero-within-curvdiff-seed0.g6")
+    assert len(samples) == 4
+
+
+def test_killed_experiment_resumes_to_the_same_result(tmp_path, monkeypatch):
+    from mixlab.graphs.curvdiff import experiment
+
+    config = Config(**TINY)
+    whole = run_experiment(config, tmp_path / "whole")
+    calls = []
+    real = experiment.run_cell
+
+    def dies_after_three(*args):
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        calls.append(args[2])
+        return real(*args)
+
+    monkeypatch.setattr(experiment, "run_cell", dies_after_three)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(config, tmp_path / "killed")
+    monkeypatch.setattr(experiment, "run_cell", lambda *a: calls.append(a[2]) or real(*a))
+    resumed = run_experiment(config, tmp_path / "killed", resume=True)
+    assert len(calls) == 8  # 3 before the kill, the other 5 of 8 cells after it
+    for name, row in whole.metrics.items():
+        for key, value in row.items():
+            if "seconds" not in key:
+                assert resumed.metrics[name][key] == value, (name, key)
+    assert [c.to_dict() for c in resumed.claims] == [c.to_dict() for c in whole.claims]
+
+
+@pytest.mark.parametrize(
+    ("override", "parameter"),
+    [
+        ({"systems": ("HSE", "er")}, "systems"),
+        ({"graph_sets": ("ego-big",)}, "graph_sets"),
+        ({"latent_dim": 8}, "latent_dim"),
+        ({"molecules": "zinc"}, "molecules"),
+        ({"min_nodes": 30}, "min_nodes"),
+    ],
+)
+def test_config_names_the_bad_field(override, parameter):
+    with pytest.raises(ValueError, match=parameter):
+        Config(**{**TINY, **override})
+
+
+def test_cli_curvature_train_sample_evaluate(tmp_path, capsys):
+    graphs = tmp_path / "graphs.g6"
+    write_graph6(hetero_within(6, seed=0), graphs)
+    edges = tmp_path / "edges.csv"
+    assert main(["curvdiff", "curvature", str(graphs), "--out", str(edges)]) == 0
+    lines = edges.read_text().splitlines()
+    assert lines[0] == "graph,u,v,ollivier_ricci,forman"
+    total = sum(g.edge_index.shape[1] // 2 for g in read_graph6(graphs))
+    assert len(lines) == 1 + total
+    model = tmp_path / "model"
+    argv = ["curvdiff", "train", "--data", str(graphs), "--out", str(model), "--ae-epochs", "2"]
+    assert main([*argv, "--iterations", "2", "--steps", "4"]) == 0
+    assert (model / "model.safetensors").exists()
+    config = json.loads((model / "config.json").read_text())["config"]
+    assert config["ricci_gating"]
+    assert config["ricci_conditioning"]
+    generated = tmp_path / "generated.g6"
+    assert (
+        main(["curvdiff", "sample", "--model", str(model), "--num", "3", "--out", str(generated)])
+        == 0
+    )
+    assert len(read_graph6(generated)) == 3
+    table = tmp_path / "table.json"
+    argv = ["curvdiff", "evaluate", "--generated", str(generated), "--reference", str(graphs)]
+    assert main([*argv, "--out", str(table)]) == 0
+    rows = json.loads(table.read_text())
+    assert set(rows) == {
+        "generated (tv)",
+        "generated (emd)",
+        "floor (reference halves) (tv)",
+        "floor (reference halves) (emd)",
+    }
+    trees = tmp_path / "trees.g6"
+    write_graph6(tree(4, seed=0), trees)
+    argv = ["curvdiff", "evaluate", "--generated", str(trees), "--reference", str(trees)]
+    assert main([*argv, "--train", str(trees), "--validity", "tree", "--out", str(table)]) == 0
+    assert json.loads(table.read_text())["vun"]["valid"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train", "--data", "MISSING.g6", "--out", "OUT"], "--data"),
+        (["train", "--data", "GRAPHS", "--out", "OUT", "--geometry", "HXE"], "geometry"),
+        (["train", "--data", "GRAPHS", "--out", "OUT", "--iterations", "0"], "--iterations"),
+        (["train", "--data", "BAD_SMILES", "--out", "OUT"], "line 2"),
+        (["train", "--data", "EMPTY", "--out", "OUT"], "no graphs"),
+        (["curvature", "GRAPHS", "--alpha", "1.5"], "--alpha"),
+        (["sample", "--model", "OUT", "--num", "3", "--out", "x.g6"], "--model"),
+        (["evaluate", "--generated", "GRAPHS", "--reference", "BAD_SMILES"], "--reference"),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
+    graphs = tmp_path / "graphs.g6"
+    write_graph6(hetero_within(2, seed=0), graphs)
+    (tmp_path / "bad.smi").write_text("CCO ethanol\nC1CC broken\n")
+    (tmp_path / "empty.g6").write_text("\n")
+    paths = {
+        "GRAPHS": str(graphs),
+        "BAD_SMILES": str(tmp_path / "bad.smi"),
+        "EMPTY": str(tmp_path / "empty.g6"),
+        "OUT": str(tmp_path / "out"),
+        "MISSING.g6": str(tmp_path / "missing.g6"),
+    }
+    code = main(["curvdiff", *[paths.get(a, a) for a in argv]])
+    error = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(error.splitlines()) == 1
+    assert message in error
