@@ -192,7 +192,7 @@ def run_cell(config: Config, out_dir: Path, cell: dict[str, Any]) -> dict[str, A
     samples = model.sample(config.num_samples, seed=seed)
     sample_seconds = time.perf_counter() - started
     folder = out_dir / "samples"
-    folder.mkdir(exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     write_graph6(samples, folder / f"{name}-{system}-seed{seed}.g6")
     result: dict[str, Any] = {
         **cell,
