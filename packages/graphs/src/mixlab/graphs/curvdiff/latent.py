@@ -153,8 +153,11 @@ def random_walk_encoding(adjacency: Tensor, steps: int = WALK_STEPS) -> Tensor:
     return torch.stack(out, dim=-1)
 
 
-def node_features(batch, noise: Tensor | None = None, noise_dim: int = 8) -> Tensor:
-    """The encoder input of every node of a PyG batch (curvature attributes required)."""
+def node_features(
+    batch, noise: Tensor | None = None, noise_dim: int = 8, atom_types: bool = False
+) -> Tensor:
+    """The encoder input of every node of a PyG batch (curvature attributes required); with
+    ``atom_types``, ``batch.x`` (one-hot atom types) joins it."""
     n = batch.num_nodes
     degree = torch.zeros(n, device=batch.edge_index.device)
     degree.index_add_(
@@ -166,7 +169,7 @@ def node_features(batch, noise: Tensor | None = None, noise_dim: int = 8) -> Ten
     walks = random_walk_encoding(adjacency)[mask]
     curvature = torch.stack([batch.node_curvature, batch.node_forman / 10.0], dim=-1).float()
     parts = [onehot, curvature, walks]
-    if getattr(batch, "x", None) is not None:
+    if atom_types:
         parts.append(batch.x.float())
     if noise is None:
         noise = torch.randn(n, noise_dim, device=degree.device)
@@ -260,7 +263,7 @@ class GraphAutoencoder(nn.Module):
 
     def encode(self, batch, noise: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """A PyG batch → (tangent vectors [B, N, d], node mask [B, N])."""
-        x = node_features(batch, noise, self.noise_dim)
+        x = node_features(batch, noise, self.noise_dim, atom_types=self.atom_types > 0)
         edge_attr = getattr(batch, "edge_attr", None)
         if edge_attr is None or self.bond_types == 0:
             edge_attr = torch.ones(batch.edge_index.shape[1], 1, device=x.device)

@@ -126,6 +126,21 @@ def with_curvature(graphs: Sequence[Data]) -> list[Data]:
     ]
 
 
+def is_molecule(graph: Data) -> bool:
+    """A molecule graph carries one-hot atom types ``x`` and one-hot bond types ``edge_attr``
+    (other node features are the user's own and are not generated)."""
+
+    def one_hot(t) -> bool:
+        return (
+            t is not None
+            and t.dim() == 2
+            and bool(((t == 0) | (t == 1)).all())
+            and bool((t.sum(-1) == 1).all())
+        )
+
+    return one_hot(getattr(graph, "x", None)) and one_hot(getattr(graph, "edge_attr", None))
+
+
 def dense_adjacency(graphs: Sequence[Data]) -> tuple[torch.Tensor, torch.Tensor]:
     """Graphs → ([B, N, N] 0/1 adjacency, [B, N] node mask), N the largest graph's size."""
     batch = Batch.from_data_list(
@@ -171,10 +186,12 @@ class CurvDiff:
         log: Callable[[str, int, float], None] | None = None,
     ) -> CurvDiff:
         """Train the autoencoder, then the DDPM on its latents. ``graphs``: a PyG dataset or list
-        of undirected ``Data`` (``x`` one-hot atom types and ``edge_attr`` one-hot bond types
-        make it a molecule model; ``atom_types`` names the ``x`` columns for SMILES output)."""
+        of undirected ``Data`` (one-hot atom types ``x`` with one-hot bond types ``edge_attr``
+        make it a molecule model, see :func:`is_molecule`; ``atom_types`` names the ``x``
+        columns for SMILES output). Other node features are ignored: the model generates
+        structure."""
         graphs = with_curvature(validate_graphs(list(graphs), max_nodes=self.config.max_nodes))
-        molecules = all(getattr(g, "x", None) is not None for g in graphs)
+        molecules = all(is_molecule(g) for g in graphs)
         self.atom_types = tuple(atom_types) if atom_types is not None else None
         torch.manual_seed(seed)
         self.build(

@@ -84,7 +84,7 @@ ATOM_TYPES_ORGANIC: AtomVocabulary = ("C", "N", "O", "F", "P", "S", "Cl", "Br", 
 BOND_ORDERS = (1, 2, 3)
 """bond order of ``edge_attr`` column 0, 1, 2 (single, double, triple; kekulized)"""
 
-QM9_HINT = "QM9 needs the optional extra: uv sync --extra qm9 (or pip install 'mixlab-graphs[qm9]')"
+QM9_HINT = "QM9 needs the optional extra: uv sync --all-packages --extra qm9 (or pip install 'mixlab-graphs[qm9]')"
 
 _PT = Chem.GetPeriodicTable()
 _ELEMENTS = {_PT.GetElementSymbol(z): z for z in range(1, 119)}
