@@ -76,6 +76,17 @@ def test_killed_experiment_resumes_to_the_same_result(tmp_path, monkeypatch):
     assert [c.to_dict() for c in resumed.claims] == [c.to_dict() for c in whole.claims]
 
 
+def test_qm9_without_its_extra_is_refused_by_name(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "qm9pack" else real(name, *a)
+    )
+    with pytest.raises(ValueError, match="molecules.*--extra qm9"):
+        Config(**{**TINY, "molecules": "qm9"})
+
+
 @pytest.mark.parametrize(
     ("override", "parameter"),
     [

@@ -198,7 +198,7 @@ def test_load_qm9_without_package(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ImportError) as err:
         load_qm9()
     assert str(err.value) == QM9_HINT
-    assert "uv sync --extra qm9" in QM9_HINT
+    assert "--extra qm9" in QM9_HINT
 
 
 def test_load_qm9_csv(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -166,6 +167,13 @@ class Config(ExperimentConfig):
             self.diffusion_lr,
         )
         require(self.molecules in MOLECULE_SETS, "molecules", list(MOLECULE_SETS), self.molecules)
+        require(
+            self.molecules != "qm9" or importlib.util.find_spec("qm9pack") is not None,
+            "molecules",
+            "'nci' or 'none' unless the QM9 extra is installed "
+            "(uv sync --all-packages --extra qm9, or pip install 'mixlab-graphs[qm9]')",
+            self.molecules,
+        )
         ok = isinstance(self.molecule_systems, tuple | list) and all(
             s in LATENT_SYSTEMS for s in self.molecule_systems
         )
