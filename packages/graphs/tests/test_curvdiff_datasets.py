@@ -17,10 +17,10 @@ from mixlab.graphs.curvdiff.datasets import (
     make_graph_set,
     read_graph6,
     split,
-    to_networkx_graph,
     validate_graphs,
     write_graph6,
 )
+from mixlab.graphs.curvdiff.metrics import to_networkx
 
 # name: (small options, node-count bounds they imply)
 CASES = {
@@ -38,7 +38,7 @@ CONNECTED = {"community-small", "grid", "lobster", "planar", "sbm", "tree", "ego
 
 
 def _nx(graphs):
-    return [to_networkx_graph(data) for data in graphs]
+    return [to_networkx(data) for data in graphs]
 
 
 def test_every_generator_has_a_case():
@@ -63,7 +63,7 @@ def test_generator_is_seeded_sized_and_undirected(name):
         assert data.edge_index.dtype == torch.int64
         assert data.x is None
         assert torch.equal(data.edge_index, coalesce(data.edge_index, num_nodes=data.num_nodes))
-        assert nx.is_connected(to_networkx_graph(data))
+        assert nx.is_connected(to_networkx(data))
 
 
 def test_generator_structure():
@@ -94,7 +94,7 @@ def test_hetero_within_has_tree_cyclic_and_dense_parts():
     graphs = hetero_within(24, seed=3, with_parts=True)
     densities = []
     for data in graphs:
-        g = to_networkx_graph(data)
+        g = to_networkx(data)
         assert nx.is_connected(g)
         assert 12 <= data.num_nodes <= 24
         assert min(dict(g.degree).values()) == 1  # a tree leaf survives the bridges
@@ -117,7 +117,7 @@ def test_hetero_across_mixes_families():
     assert sorted(families) == [0] * 10 + [1] * 10 + [2] * 10
     assert families != sorted(families)  # shuffled
     for data, family in zip(graphs, families, strict=True):
-        g = to_networkx_graph(data)
+        g = to_networkx(data)
         assert nx.is_connected(g)
         assert 12 <= data.num_nodes <= 24
         if family == 0:
@@ -136,7 +136,7 @@ def test_networkx_round_trip_keeps_isolated_nodes():
     data = from_networkx_graph(g)
     assert data.num_nodes == 4
     assert data.edge_index.tolist() == [[0, 1, 1, 2], [1, 0, 2, 1]]
-    back = to_networkx_graph(data)
+    back = to_networkx(data)
     assert sorted(back.nodes) == [0, 1, 2, 3]
     assert sorted(back.edges) == [(0, 1), (1, 2)]
 

@@ -22,6 +22,8 @@ _MODULE_OF = {
     "require": "config",
     "is_count": "config",
     "resolve_device": "device",
+    "ema_update": "diffusion",
+    "timestep_embedding": "diffusion",
     "parameter_count": "budget",
     "width_for_budget": "budget",
     "added_peak_bytes": "memory",
@@ -57,6 +59,7 @@ __all__ = [
     "cache_dir",
     "capture_rng_state",
     "discover_methods",
+    "ema_update",
     "get_method",
     "is_count",
     "line_plot",
@@ -73,6 +76,7 @@ __all__ = [
     "save_figure",
     "save_state",
     "seed_everything",
+    "timestep_embedding",
     "track",
     "warmup_cosine",
     "width_for_budget",
@@ -86,6 +90,7 @@ if TYPE_CHECKING:
     from mixlab.shared.checkpoint import Checkpointer, load_state, run_cells, save_state
     from mixlab.shared.config import ExperimentConfig, is_count, require
     from mixlab.shared.device import resolve_device
+    from mixlab.shared.diffusion import ema_update, timestep_embedding
     from mixlab.shared.memory import added_peak_bytes, measure_in_fresh_process
     from mixlab.shared.optim import warmup_cosine
     from mixlab.shared.paths import cache_dir

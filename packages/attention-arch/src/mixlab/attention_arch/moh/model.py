@@ -47,6 +47,7 @@ from torch import nn
 from mixlab.attention_arch.moh.mamba import BiMamba
 from mixlab.attention_arch.moh.scan import BACKENDS, ORDERS
 from mixlab.shared import is_count, require
+from mixlab.shared.diffusion import timestep_embedding
 from mixlab.shared.routing import keep_top_k, switch_balance_loss
 
 __all__ = ["EXPERT_KINDS", "MoHBlock", "MoHDiffusion", "MoHOutput", "Router", "Routes"]
@@ -285,14 +286,6 @@ def _unpool(tokens: torch.Tensor, small: tuple[int, int], factor: int) -> torch.
     image = tokens.transpose(1, 2).unflatten(2, small)
     image = image.repeat_interleave(factor, 2).repeat_interleave(factor, 3)
     return image.flatten(2).transpose(1, 2)
-
-
-def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10_000) -> torch.Tensor:
-    """DiT's sinusoidal embedding of (possibly fractional) timesteps ``[batch]`` -> ``[batch, dim]``."""
-    half = dim // 2
-    freqs = torch.exp(-math.log(max_period) * torch.arange(half, device=t.device) / half)
-    args = t.float()[:, None] * freqs[None]
-    return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
 
 
 def _sincos_2d(width: int, grid: int) -> torch.Tensor:

@@ -21,8 +21,9 @@ from diffusers import DDIMScheduler, DDPMScheduler
 from mixlab.attention_arch.moh.model import MoHDiffusion
 from mixlab.attention_arch.moh.pipeline import MoHPipeline
 from mixlab.shared import Checkpointer, is_count, require, warmup_cosine
+from mixlab.shared.diffusion import ema_update
 
-__all__ = ["TrainSpec", "ema_update", "sample", "train", "training_loss"]
+__all__ = ["TrainSpec", "sample", "train", "training_loss"]
 
 PREDICTIONS = ("epsilon", "v_prediction", "sample")
 """what the network predicts: the noise, v (Salimans & Ho), or the clean image x0"""
@@ -118,13 +119,6 @@ def training_loss(
         loss = loss + spec.depth_weight * out.depth_cost
         logs["depth"] = float(out.depth_cost.detach())
     return loss, logs
-
-
-@torch.no_grad()
-def ema_update(ema: torch.nn.Module, model: torch.nn.Module, decay: float, step: int) -> None:
-    decay = min(decay, (1 + step) / (10 + step))
-    for e, p in zip(ema.parameters(), model.parameters(), strict=True):
-        e.lerp_(p, 1 - decay)
 
 
 def train(

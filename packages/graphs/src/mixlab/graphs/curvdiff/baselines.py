@@ -17,10 +17,12 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import dense_to_sparse
 
-from mixlab.graphs.curvdiff.datasets import from_networkx_graph, to_networkx_graph, validate_graphs
+from mixlab.graphs.curvdiff.datasets import from_networkx_graph, validate_graphs
 from mixlab.graphs.curvdiff.digress import DiscreteEdgeDiffusion, EdgeDenoiser
-from mixlab.graphs.curvdiff.model import _ema_update, dense_adjacency, ema_decay
+from mixlab.graphs.curvdiff.metrics import to_networkx
+from mixlab.graphs.curvdiff.model import dense_adjacency
 from mixlab.shared.config import is_count, require
+from mixlab.shared.diffusion import ema_update
 
 
 def density(graph: Data) -> float:
@@ -55,7 +57,7 @@ class LouvainSBM:
     def fit(self, graphs: Sequence[Data], *, seed: int = 0, **_) -> LouvainSBM:
         self.models = []
         for graph in validate_graphs(list(graphs)):
-            g = to_networkx_graph(graph)
+            g = to_networkx(graph)
             blocks = [sorted(b) for b in nx.community.louvain_communities(g, seed=seed)]
             sizes = [len(b) for b in blocks]
             probabilities = np.zeros((len(blocks), len(blocks)))
@@ -128,7 +130,7 @@ class DiGressStyle:
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
             optimizer.step()
-            _ema_update(self.ema_model, self.model, ema_decay(self.ema, step))
+            ema_update(self.ema_model, self.model, self.ema, step)
             self.history.append(loss.item())
         self.ema_model.eval()
         return self

@@ -31,6 +31,7 @@ from scipy.spatial import Delaunay
 from torch_geometric.data import Data
 from torch_geometric.utils import coalesce, to_undirected
 
+from mixlab.graphs.curvdiff.metrics import to_networkx
 from mixlab.shared.config import require
 
 MAX_RESAMPLES = 1000
@@ -54,14 +55,6 @@ def from_networkx_graph(g: nx.Graph) -> Data:
     index = {node: i for i, node in enumerate(g.nodes)}
     edges = [(index[a], index[b]) for a, b in g.edges]
     return _data(edges, g.number_of_nodes())
-
-
-def to_networkx_graph(data: Data) -> nx.Graph:
-    """Data as an undirected ``nx.Graph`` on nodes 0..n−1 (isolated nodes kept)."""
-    g = nx.Graph()
-    g.add_nodes_from(range(data.num_nodes))
-    g.add_edges_from(data.edge_index.t().tolist())
-    return g
 
 
 def _seed(rng: np.random.Generator) -> int:
@@ -439,7 +432,7 @@ def read_graph6(path: str | Path) -> list[Data]:
 
 def write_graph6(graphs: Sequence[Data], path: str | Path) -> None:
     """Write graphs as graph6, one per line, no header (node order kept)."""
-    lines = [nx.to_graph6_bytes(to_networkx_graph(data), header=False) for data in graphs]
+    lines = [nx.to_graph6_bytes(to_networkx(data), header=False) for data in graphs]
     Path(path).write_bytes(b"".join(lines))
 
 

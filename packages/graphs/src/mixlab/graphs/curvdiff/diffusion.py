@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from mixlab.shared.diffusion import timestep_embedding
+
 
 def cosine_alpha_bar(steps: int, s: float = 0.008) -> Tensor:
     """ᾱ_t for t = 0..steps (ᾱ_0 = 1), Nichol & Dhariwal's Eq. 17, clipped so β_t ≤ 0.999."""
@@ -25,14 +27,6 @@ def cosine_alpha_bar(steps: int, s: float = 0.008) -> Tensor:
     alpha_bar = f / f[0]
     betas = (1 - alpha_bar[1:] / alpha_bar[:-1]).clamp(max=0.999)
     return torch.cat([torch.ones(1, dtype=torch.float64), torch.cumprod(1 - betas, 0)]).float()
-
-
-def timestep_embedding(t: Tensor, dim: int) -> Tensor:
-    """Sinusoidal embedding of integer steps (Vaswani et al., 2017)."""
-    half = dim // 2
-    frequencies = torch.exp(-math.log(10_000) * torch.arange(half, device=t.device) / half)
-    angles = t.float().unsqueeze(-1) * frequencies
-    return torch.cat([angles.sin(), angles.cos()], dim=-1)
 
 
 class DistanceBiasedLayer(nn.Module):

@@ -16,8 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mixlab.graphs.curvdiff.diffusion import cosine_alpha_bar, timestep_embedding
+from mixlab.graphs.curvdiff.diffusion import cosine_alpha_bar
 from mixlab.graphs.curvdiff.latent import WALK_STEPS, random_walk_encoding
+from mixlab.shared.diffusion import timestep_embedding
 
 
 class EdgeTransformerLayer(nn.Module):

@@ -29,6 +29,7 @@ from mixlab.graphs.curvdiff.datasets import validate_graphs
 from mixlab.graphs.curvdiff.diffusion import GaussianDiffusion, NodeDenoiser
 from mixlab.graphs.curvdiff.latent import GraphAutoencoder, parse_geometry
 from mixlab.shared.config import is_count, require
+from mixlab.shared.diffusion import ema_update
 
 CURVATURE_KEYS = ("edge_curvature", "edge_forman", "node_curvature", "node_forman")
 
@@ -153,18 +154,6 @@ def dense_adjacency(graphs: Sequence[Data]) -> tuple[torch.Tensor, torch.Tensor]
     return adjacency, mask
 
 
-def ema_decay(decay: float, step: int) -> float:
-    """EMA decay with warm-up, min(decay, (1 + step) / (10 + step)) as in diffusers' EMAModel: a
-    fixed 0.999 over a few thousand steps would average in the untrained first weights."""
-    return min(decay, (1 + step) / (10 + step))
-
-
-def _ema_update(target: torch.nn.Module, source: torch.nn.Module, decay: float) -> None:
-    with torch.no_grad():
-        for t, s in zip(target.parameters(), source.parameters(), strict=True):
-            t.lerp_(s, 1 - decay)
-
-
 class CurvDiff:
     """Mixed-curvature latent diffusion for graphs; see the module docstring."""
 
@@ -190,7 +179,7 @@ class CurvDiff:
         make it a molecule model, see :func:`is_molecule`; ``atom_types`` names the ``x``
         columns for SMILES output). Other node features are ignored: the model generates
         structure."""
-        graphs = with_curvature(validate_graphs(list(graphs), max_nodes=self.config.max_nodes))
+        graphs = self._prepare(graphs)
         molecules = all(is_molecule(g) for g in graphs)
         self.atom_types = tuple(atom_types) if atom_types is not None else None
         torch.manual_seed(seed)
@@ -253,13 +242,21 @@ class CurvDiff:
                 log("autoencoder", epoch, total)
         model.eval()
 
-    @torch.no_grad()
     def encode(
         self, graphs: Sequence[Data], seed: int = 0, refine: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Tangent-space node latents [B, N, d] and node mask [B, N] (random features seeded),
         refined on each graph's reconstruction loss unless ``refine`` is False."""
-        graphs = with_curvature(validate_graphs(list(graphs), max_nodes=self.config.max_nodes))
+        return self._encode(self._prepare(graphs), seed, refine)
+
+    def _prepare(self, graphs: Sequence[Data]) -> list[Data]:
+        """Validated graphs with their Ricci attributes: what every stage reads."""
+        return with_curvature(validate_graphs(list(graphs), max_nodes=self.config.max_nodes))
+
+    @torch.no_grad()  # latents are data for the diffusion stage; refine re-enables grad
+    def _encode(
+        self, graphs: list[Data], seed: int, refine: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         device = self._device()
         batch = Batch.from_data_list(graphs).to(device)
         generator = torch.Generator().manual_seed(seed)
@@ -289,7 +286,7 @@ class CurvDiff:
         c = self.config
         latents, masks = [], []
         for k in range(c.encodings_per_graph):
-            u, mask = self.encode(graphs, seed=seed * 1000 + k)
+            u, mask = self._encode(graphs, seed=seed * 1000 + k)
             latents.append(u)
             masks.append(mask)
         x0, mask = torch.cat(latents), torch.cat(masks)
@@ -324,7 +321,7 @@ class CurvDiff:
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.diffusion.parameters(), 1.0)
             optimizer.step()
-            _ema_update(self.ema_diffusion, self.diffusion, ema_decay(c.ema, step))
+            ema_update(self.ema_diffusion, self.diffusion, c.ema, step)
             self.history["diffusion"].append(loss.item())
             if log is not None and step % 100 == 0:
                 log("diffusion", step, loss.item())
@@ -378,8 +375,8 @@ class CurvDiff:
     @torch.no_grad()
     def reconstruct(self, graphs: Sequence[Data], seed: int = 0) -> dict[str, torch.Tensor]:
         """Edge probabilities, true adjacency, mask and latent product distances of ``graphs``."""
-        graphs = with_curvature(validate_graphs(list(graphs), max_nodes=self.config.max_nodes))
-        u, mask = self.encode(graphs, seed)
+        graphs = self._prepare(graphs)
+        u, mask = self._encode(graphs, seed)
         adjacency, _ = dense_adjacency(graphs)
         return {
             "probabilities": self.autoencoder.edge_logits(u).sigmoid().cpu(),
