@@ -2,6 +2,7 @@
 
 from mixlab.graphs.curvdiff.cli import app as curvdiff_app
 from mixlab.graphs.flatnsd.cli import app as flatnsd_app
+from mixlab.graphs.mixscentnet.cli import app as mixscentnet_app
 from mixlab.shared.cli_base import domain_app, run_app
 
 app = domain_app(
@@ -9,6 +10,7 @@ app = domain_app(
 )
 app.add_typer(curvdiff_app, name="curvdiff")
 app.add_typer(flatnsd_app, name="flatnsd")
+app.add_typer(mixscentnet_app, name="mixscentnet")
 
 
 def main(argv: list[str] | None = None) -> int:

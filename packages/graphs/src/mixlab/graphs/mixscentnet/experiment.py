@@ -1,0 +1,565 @@
+"""MixScentNet against POMMix-style, its own ablations and descriptor baselines on the published
+olfaction data (``mixlab run mixscentnet``).
+
+One-time work, cached (``cache_dir("mixscentnet")``): Mordred 2D descriptors of every GS-LF
+molecule and mixture component; the Mordred-pretrained encoder (GS-LF training molecules and the
+components, no labels); the label-pretrained encoder (POMMix-style: GS-LF training labels). GS-LF
+is split once, 90/10 by molecule (seed 0); its test molecules score Mordred R² and label AUROC.
+
+Cells, every system with the same encoder widths, steps and early stopping:
+
+- ``distance``: per split (``random``: stratified K-fold; ``molecules``: leave-some-molecules-out),
+  fold and seed, fit on the training pairs (the ``FEW_PAIRS_SYSTEMS`` also on ``pair_fraction``
+  of them) and score Pearson, RMSE and Kendall τ on the test pairs;
+- ``white``: per seed, fit on every pair but Snitz 1's non-overlapping ones, predict those (the
+  out-of-fold predictions for the olfactory-white test) and random non-overlapping mixtures of
+  ``white_sizes`` components from the component pool;
+- ``labels``: GS-LF macro AUROC after training encoder + head on ``label_fractions`` of the
+  training labels, from the Mordred-pretrained encoder or from scratch.
+
+Regime (result.json's ``regime``): POMMix-style reaches Pearson ≥ 0.6 and RMSE ≤ 0.85 × the mean
+predictor's on the random split; Mordred pretraining reaches a median held-out R² ≥ 0.5; the
+GS-LF label model reaches macro AUROC ≥ 0.8. Each gates the claims that rest on it.
+
+Differences count beyond 2 standard errors over seeds × folds: a beats b when
+mean_a − mean_b > 2·sqrt(sd_a²/n_a + sd_b²/n_b).
+"""
+
+from __future__ import annotations
+
+import copy
+import fcntl
+import functools
+import json
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mixlab.graphs.mixscentnet.baselines import (
+    GradientBoostingDistance,
+    MeanDistance,
+    SnitzAngle,
+    mixture_descriptors,
+)
+from mixlab.graphs.mixscentnet.config import (
+    FEW_PAIRS_SYSTEMS,
+    METHOD,
+    NEURAL_SYSTEMS,
+    SPLITS,
+    Config,
+)
+from mixlab.graphs.mixscentnet.data import (
+    MixturePairs,
+    OdourLabels,
+    files_read,
+    load_gslf,
+    load_mixture_pairs,
+    non_overlapping,
+    split_pairs,
+)
+from mixlab.graphs.mixscentnet.featurize import mordred_targets, smiles_digest
+from mixlab.graphs.mixscentnet.model import MixScentNet, MoleculeEncoder
+from mixlab.graphs.mixscentnet.training import (
+    FeaturizedMixtures,
+    LabelModel,
+    MordredPretrainer,
+    distance_metrics,
+    fit_distance,
+    macro_auroc,
+    median_r2,
+    predict_distance,
+)
+from mixlab.shared import Claim, Result, cache_dir, mean_std, resolve_device, run_cells
+from mixlab.shared.files import write_json_atomic
+
+REGIME_PEARSON = 0.6
+REGIME_RMSE_RATIO = 0.85
+REGIME_R2 = 0.5
+REGIME_AUROC = 0.8
+WHITE_PEARSON = -0.4
+WHITE_STUDY = "Snitz 1"
+GSLF_TEST = 0.1
+SPREAD = 2.0  # standard errors
+
+__all__ = ["METHOD", "Config", "claims", "regime", "run", "summarise"]
+
+
+# ------------------------------------------------------------------------------------- data
+@functools.cache
+def load_data(data_dir: str) -> tuple[OdourLabels, MixturePairs]:
+    """GS-LF and the mixture pairs from ``data_dir`` (a clear error naming it when absent)."""
+    return load_gslf(data_dir), load_mixture_pairs(data_dir)
+
+
+def gslf_split(labels: OdourLabels) -> tuple[np.ndarray, np.ndarray]:
+    """(train, test) molecule indices of GS-LF: 10 % test, seed 0, fixed for every run."""
+    order = np.random.default_rng(0).permutation(len(labels))
+    held = round(GSLF_TEST * len(labels))
+    return np.sort(order[held:]), np.sort(order[:held])
+
+
+def _mordred_smiles(labels: OdourLabels, pairs: MixturePairs) -> list[str]:
+    return sorted(set(labels.smiles) | set(pairs.components))
+
+
+def _encoder(config: Config, seed: int) -> MoleculeEncoder:
+    torch.manual_seed(seed)
+    return MoleculeEncoder(config.hidden, config.embedding, config.layers, config.encoder)
+
+
+@contextmanager
+def _locked(path: Path):
+    """An exclusive lock on ``path``: two workers never pretrain the same encoder twice."""
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def pretrained_encoder(config: Config, kind: str) -> tuple[MoleculeEncoder, dict[str, float]]:
+    """The cached ``mordred`` or ``labels`` encoder (made once, seed 0) and its held-out score:
+    median R² of the Mordred targets, or GS-LF macro AUROC."""
+    labels, pairs = load_data(config.data_dir)
+    train, test = gslf_split(labels)
+    key = "-".join(
+        str(v)
+        for v in (
+            kind, config.encoder, config.hidden, config.embedding, config.layers,
+            config.pretrain_epochs, smiles_digest(_mordred_smiles(labels, pairs)),
+        )
+    )  # fmt: skip
+    folder = cache_dir("mixscentnet", "encoders")
+    weights, meta = folder / f"{key}.pt", folder / f"{key}.json"
+    with _locked(folder / f"{key}.lock"):
+        encoder = _encoder(config, 0)
+        if weights.is_file() and meta.is_file():
+            encoder.load_state_dict(torch.load(weights, weights_only=True))
+            return encoder, json.loads(meta.read_text())
+        started = time.perf_counter()
+        options = {"epochs": config.pretrain_epochs, "seed": 0}
+        train_smiles = [labels.smiles[i] for i in train]
+        test_smiles = [labels.smiles[i] for i in test]
+        if kind == "mordred":
+            every = _mordred_smiles(labels, pairs)
+            targets, _ = mordred_targets(every, cache_dir("mixscentnet"), workers=1)
+            row = {s: i for i, s in enumerate(every)}
+            # self-supervised: the GS-LF training molecules and the mixture components (no
+            # labels, no distances); the GS-LF test molecules score it
+            fit_smiles = sorted(set(train_smiles) | (set(pairs.components) - set(test_smiles)))
+            pretrainer = MordredPretrainer(encoder, targets.shape[1])
+            pretrainer.fit(fit_smiles, targets[[row[s] for s in fit_smiles]], **options)
+            held = targets[[row[s] for s in test_smiles]]
+            score = {"r2": median_r2(pretrainer.predict(test_smiles), held)}
+        elif kind == "labels":
+            model = LabelModel(encoder, labels.labels.shape[1])
+            model.fit(train_smiles, labels.labels[train], **options)
+            score = {"auroc": macro_auroc(model.predict_proba(test_smiles), labels.labels[test])}
+        else:
+            raise ValueError(f"kind must be 'mordred' or 'labels', got {kind!r}")
+        score["seconds"] = time.perf_counter() - started
+        torch.save(encoder.state_dict(), weights)
+        meta.write_text(json.dumps(score))
+        return encoder, score
+
+
+def _start_encoder(config: Config, pretraining: str, seed: int) -> MoleculeEncoder:
+    if pretraining == "none":
+        return _encoder(config, seed)
+    encoder, _ = pretrained_encoder(config, pretraining)
+    return copy.deepcopy(encoder)
+
+
+# ------------------------------------------------------------------------------------ cells
+def _cells(config: Config, pairs: MixturePairs) -> list[dict[str, Any]]:
+    seeds = [config.seed + s for s in range(config.n_seeds)]
+    cells: list[dict[str, Any]] = [{"task": "pretrain", "kind": k} for k in ("mordred", "labels")]
+    for split in SPLITS:
+        for fold in config.fold_ids:
+            for seed in seeds:
+                for system in config.systems:
+                    cells.append({"task": "distance", "split": split, "fold": fold,
+                                  "seed": seed, "system": system, "fraction": 1.0})  # fmt: skip
+                    if system in FEW_PAIRS_SYSTEMS:
+                        cells.append({"task": "distance", "split": split, "fold": fold,
+                                      "seed": seed, "system": system,
+                                      "fraction": config.pair_fraction})  # fmt: skip
+    if (pairs.study == WHITE_STUDY).any():
+        cells += [
+            {"task": "white", "seed": seed, "system": system}
+            for seed in seeds[: config.white_seeds]
+            for system in config.systems
+        ]
+    cells += [
+        {"task": "labels", "seed": seed, "init": init, "fraction": fraction}
+        for fraction in config.label_fractions
+        for seed in seeds
+        for init in ("mordred", "none")
+    ]
+    return cells
+
+
+def _fit_system(
+    config: Config, system: str, data: MixturePairs, train: np.ndarray, seed: int,
+    featurized: FeaturizedMixtures, descriptors: np.ndarray,
+):  # fmt: skip
+    """A fitted predictor with ``.predict(pairs)`` for any system."""
+    if system in NEURAL_SYSTEMS:
+        options = NEURAL_SYSTEMS[system]
+        encoder = _start_encoder(config, options["pretraining"], seed)
+        torch.manual_seed(seed)
+        model = MixScentNet(encoder, options["aggregator"], width=config.mixture_width)
+        model.to(resolve_device(config.device))
+        fit_distance(
+            model, featurized, data.pairs[train], data.distance[train], steps=config.steps,
+            lr=config.lr, encoder_lr=config.encoder_lr, seed=seed,
+        )  # fmt: skip
+        return _NeuralPredictor(model, featurized)
+    baseline = {"snitz": SnitzAngle, "hgb": GradientBoostingDistance}.get(system)
+    model = baseline(descriptors) if baseline else MeanDistance()
+    return model.fit(data.pairs[train], data.distance[train], seed=seed)
+
+
+class _NeuralPredictor:
+    def __init__(self, model: MixScentNet, featurized: FeaturizedMixtures) -> None:
+        self.model, self.featurized = model, featurized
+
+    def predict(self, pairs: np.ndarray) -> np.ndarray:
+        return predict_distance(self.model, self.featurized, pairs)
+
+
+def _white_pool(data: MixturePairs, config: Config) -> tuple[list[tuple[str, ...]], np.ndarray]:
+    """Random non-overlapping mixture pairs of each size in ``white_sizes`` from the component
+    pool (seed 0: every system and seed sees the same pairs), as extra mixtures and pairs
+    indexing them after ``data.mixtures``."""
+    pool = data.components
+    rng = np.random.default_rng(0)
+    mixtures, pairs = [], []
+    for n in config.white_sizes:
+        if 2 * n > len(pool):
+            raise ValueError(f"white_sizes: {n} needs {2 * n} components, the pool has {len(pool)}")
+        for _ in range(config.white_pairs):
+            drawn = rng.choice(len(pool), size=2 * n, replace=False)
+            base = len(data.mixtures) + len(mixtures)
+            mixtures += [tuple(pool[i] for i in drawn[:n]), tuple(pool[i] for i in drawn[n:])]
+            pairs.append([base, base + 1])
+    return mixtures, np.asarray(pairs, dtype=np.int64)
+
+
+def slope_with_interval(
+    x: np.ndarray, y: np.ndarray, samples: int, seed: int = 0
+) -> tuple[float, float, float]:
+    """Least-squares slope of y on x and its 95 % percentile-bootstrap interval (pairs resampled)."""
+    slope = float(np.polyfit(x, y, 1)[0])
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(samples):
+        pick = rng.integers(len(x), size=len(x))
+        if np.ptp(x[pick]) > 0:
+            draws.append(np.polyfit(x[pick], y[pick], 1)[0])
+    low, high = np.percentile(draws, [2.5, 97.5])
+    return slope, float(low), float(high)
+
+
+def _pearson(x: np.ndarray, y: np.ndarray) -> float:
+    return distance_metrics(x, y)["pearson"]
+
+
+def run_cell(config: Config, out_dir: Path, cell: dict[str, Any]) -> dict[str, Any]:
+    torch.set_num_threads(1)  # small graphs: one thread is as fast, and safe beside a worker
+    torch.set_flush_denormal(True)
+    labels, data = load_data(config.data_dir)
+    started = time.perf_counter()
+    if cell["task"] == "pretrain":
+        _, score = pretrained_encoder(config, cell["kind"])
+        return {**cell, **score}
+    if cell["task"] == "labels":
+        return {
+            **cell,
+            **_label_cell(config, labels, cell),
+            "seconds": time.perf_counter() - started,
+        }
+    seed, system = cell["seed"], cell["system"]
+    if cell["task"] == "distance":
+        train, test = split_pairs(data, cell["split"], cell["fold"], config.folds, seed=0)
+        if cell["fraction"] < 1:
+            rng = np.random.default_rng(seed)
+            train = np.sort(rng.choice(train, round(cell["fraction"] * len(train)), replace=False))
+        mixtures, extra_pairs = data.mixtures, np.zeros((0, 2), dtype=np.int64)
+    else:
+        white = (data.study == WHITE_STUDY) & non_overlapping(data)
+        train, test = np.flatnonzero(~white), np.flatnonzero(white)
+        extra, extra_pairs = _white_pool(data, config)
+        mixtures = [*data.mixtures, *extra]
+    featurized = FeaturizedMixtures(mixtures) if system in NEURAL_SYSTEMS else None
+    descriptors = mixture_descriptors(mixtures) if system in ("snitz", "hgb") else None
+    model = _fit_system(config, system, data, train, seed, featurized, descriptors)
+    predicted = model.predict(data.pairs[test])
+    result: dict[str, Any] = {**cell, **distance_metrics(predicted, data.distance[test])}
+    result["n_test"] = len(test)
+    result["predicted"] = [round(float(p), 5) for p in predicted]
+    result["measured"] = [round(float(d), 5) for d in data.distance[test]]
+    if cell["task"] == "white":
+        sizes = np.array([len(mixtures[a]) * len(mixtures[b]) for a, b in data.pairs[test]])
+        result["white_r"] = _pearson(predicted, np.sqrt(sizes))
+        result["white_r_measured"] = _pearson(data.distance[test], np.sqrt(sizes))
+        curve = model.predict(extra_pairs)
+        n = np.repeat(np.asarray(config.white_sizes, dtype=float), config.white_pairs)
+        slope, low, high = slope_with_interval(n, curve, config.bootstrap, seed=seed)
+        result |= {"white_slope": slope, "white_slope_low": low, "white_slope_high": high}
+        result["white_curve"] = [
+            float(curve[k * config.white_pairs : (k + 1) * config.white_pairs].mean())
+            for k in range(len(config.white_sizes))
+        ]
+    result["seconds"] = time.perf_counter() - started
+    return result
+
+
+def _label_cell(config: Config, labels: OdourLabels, cell: dict[str, Any]) -> dict[str, float]:
+    train, test = gslf_split(labels)
+    rng = np.random.default_rng(cell["seed"])
+    chosen = np.sort(rng.choice(train, max(2, round(cell["fraction"] * len(train))), replace=False))
+    encoder = _start_encoder(config, cell["init"], cell["seed"])
+    model = LabelModel(encoder, labels.labels.shape[1])
+    model.fit(
+        [labels.smiles[i] for i in chosen], labels.labels[chosen],
+        epochs=config.label_epochs, seed=cell["seed"],
+    )  # fmt: skip
+    probabilities = model.predict_proba([labels.smiles[i] for i in test])
+    return {"auroc": macro_auroc(probabilities, labels.labels[test])}
+
+
+def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
+    torch.set_flush_denormal(True)
+    labels, data = load_data(config.data_dir)
+    # the one slow step, with every core, before the workers start
+    mordred_targets(_mordred_smiles(labels, data), cache_dir("mixscentnet"), workers=config.workers)
+    cell_fn = functools.partial(run_cell, config, out_dir)
+    done = run_cells(
+        out_dir, config, _cells(config, data), cell_fn,
+        resume=resume, label="mixscentnet", workers=config.workers,
+    )  # fmt: skip
+    write_json_atomic(out_dir / "cells.json", done, indent=1)
+    write_json_atomic(out_dir / "data_files.json", files_read(config.data_dir))
+    metrics = summarise(done, config)
+    _plot(done, metrics, config, out_dir)
+    found = claims(metrics, config)
+    return Result(metrics=metrics, claims=found, regime=regime(metrics, config, found))
+
+
+# ---------------------------------------------------------------------------------- summary
+METRIC_KEYS = ("pearson", "rmse", "kendall", "white_r", "white_slope", "auroc", "r2")
+EXTRA_KEYS = ("white_slope_low", "white_slope_high", "white_r_measured")
+
+
+def _empty_row() -> dict[str, float | None]:
+    row: dict[str, float | None] = {}
+    for key in METRIC_KEYS:
+        row[key], row[f"{key}_std"] = None, None
+    row |= {key: None for key in EXTRA_KEYS}
+    row |= {"n": 0, "seconds": 0.0}
+    return row
+
+
+def _fill(row: dict[str, Any], cells: list[dict[str, Any]]) -> dict[str, Any]:
+    for key in METRIC_KEYS:
+        values = [c[key] for c in cells if c.get(key) is not None]
+        if values:
+            row[key], row[f"{key}_std"] = mean_std(values)
+    for key in EXTRA_KEYS:
+        values = [c[key] for c in cells if c.get(key) is not None]
+        if values:
+            row[key] = float(np.mean(values))
+    row["n"] = len(cells)
+    row["seconds"] = float(np.mean([c.get("seconds", 0.0) for c in cells]))
+    return row
+
+
+def summarise(done: list[dict[str, Any]], config: Config) -> dict[str, dict[str, Any]]:
+    """Rows ``split/system`` (``@25`` for the pair fraction), ``white/system``,
+    ``labels/init@fraction`` and ``pretrain/kind``: mean and sample sd over seeds × folds of every
+    metric that applies (None elsewhere), the number of cells and mean seconds."""
+    rows: dict[str, dict[str, Any]] = {}
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for cell in done:
+        task = cell["task"]
+        if task == "distance":
+            tag = "" if cell["fraction"] == 1.0 else f"@{round(cell['fraction'] * 100)}"
+            name = f"{cell['split']}/{cell['system']}{tag}"
+        elif task == "white":
+            name = f"white/{cell['system']}"
+        elif task == "labels":
+            name = f"labels/{cell['init']}@{round(cell['fraction'] * 100)}"
+        else:
+            name = f"pretrain/{cell['kind']}"
+        groups.setdefault(name, []).append(cell)
+    for name, cells in groups.items():
+        rows[name] = _fill(_empty_row(), cells)
+    return rows
+
+
+def _value(metrics: dict[str, Any], row: str, key: str) -> tuple[float, float, int]:
+    values = metrics.get(row, {})
+    mean, sd = values.get(key), values.get(f"{key}_std")
+    return (
+        float("nan") if mean is None else mean,
+        0.0 if sd is None else sd,
+        max(int(values.get("n", 1) or 1), 1),
+    )
+
+
+def _beats(metrics, a: str, b: str, key: str, text: str, higher: bool = True) -> Claim:
+    """Row a's ``key`` is beyond 2 standard errors better than row b's."""
+    (ma, sa, na), (mb, sb, nb) = _value(metrics, a, key), _value(metrics, b, key)
+    margin = SPREAD * float(np.sqrt(sa**2 / na + sb**2 / nb))
+    if higher:
+        return Claim.compare(text, ma, ">", mb + margin, value_label=f"{a} {key}",
+                             reference_label=f"{b} + 2 SE")  # fmt: skip
+    return Claim.compare(text, ma, "<", mb - margin, value_label=f"{a} {key}",
+                         reference_label=f"{b} − 2 SE")  # fmt: skip
+
+
+def _untested(text: str, reason: str) -> Claim:
+    return Claim(text=text, holds=False, evidence="not run", tested=False).untested(reason)
+
+
+def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
+    systems = set(config.systems)
+    found: list[Claim] = []
+    text = (
+        "(1) MixScentNet's Pearson beats POMMix-style and the Snitz angle on both splits "
+        "(random, leave-molecules-out; beyond 2 SE)"
+    )
+    if "snitz" in systems:
+        found.append(Claim.all_of(text, [
+            _beats(metrics, f"{split}/mixscentnet", f"{split}/{other}", "pearson", f"{split} vs {other}")
+            for split in SPLITS
+            for other in ("pommix", "snitz")
+        ]))  # fmt: skip
+    else:
+        found.append(_untested(text, "the run has no Snitz system"))
+    pct = round(config.pair_fraction * 100)
+    text = (
+        f"(2) Mordred pretraining beats no pretraining (GATv2 mixture graph both) at {pct} % and "
+        "100 % of the training pairs, on both splits (Pearson, beyond 2 SE)"
+    )
+    if "no-pretrain" in systems:
+        found.append(Claim.all_of(text, [
+            _beats(metrics, f"{split}/mixscentnet{tag}", f"{split}/no-pretrain{tag}", "pearson",
+                   f"{split} at {share}")
+            for split in SPLITS
+            for tag, share in ((f"@{pct}", f"{pct} %"), ("", "100 %"))
+        ]))  # fmt: skip
+    else:
+        found.append(_untested(text, "the run has no no-pretrain system"))
+    text = (
+        "(3) On the same Mordred-pretrained encoder the GATv2 mixture graph beats mean pooling and "
+        "self-attention on both splits (Pearson, beyond 2 SE)"
+    )
+    if {"mean-pool", "self-attention"} <= systems:
+        found.append(Claim.all_of(text, [
+            _beats(metrics, f"{split}/mixscentnet", f"{split}/{other}", "pearson", f"{split} vs {other}")
+            for split in SPLITS
+            for other in ("mean-pool", "self-attention")
+        ]))  # fmt: skip
+    else:
+        found.append(_untested(text, "the run lacks mean-pool or self-attention"))
+    low = min(config.label_fractions)
+    tag = round(low * 100)
+    found.append(_beats(
+        metrics, f"labels/mordred@{tag}", f"labels/none@{tag}", "auroc",
+        f"(4) Mordred pretraining raises GS-LF macro AUROC at {tag} % of the training labels "
+        "(beyond 2 SE)",
+    ))  # fmt: skip
+    text = (
+        f"(5) Olfactory white: MixScentNet's out-of-fold predictions on {WHITE_STUDY}'s "
+        f"non-overlapping pairs have Pearson <= {WHITE_PEARSON} with sqrt(n1·n2), and its "
+        f"predicted distance over random non-overlapping mixtures of {config.white_sizes[0]}–"
+        f"{config.white_sizes[-1]} components falls (bootstrap 95 % CI of the slope below 0)"
+    )
+    if "white/mixscentnet" in metrics:
+        row = metrics["white/mixscentnet"]
+        found.append(Claim.all_of(text, [
+            Claim.compare("Snitz 1", row["white_r"], "<=", WHITE_PEARSON,
+                          value_label="Pearson(predicted, sqrt(n1·n2))"),
+            Claim.compare("curve", row["white_slope_high"], "<", 0.0,
+                          value_label="upper end of the slope's 95 % CI"),
+        ]))  # fmt: skip
+    else:
+        found.append(_untested(text, f"the data has no {WHITE_STUDY} pairs"))
+    return found
+
+
+def regime(
+    metrics: dict[str, dict[str, Any]], config: Config, found: list[Claim] | None = None
+) -> list[Claim]:
+    """The three checks of the module docstring; each gates the claims that rest on it."""
+    mean_rmse = _value(metrics, "random/mean", "rmse")[0]
+    learns = Claim.all_of(
+        f"POMMix-style learns the distances (random split: Pearson >= {REGIME_PEARSON}, "
+        f"RMSE <= {REGIME_RMSE_RATIO} × the mean predictor's)",
+        [
+            Claim.compare("Pearson", _value(metrics, "random/pommix", "pearson")[0], ">=",
+                          REGIME_PEARSON, value_label="POMMix-style Pearson"),
+            Claim.compare("RMSE", _value(metrics, "random/pommix", "rmse")[0], "<=",
+                          REGIME_RMSE_RATIO * mean_rmse, value_label="POMMix-style RMSE",
+                          reference_label=f"{REGIME_RMSE_RATIO} × mean predictor's"),
+        ],
+    )  # fmt: skip
+    mordred = Claim.compare(
+        f"Mordred pretraining fits held-out molecules (median R² >= {REGIME_R2})",
+        _value(metrics, "pretrain/mordred", "r2")[0], ">=", REGIME_R2,
+        value_label="median held-out R²",
+    )  # fmt: skip
+    gslf = Claim.compare(
+        f"The GS-LF label model reaches macro AUROC >= {REGIME_AUROC}",
+        _value(metrics, "pretrain/labels", "auroc")[0], ">=", REGIME_AUROC,
+        value_label="GS-LF test macro AUROC",
+    )  # fmt: skip
+    if found is None:
+        return [learns, mordred, gslf]
+    by_number = {c.text[:3]: c for c in found}
+    pick = lambda *numbers: [by_number[f"({n})"] for n in numbers if f"({n})" in by_number]  # noqa: E731
+    return [
+        learns.gating(*pick(1, 2, 3, 5)),
+        mordred.gating(*pick(1, 2, 3, 4, 5)),
+        gslf.gating(*pick(1, 4)),
+    ]
+
+
+# ------------------------------------------------------------------------------------- plot
+def _plot(
+    done: list[dict[str, Any]], metrics: dict[str, Any], config: Config, out_dir: Path
+) -> None:
+    from matplotlib.figure import Figure
+
+    from mixlab.shared import save_figure
+
+    figure = Figure(figsize=(10, 4), layout="constrained")
+    left, right = figure.subplots(1, 2)
+    first = config.seed
+    for system, colour in (("mixscentnet", "tab:blue"), ("pommix", "tab:orange")):
+        cells = [c for c in done if c["task"] == "distance" and c["split"] == "random"
+                 and c["system"] == system and c["seed"] == first and c["fraction"] == 1.0
+                 and c["fold"] == config.fold_ids[0]]  # fmt: skip
+        if cells:
+            r = cells[0]["pearson"]
+            left.scatter(cells[0]["measured"], cells[0]["predicted"], s=8, alpha=0.6,
+                         color=colour, label=f"{system} (r = {r:.2f})")  # fmt: skip
+    left.plot([0, 1], [0, 1], color="grey", lw=0.8)
+    left.set(xlabel="measured distance", ylabel="predicted distance",
+             title=f"random split, fold {config.fold_ids[0]}, seed {first}")  # fmt: skip
+    left.legend(fontsize=8)
+    for system in config.systems:
+        curves = [c["white_curve"] for c in done if c["task"] == "white" and c["system"] == system]
+        if curves:
+            right.plot(config.white_sizes, np.mean(curves, axis=0), marker="o", ms=3, label=system)
+    right.set(xlabel="components per mixture (non-overlapping pairs)",
+              ylabel="mean predicted distance", title="olfactory white")  # fmt: skip
+    right.legend(fontsize=7)
+    save_figure(figure, out_dir / "distance.png")

@@ -1,0 +1,150 @@
+"""The MixScentNet experiment on the synthetic fixture (every code path, resume after a kill),
+the missing-folder error of ``mixlab run``, and the ``mixlab-graphs mixscentnet`` CLI."""
+
+import json
+
+import pytest
+
+from mixlab.graphs.cli import main
+from mixlab.graphs.mixscentnet.config import SYSTEMS, Config
+from mixlab.graphs.mixscentnet.data import write_synthetic_olfaction
+
+TINY = {
+    "n_seeds": 1,
+    "hidden": 8,
+    "embedding": 8,
+    "mixture_width": 8,
+    "layers": 1,
+    "pretrain_epochs": 1,
+    "label_epochs": 1,
+    "steps": 4,
+    "white_sizes": (1, 2, 4),
+    "white_pairs": 3,
+    "bootstrap": 20,
+    "workers": 1,
+}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return write_synthetic_olfaction(tmp_path_factory.mktemp("olfaction"), num_pairs=60)
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path_factory.getbasetemp() / "mixscentnet-cache"))
+
+
+def test_killed_experiment_resumes_to_the_same_result(data_dir, tmp_path, monkeypatch):
+    from mixlab.graphs.mixscentnet import experiment
+
+    config = Config(data_dir=str(data_dir), **TINY)
+    whole = experiment.run(config, tmp_path / "whole")
+    assert {f"random/{s}" for s in SYSTEMS} <= set(whole.metrics)
+    assert {"white/mixscentnet", "labels/mordred@10", "pretrain/mordred"} <= set(whole.metrics)
+    assert len(whole.claims) == 5
+    assert len(whole.regime) == 3
+    assert (tmp_path / "whole" / "distance.png").is_file()
+    calls = []
+    real = experiment.run_cell
+
+    def dies_after_five(*args):
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        calls.append(args[2])
+        return real(*args)
+
+    monkeypatch.setattr(experiment, "run_cell", dies_after_five)
+    with pytest.raises(KeyboardInterrupt):
+        experiment.run(config, tmp_path / "killed")
+    monkeypatch.setattr(experiment, "run_cell", lambda *a: calls.append(a[2]) or real(*a))
+    resumed = experiment.run(config, tmp_path / "killed", resume=True)
+    assert len(calls) == len(json.loads((tmp_path / "whole" / "cells.json").read_text()))
+    for name, row in whole.metrics.items():
+        for key, value in row.items():
+            if key != "seconds":
+                assert resumed.metrics[name][key] == value, (name, key)
+    assert [c.to_dict() for c in resumed.claims] == [c.to_dict() for c in whole.claims]
+
+
+def test_a_missing_data_folder_is_one_line_naming_it(tmp_path, capsys):
+    from mixlab.shared.cli import main as mixlab
+
+    code = mixlab(["run", "mixscentnet", "--out", str(tmp_path / "run"),
+                   "--set", f"data_dir={tmp_path / 'absent'}"])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert "\n" not in err
+    assert "absent" in err
+    assert "lacks gs-lf" in err
+
+
+@pytest.mark.parametrize(
+    ("override", "parameter"),
+    [
+        ({"systems": ("mixscentnet", "mean")}, "systems"),
+        ({"fold_ids": (5,)}, "fold_ids"),
+        ({"pair_fraction": 1.0}, "pair_fraction"),
+        ({"encoder": "gcn"}, "encoder"),
+        ({"white_sizes": (3,)}, "white_sizes"),
+    ],
+)
+def test_config_names_the_bad_field(override, parameter):
+    with pytest.raises(ValueError, match=parameter):
+        Config(**override)
+
+
+def test_cli_pretrain_train_predict_white(data_dir, tmp_path, capsys):
+    from mixlab.graphs.mixscentnet.data import load_gslf
+
+    smiles = tmp_path / "molecules.smi"
+    smiles.write_text("\n".join(load_gslf(data_dir).smiles[:30]) + "\n")
+    assert main(["mixscentnet", "pretrain", "--smiles", str(smiles), "--out",
+                 str(tmp_path / "pre"), "--epochs", "1", "--cache", str(tmp_path / "c")]) == 0  # fmt: skip
+    assert main(["mixscentnet", "train", "--data", str(data_dir), "--split", "molecules",
+                 "--init", str(tmp_path / "pre"), "--steps", "3",
+                 "--out", str(tmp_path / "model")]) == 0  # fmt: skip
+    assert "Pearson" in capsys.readouterr().out
+    metrics = json.loads((tmp_path / "model" / "metrics.json").read_text())
+    assert metrics["split"] == "molecules"
+    assert -1 <= metrics["pearson"] <= 1
+    mixtures = tmp_path / "mixtures.csv"
+    mixtures.write_text("mixture,smiles\nA,CCO;CCCO\nB,c1ccccc1\n")
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("mixture_1,mixture_2\nA,B\nB,A\n")
+    out = tmp_path / "predicted.csv"
+    assert main(["mixscentnet", "predict", "--model", str(tmp_path / "model"), "--mixtures",
+                 str(mixtures), "--pairs", str(pairs), "--out", str(out)]) == 0  # fmt: skip
+    rows = out.read_text().splitlines()
+    assert rows[0] == "mixture_1,mixture_2,predicted_distance"
+    assert rows[1].split(",")[2] == rows[2].split(",")[2]  # symmetric in the pair
+    white = tmp_path / "white.csv"
+    assert main(["mixscentnet", "white", "--model", str(tmp_path / "model"), "--pool",
+                 str(smiles), "--sizes", "1,2,4", "--pairs-per-size", "2",
+                 "--out", str(white)]) == 0  # fmt: skip
+    assert len(white.read_text().splitlines()) == 1 + 6
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "--data", "{tmp}/absent", "--out", "{tmp}/m"], "--data: .* does not exist"),
+        (["train", "--data", "{tmp}", "--split", "scaffold", "--out", "{tmp}/m"], "--split must be one of"),
+        (["train", "--data", "{tmp}", "--out", "{tmp}/m"], "lacks mixtures/mixtures_combined.csv"),
+        (["predict", "--model", "{tmp}", "--mixtures", "{tmp}/bad.csv", "--pairs", "{tmp}/bad.csv",
+          "--out", "{tmp}/o.csv"], "--model: .* has no model.pt"),
+        (["pretrain", "--smiles", "{tmp}/bad.smi", "--out", "{tmp}/p"], r"unparsable SMILES 'C1CC\(' \(--smiles line 2\)"),
+        (["white", "--model", "{tmp}", "--pool", "{tmp}/bad.smi", "--sizes", "a,b",
+          "--out", "{tmp}/w.csv"], "--sizes must be comma-separated integers"),
+    ],
+)  # fmt: skip
+def test_cli_bad_inputs_are_one_line_and_exit_2(tmp_path, capsys, args, message):
+    (tmp_path / "bad.smi").write_text("CCO\nC1CC(\n")
+    (tmp_path / "bad.csv").write_text("mixture,smiles\nA,CCO\n")
+    code = main(["mixscentnet", *[a.replace("{tmp}", str(tmp_path)) for a in args]])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert "\n" not in err
+    import re
+
+    assert re.search(message, err), err
