@@ -144,6 +144,9 @@ def test_user_csvs_and_their_errors(tmp_path):
     mixtures.write_text("mixture,smiles\nA,;\n")
     with pytest.raises(ValueError, match="row 2: mixture 'A' is empty"):
         read_mixtures_csv(mixtures)
+    mixtures.write_text("mixture,smiles\nA,CCO;OCC\n")
+    with pytest.raises(ValueError, match="row 2: mixture 'A' repeats a component"):
+        read_mixtures_csv(mixtures)
     mixtures.write_text("mixture,smiles,concentrations\nA,CCO;CC,1\n")
     with pytest.raises(ValueError, match="concentrations must be 2 finite numbers"):
         read_mixtures_csv(mixtures)
@@ -166,7 +169,7 @@ def test_leave_molecules_out_holds_out_molecules_never_seen_in_training(fixture_
     assert abs(len(test) - len(data) / 5) <= 0.02 * len(data) + 1e-9
     seen = {s for a, b in data.pairs[train] for s in (*data.mixtures[a], *data.mixtures[b])}
     for a, b in data.pairs[test]:
-        assert set(data.mixtures[a]) | set(data.mixtures[b]) - seen
+        assert (set(data.mixtures[a]) | set(data.mixtures[b])) - seen
     again = split_pairs(data, "molecules", 0, folds=5)
     assert np.array_equal(again[1], test)  # seeded
 

@@ -65,6 +65,7 @@ def test_killed_experiment_resumes_to_the_same_result(data_dir, tmp_path, monkey
             if key != "seconds":
                 assert resumed.metrics[name][key] == value, (name, key)
     assert [c.to_dict() for c in resumed.claims] == [c.to_dict() for c in whole.claims]
+    assert [c.to_dict() for c in resumed.regime] == [c.to_dict() for c in whole.regime]
 
 
 def test_a_missing_data_folder_is_one_line_naming_it(tmp_path, capsys):

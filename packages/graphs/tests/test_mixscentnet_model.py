@@ -34,14 +34,19 @@ PAIRS = np.array([[0, 1], [1, 2], [2, 3], [0, 3], [1, 3], [0, 2]])
 DISTANCE = np.array([0.2, 0.5, 0.7, 0.3, 0.6, 0.8])
 
 
-def network(aggregator: str = "graph", seed: int = 0, conv: str = "gatv2") -> MixScentNet:
+def network(
+    aggregator: str = "graph", seed: int = 0, conv: str = "gatv2", readout: str = "pna"
+) -> MixScentNet:
     torch.manual_seed(seed)
-    return MixScentNet(MoleculeEncoder(8, 8, 2, conv), aggregator, width=8).eval()
+    encoder = MoleculeEncoder(8, 8, 2, conv)
+    return MixScentNet(encoder, aggregator, width=8, readout=readout).eval()
 
 
-@pytest.mark.parametrize("aggregator", AGGREGATORS)
-def test_distance_ignores_component_order_and_is_symmetric(aggregator):
-    model = network(aggregator)
+@pytest.mark.parametrize(
+    ("aggregator", "readout"), [*((a, "pna") for a in AGGREGATORS), ("graph", "attention")]
+)
+def test_distance_ignores_component_order_and_is_symmetric(aggregator, readout):
+    model = network(aggregator, readout=readout)
     features = FeaturizedMixtures(MIXTURES)
     shuffled = FeaturizedMixtures([tuple(reversed(m)) for m in MIXTURES])
     forward = predict_distance(model, features, PAIRS)

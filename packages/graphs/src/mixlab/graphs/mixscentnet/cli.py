@@ -88,10 +88,6 @@ def pretrain(
     check_seed(seed)
     check_output_folder(out, "--out")
     molecules = read_smiles_file(smiles, "--smiles")
-    if len(set(molecules)) < 10:
-        raise ValueError(
-            f"--smiles: pretraining needs at least 10 distinct molecules, got {len(set(molecules))}"
-        )
     from mixlab.graphs.mixscentnet.estimator import MixtureDistanceModel
 
     model = MixtureDistanceModel(seed=seed, pretrain_epochs=epochs)

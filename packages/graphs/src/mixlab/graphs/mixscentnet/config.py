@@ -69,9 +69,9 @@ class Config(ExperimentConfig):
     """learning rate of the molecule encoder during distance fine-tuning"""
     white_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32, 40)
     white_pairs: int = 40
+    """random non-overlapping pairs per size for the olfactory-white curve"""
     white_seeds: int = 1
     """seeds of the olfactory-white fits (every system; the first ``white_seeds`` of the run's)"""
-    """random non-overlapping pairs per size for the olfactory-white curve"""
     bootstrap: int = 1000
     workers: int = 2
     """processes that run cells side by side (one torch thread each)"""
@@ -128,12 +128,8 @@ class Config(ExperimentConfig):
         require(ok, "label_fractions", "numbers in (0, 1]", self.label_fractions)
         require(self.encoder in ("gatv2", "gine"), "encoder", "'gatv2' or 'gine'", self.encoder)
         require(self.hidden % 4 == 0, "hidden", "a multiple of 4 (attention heads)", self.hidden)
-        require(
-            self.embedding % 4 == 0,
-            "embedding",
-            "a multiple of 4 (attention heads)",
-            self.embedding,
-        )
+        width = self.mixture_width
+        require(width % 4 == 0, "mixture_width", "a multiple of 4 (attention heads)", width)
         for name in ("lr", "encoder_lr"):
             value = getattr(self, name)
             require(isinstance(value, int | float) and value > 0, name, "a number > 0", value)

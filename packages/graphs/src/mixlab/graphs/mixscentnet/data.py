@@ -29,7 +29,7 @@ import hashlib
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -71,9 +71,8 @@ class OdourLabels:
 class MixturePairs:
     """Mixtures and the measured perceptual distances between pairs of them.
 
-    ``mixtures[i]`` is a tuple of canonical component SMILES; ``concentrations[i]`` the matching
-    tuple of concentrations, or None when unknown (the published sets are intensity-matched);
-    ``pairs`` (P, 2) indexes ``mixtures``; ``distance`` (P,) float, NaN when unmeasured;
+    ``mixtures[i]`` is a tuple of canonical component SMILES (the published sets are
+    intensity-matched: no concentrations); ``pairs`` (P, 2) indexes ``mixtures``; ``distance`` (P,) float, NaN when unmeasured;
     ``study`` (P,) the source of each pair (``Snitz 1``, ``Bushdid``, …)."""
 
     mixtures: list[tuple[str, ...]]
@@ -81,27 +80,11 @@ class MixturePairs:
     pairs: np.ndarray
     distance: np.ndarray
     study: np.ndarray
-    concentrations: list[tuple[float, ...] | None] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if not self.concentrations:
-            self.concentrations = [None] * len(self.mixtures)
 
     @property
     def components(self) -> list[str]:
         """Every distinct component SMILES, sorted."""
         return sorted({s for mixture in self.mixtures for s in mixture})
-
-    def subset(self, index: np.ndarray) -> MixturePairs:
-        """The same mixtures with only the pairs in ``index``."""
-        return MixturePairs(
-            self.mixtures,
-            self.names,
-            self.pairs[index],
-            self.distance[index],
-            self.study[index],
-            self.concentrations,
-        )
 
     def __len__(self) -> int:
         return len(self.pairs)
@@ -130,7 +113,20 @@ def _require_folder(folder: str | os.PathLike[str], names: Sequence[str]) -> Pat
 
 def _rows(path: Path) -> list[dict[str, str]]:
     with path.open(newline="", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle))
+        return list(csv.DictReader(handle, restval=""))  # short rows read as blanks
+
+
+def _require_columns(path: Path, rows: list[dict[str, str]], columns: Sequence[str]) -> None:
+    missing = [c for c in columns if not rows or c not in rows[0]]
+    if missing:
+        raise ValueError(f"{path.name}: no rows with the columns {missing}")
+
+
+def _label(value: str, where: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"{where}: mixture label {value!r} is not a number") from None
 
 
 def _binary(value: str, where: str) -> int:
@@ -143,7 +139,8 @@ def load_gslf(folder: str | os.PathLike[str]) -> OdourLabels:
     """GS-LF: 4,983 molecules with 138 binary odour labels (``folder/gs-lf/...``)."""
     path = _require_folder(folder, [GSLF_FILE]) / GSLF_FILE
     rows = _rows(path)
-    names = [c for c in rows[0] if c not in ("nonStereoSMILES", "descriptors")] if rows else []
+    _require_columns(path, rows, ["nonStereoSMILES"])
+    names = [c for c in rows[0] if c not in ("nonStereoSMILES", "descriptors")]
     smiles, labels = [], []
     for k, row in enumerate(rows, start=2):
         where = f"{path.name} row {k}"
@@ -169,20 +166,24 @@ def load_mixture_pairs(folder: str | os.PathLike[str]) -> MixturePairs:
     root = _require_folder(folder, MIXTURE_FILES)
     definitions: dict[tuple[str, float], tuple[str, ...]] = {}
     path = root / MIXTURE_FILES[1]
-    for k, row in enumerate(_rows(path), start=2):
+    rows = _rows(path)
+    _require_columns(path, rows, ["Dataset", "Mixture Label", "smi_0"])
+    for k, row in enumerate(rows, start=2):
         where = f" ({path.name} row {k})"
         columns = sorted((c for c in row if c.startswith("smi_")), key=lambda c: int(c[4:]))
         smiles = tuple(canonical_smiles(row[c], where) for c in columns if row[c].strip())
         if not smiles:
             raise ValueError(f"{path.name} row {k}: mixture {row['Mixture Label']!r} is empty")
-        definitions[(row["Dataset"], float(row["Mixture Label"]))] = smiles
+        definitions[(row["Dataset"], _label(row["Mixture Label"], where[2:-1]))] = smiles
     path = root / MIXTURE_FILES[0]
     keys: dict[tuple[str, float], int] = {}
     pairs, distance, study = [], [], []
-    for k, row in enumerate(_rows(path), start=2):
+    rows = _rows(path)
+    _require_columns(path, rows, ["Dataset", "Mixture 1", "Mixture 2", "Experimental Values"])
+    for k, row in enumerate(rows, start=2):
         ends = []
         for column in ("Mixture 1", "Mixture 2"):
-            key = (row["Dataset"], float(row[column]))
+            key = (row["Dataset"], _label(row[column], f"{path.name} row {k}"))
             if key not in definitions:
                 raise ValueError(
                     f"{path.name} row {k}: {column} = {row[column]!r} of {row['Dataset']!r} "
@@ -220,13 +221,16 @@ def read_mixtures_csv(
         if row["mixture"] in names:
             raise ValueError(f"{where}: mixture name {row['mixture']!r} repeats")
         names.append(row["mixture"])
-        mixtures.append(tuple(canonical_smiles(s.strip(), f" ({where})") for s in parts))
+        components = tuple(canonical_smiles(s.strip(), f" ({where})") for s in parts)
+        if len(set(components)) < len(components):
+            raise ValueError(f"{where}: mixture {row['mixture']!r} repeats a component")
+        mixtures.append(components)
         text = (row.get("concentrations") or "").strip()
         if not text:
             concentrations.append(None)
             continue
         try:
-            values = tuple(float(v) for v in text.split(";"))
+            values = tuple(float(v) for v in text.split(";") if v.strip())
         except ValueError:
             raise ValueError(f"{where}: concentrations must be numbers, got {text!r}") from None
         if len(values) != len(parts) or not all(math.isfinite(v) and v >= 0 for v in values):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -171,10 +172,14 @@ class MixtureDistanceModel:
             raise FileNotFoundError(
                 f"{str(folder)!r} is not a saved MixScentNet model (model.pt, config.json)"
             )
-        options = json.loads((folder / "config.json").read_text())
-        model = cls(device=device, **options)
-        model.network.load_state_dict(
-            torch.load(folder / "model.pt", map_location=model.device, weights_only=True)
-        )
+        try:
+            options = json.loads((folder / "config.json").read_text())
+            model = cls(device=device, **options)
+            state = torch.load(folder / "model.pt", map_location=model.device, weights_only=True)
+            model.network.load_state_dict(state)
+        except (TypeError, RuntimeError, json.JSONDecodeError, pickle.UnpicklingError) as error:
+            raise ValueError(
+                f"{str(folder)!r} holds a damaged or foreign MixScentNet model: {error}"
+            ) from None
         model.network.eval()
         return model

@@ -139,7 +139,7 @@ def pretrained_encoder(config: Config, kind: str) -> tuple[MoleculeEncoder, dict
     with _locked(folder / f"{key}.lock"):
         encoder = _encoder(config, 0)
         if weights.is_file() and meta.is_file():
-            encoder.load_state_dict(torch.load(weights, weights_only=True))
+            encoder.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
             return encoder, json.loads(meta.read_text())
         started = time.perf_counter()
         options = {"epochs": config.pretrain_epochs, "seed": 0}
@@ -147,23 +147,29 @@ def pretrained_encoder(config: Config, kind: str) -> tuple[MoleculeEncoder, dict
         test_smiles = [labels.smiles[i] for i in test]
         if kind == "mordred":
             every = _mordred_smiles(labels, pairs)
-            targets, _ = mordred_targets(every, cache_dir("mixscentnet"), workers=1)
-            row = {s: i for i, s in enumerate(every)}
             # self-supervised: the GS-LF training molecules and the mixture components (no
-            # labels, no distances); the GS-LF test molecules score it
+            # labels, no distances), which also set the targets' scaling; the GS-LF test
+            # molecules score it
             fit_smiles = sorted(set(train_smiles) | (set(pairs.components) - set(test_smiles)))
+            targets, _ = mordred_targets(
+                every, cache_dir("mixscentnet"), workers=1, reference=fit_smiles
+            )
+            row = {s: i for i, s in enumerate(every)}
             pretrainer = MordredPretrainer(encoder, targets.shape[1])
+            pretrainer.network.to(resolve_device(config.device))
             pretrainer.fit(fit_smiles, targets[[row[s] for s in fit_smiles]], **options)
             held = targets[[row[s] for s in test_smiles]]
             score = {"r2": median_r2(pretrainer.predict(test_smiles), held)}
         elif kind == "labels":
             model = LabelModel(encoder, labels.labels.shape[1])
+            model.network.to(resolve_device(config.device))
             model.fit(train_smiles, labels.labels[train], **options)
             score = {"auroc": macro_auroc(model.predict_proba(test_smiles), labels.labels[test])}
         else:
             raise ValueError(f"kind must be 'mordred' or 'labels', got {kind!r}")
         score["seconds"] = time.perf_counter() - started
-        torch.save(encoder.state_dict(), weights)
+        torch.save({k: v.cpu() for k, v in encoder.state_dict().items()}, weights)
+        encoder.cpu()
         meta.write_text(json.dumps(score))
         return encoder, score
 
@@ -325,7 +331,9 @@ def _label_cell(config: Config, labels: OdourLabels, cell: dict[str, Any]) -> di
     rng = np.random.default_rng(cell["seed"])
     chosen = np.sort(rng.choice(train, max(2, round(cell["fraction"] * len(train))), replace=False))
     encoder = _start_encoder(config, cell["init"], cell["seed"])
+    torch.manual_seed(cell["seed"])  # the head: a fresh draw per seed, whatever the encoder
     model = LabelModel(encoder, labels.labels.shape[1])
+    model.network.to(resolve_device(config.device))
     model.fit(
         [labels.smiles[i] for i in chosen], labels.labels[chosen],
         epochs=config.label_epochs, seed=cell["seed"],

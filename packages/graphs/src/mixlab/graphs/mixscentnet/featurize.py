@@ -6,7 +6,8 @@ Graph (POMMix ``graph_utils``, deepchem-style one-hot with an "other" slot per f
 - ``x`` ``(n, 85)``: atomic number 1–53 (+other, 54), total degree 0–5 (+other, 7), formal
   charge −1, −2, 1, 2, 0 (+other, 6), chiral tag 0–3 (+other, 5), total H 0–4 (+other, 6),
   hybridisation SP…SP3D2 (+other, 6), aromatic flag (1);
-- ``edge_attr`` ``(E, 14)``: none-flag (a self-loop or absent bond; 0 for real bonds), bond type
+- ``edge_attr`` ``(E, 14)``: none-flag (POMMix's slot for a non-bond; 0 on every bond here, as
+  no self-loops are stored: GATv2 adds them with the mean bond feature), bond type
   single/double/triple/aromatic (+other, 5), conjugated, in ring, stereo one-hot over RDKit's six
   ``BondStereo`` values.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import numbers
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -181,18 +183,23 @@ def _mordred_raw(smiles: list[str], workers: int) -> tuple[np.ndarray, list[str]
     rows = calculator.map(mols, nproc=workers, quiet=True) if mols else []
     # mordred returns error objects for descriptors it cannot compute; they become NaN
     table = np.array(
-        [[v if isinstance(v, int | float) else np.nan for v in row] for row in rows],
+        [[v if isinstance(v, numbers.Real) else np.nan for v in row] for row in rows],
         dtype=np.float64,
     ).reshape(len(mols), len(names))
     return table, names
 
 
 def mordred_targets(
-    smiles: Sequence[str], cache_dir: str | os.PathLike[str], workers: int = 1
+    smiles: Sequence[str],
+    cache_dir: str | os.PathLike[str],
+    workers: int = 1,
+    reference: Sequence[str] | None = None,
 ) -> tuple[np.ndarray, list[str]]:
     """Robust-z Mordred 2D targets (n, k) of ``smiles`` and the k descriptor names (see the
-    module docstring). Raw values are cached in ``cache_dir/mordred.npz``; only SMILES not yet
-    there are computed, with ``workers`` processes."""
+    module docstring). The median and MAD (and the non-zero-variance filter) come from
+    ``reference`` (default: ``smiles``), so held-out molecules can be scaled by training
+    statistics. Raw values are cached in ``cache_dir/mordred.npz``; only SMILES not yet there
+    are computed, with ``workers`` processes."""
     smiles = list(smiles)
     path = Path(cache_dir) / "mordred.npz"
     known: dict[str, np.ndarray] = {}
@@ -201,7 +208,7 @@ def mordred_targets(
         stored = np.load(path, allow_pickle=False)
         names = [str(n) for n in stored["names"]]
         known = dict(zip((str(s) for s in stored["smiles"]), stored["values"], strict=True))
-    missing = sorted({s for s in smiles if s not in known})
+    missing = sorted({s for s in [*smiles, *(reference or [])] if s not in known})
     if missing:
         table, names = _mordred_raw(missing, workers)
         known |= dict(zip(missing, table, strict=True))
@@ -216,12 +223,13 @@ def mordred_targets(
         )
         os.replace(temporary, path)
     raw = np.stack([known[s] for s in smiles]) if smiles else np.zeros((0, len(names)))
-    keep = np.isfinite(raw).all(axis=0)
-    keep[keep] = raw[:, keep].std(axis=0) > 0
-    raw = raw[:, keep]
-    median = np.median(raw, axis=0)
-    scale = 1.4826 * np.median(np.abs(raw - median), axis=0)
-    scale = np.where(scale > 0, scale, raw.std(axis=0))
+    fit = raw if reference is None else np.stack([known[s] for s in reference])
+    keep = np.isfinite(raw).all(axis=0) & np.isfinite(fit).all(axis=0)
+    keep[keep] = fit[:, keep].std(axis=0) > 0
+    raw, fit = raw[:, keep], fit[:, keep]
+    median = np.median(fit, axis=0)
+    scale = 1.4826 * np.median(np.abs(fit - median), axis=0)
+    scale = np.where(scale > 0, scale, fit.std(axis=0))
     targets = np.clip((raw - median) / scale, -MORDRED_CLIP, MORDRED_CLIP)
     return targets.astype(np.float32), [n for n, k in zip(names, keep, strict=True) if k]
 

@@ -109,7 +109,10 @@ class MixtureGraph:
     features [Tanimoto(ECFP4_i, ECFP4_j), |c_i − c_j|].
 
     ``similarity`` is the (C, C) Tanimoto matrix of the component table; calling the transform on
-    component indices (and concentrations, 1 each when unknown) returns the mixture's ``Data``."""
+    component indices (and concentrations, 1 each when unknown) returns the mixture's ``Data``.
+    The published mixture sets are intensity-matched (no concentrations), so a model trained on
+    them has only seen |Δc| = 0: give concentrations at prediction time only to a model trained
+    with them."""
 
     def __init__(self, similarity: np.ndarray | Tensor) -> None:
         self.similarity = torch.as_tensor(similarity, dtype=torch.float)

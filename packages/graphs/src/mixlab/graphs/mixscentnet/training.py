@@ -132,7 +132,7 @@ def fit_distance(
     inputs = _pair_inputs(features, pairs[train], device)
     target = torch.as_tensor(distance[train], dtype=torch.float, device=device)
     groups = [
-        {"params": model.encoder.parameters(), "lr": encoder_lr if encoder_lr else lr},
+        {"params": model.encoder.parameters(), "lr": lr if encoder_lr is None else encoder_lr},
         {"params": [p for n, p in model.named_parameters() if not n.startswith("encoder.")]},
     ]
     optimizer = torch.optim.Adam(groups, lr=lr, weight_decay=weight_decay)
@@ -209,7 +209,10 @@ def _fit_molecules(
     train, held = _validation_split(len(smiles), validation, seed)
     graphs = [smiles_to_data(s) for s in smiles]
     y = torch.as_tensor(targets, dtype=torch.float)
-    held_batches = _molecule_batches([smiles[i] for i in held], 512)
+    held_batches = [
+        Batch.from_data_list([graphs[i] for i in held[k : k + 512]])
+        for k in range(0, len(held), 512)
+    ]
     optimizer = torch.optim.Adam(network.parameters(), lr=lr)
     generator = torch.Generator().manual_seed(seed)
     history: dict[str, list[float]] = {"train": [], "validation": []}
@@ -256,7 +259,7 @@ def _predict_molecules(network: nn.Module, smiles: Sequence[str]) -> np.ndarray:
 class MordredPretrainer:
     """Self-supervised pretraining: regress robust-z Mordred 2D descriptors
     (:func:`~mixlab.graphs.mixscentnet.featurize.mordred_targets`) from the encoder's molecule
-    embedding through a linear head, with the Huber loss (robust to the targets' clipped
+    embedding through a 2-layer head, with the Huber loss (robust to the targets' clipped
     tails). After :meth:`fit`, ``encoder`` holds the pretrained weights."""
 
     def __init__(self, encoder: MoleculeEncoder, num_targets: int) -> None:
@@ -277,7 +280,7 @@ class MordredPretrainer:
 
 
 class LabelModel:
-    """Odour labels from a molecule encoder: a linear multi-label head trained with BCE (POM's
+    """Odour labels from a molecule encoder: a 2-layer multi-label head trained with BCE (POM's
     GS-LF task, and POMMix's encoder pretraining)."""
 
     def __init__(self, encoder: MoleculeEncoder, num_labels: int) -> None:
