@@ -93,6 +93,17 @@ def test_method_validates_its_fields() -> None:
         Method(name="x", domain="rl", paper="p", claim="c", config=dict, run=run)
 
 
+def test_execute_keeps_what_a_run_adds_to_env(tmp_path: Path) -> None:
+    def run(config, out_dir, *, resume=False):
+        return Result(metrics={"a": {"x": 1.0}}, claims=[], env={"data_files": {"f.csv": "ab12"}})
+
+    method = Method(name="x", domain="rl", paper="p", claim="c", config=ExperimentConfig, run=run)
+    method.execute(ExperimentConfig(device="cpu"), tmp_path)
+    env = json.loads((tmp_path / "result.json").read_text())["env"]
+    assert env["data_files"] == {"f.csv": "ab12"}
+    assert env["device"] == "cpu"
+
+
 def test_execute_rejects_a_config_of_another_method(toy_method: Method, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="config must be a Config"):
         toy_method.execute(ExperimentConfig(), tmp_path)

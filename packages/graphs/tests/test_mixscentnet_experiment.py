@@ -44,6 +44,7 @@ def test_killed_experiment_resumes_to_the_same_result(data_dir, tmp_path, monkey
     assert {"white/mixscentnet", "labels/mordred@10", "pretrain/mordred"} <= set(whole.metrics)
     assert len(whole.claims) == 5
     assert len(whole.regime) == 3
+    assert len(whole.env["data_files"]["mixtures/mixtures_combined.csv"]) == 64  # SHA-256
     assert (tmp_path / "whole" / "distance.png").is_file()
     calls = []
     real = experiment.run_cell

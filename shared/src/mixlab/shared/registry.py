@@ -151,7 +151,7 @@ class Method:
             profile=config.profile,
             seed=config.seed,
             config=config.to_dict(),
-            env=environment(device),
+            env={**environment(device), **result.env},  # a run may add what it read
             wall_s=round(wall_s, 3),
         )
         result.write(out_dir)

@@ -353,11 +353,15 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
         resume=resume, label="mixscentnet", workers=config.workers,
     )  # fmt: skip
     write_json_atomic(out_dir / "cells.json", done, indent=1)
-    write_json_atomic(out_dir / "data_files.json", files_read(config.data_dir))
     metrics = summarise(done, config)
     _plot(done, metrics, config, out_dir)
     found = claims(metrics, config)
-    return Result(metrics=metrics, claims=found, regime=regime(metrics, config, found))
+    return Result(
+        metrics=metrics,
+        claims=found,
+        regime=regime(metrics, config, found),
+        env={"data_files": files_read(config.data_dir)},  # SHA-256 of each file read
+    )
 
 
 # ---------------------------------------------------------------------------------- summary
