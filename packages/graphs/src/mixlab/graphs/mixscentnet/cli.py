@@ -144,7 +144,7 @@ def predict(
     out: Annotated[Path, typer.Option(help="CSV of predicted distances")],
 ) -> None:
     """Predicted perceptual distance of each pair."""
-    check_input_folder(model, "--model", containing=("model.pt", "config.json"))
+    network = _load_model(model, "--model")  # first: a bad folder is named before the files
     check_input_file(mixtures, "--mixtures", suffixes=(".csv",))
     check_input_file(pairs, "--pairs", suffixes=(".csv",))
     check_output_file(out, "--out", suffixes=(".csv",))
@@ -152,7 +152,6 @@ def predict(
 
     names, components, concentrations = read_mixtures_csv(mixtures)
     index, _ = read_pairs_csv(pairs, names, require_distance=False)
-    network = _load_model(model, "--model")
     predicted = network.predict(components, index, concentrations)
     rows = [[names[a], names[b], f"{d:.5f}"] for (a, b), d in zip(index, predicted, strict=True)]
     _write_csv(out, ["mixture_1", "mixture_2", "predicted_distance"], rows)
@@ -176,7 +175,7 @@ def white(
         counts = [int(s) for s in sizes.split(",")]
     except ValueError:
         raise ValueError(f"--sizes must be comma-separated integers, got {sizes!r}") from None
-    check_input_folder(model, "--model", containing=("model.pt", "config.json"))
+    network = _load_model(model, "--model")  # first: a bad folder is named before the files
     check_count(pairs_per_size, "--pairs-per-size")
     check_seed(seed)
     check_output_file(out, "--out", suffixes=(".csv",))
@@ -188,7 +187,6 @@ def white(
         )
     import numpy as np
 
-    network = _load_model(model, "--model")
     rng = np.random.default_rng(seed)
     mixtures, index, size = [], [], []
     for n in counts:

@@ -25,7 +25,6 @@ pairs hold molecules the model never saw in training.
 from __future__ import annotations
 
 import csv
-import hashlib
 import math
 import os
 from collections.abc import Sequence
@@ -35,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from mixlab.graphs.mixscentnet.featurize import canonical_smiles
+from mixlab.shared.files import sha256_of_file
 
 __all__ = [
     "GSLF_FILE",
@@ -92,12 +92,8 @@ class MixturePairs:
 
 def files_read(folder: str | os.PathLike[str]) -> dict[str, str]:
     """The published files under ``folder`` with their SHA-256, for result.json."""
-    out = {}
-    for name in (GSLF_FILE, *MIXTURE_FILES):
-        path = Path(folder) / name
-        if path.is_file():
-            out[name] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
+    files = [(name, Path(folder) / name) for name in (GSLF_FILE, *MIXTURE_FILES)]
+    return {name: sha256_of_file(path) for name, path in files if path.is_file()}
 
 
 def _require_folder(folder: str | os.PathLike[str], names: Sequence[str]) -> Path:

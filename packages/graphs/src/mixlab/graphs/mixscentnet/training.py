@@ -39,9 +39,27 @@ def _validation_split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, n
     return np.sort(order[held:]), np.sort(order[:held])
 
 
-def _molecule_batches(smiles: Sequence[str], size: int) -> list[Batch]:
-    graphs = [smiles_to_data(s) for s in smiles]
+def _batches(graphs: Sequence, size: int) -> list[Batch]:
     return [Batch.from_data_list(graphs[i : i + size]) for i in range(0, len(graphs), size)]
+
+
+class _EarlyStopping:
+    """Keeps the weights of the best validation error seen; :meth:`step` says to stop after
+    ``patience`` evaluations without an improvement larger than ``min_delta``."""
+
+    def __init__(self, module: nn.Module, patience: int, min_delta: float) -> None:
+        self.module, self.patience, self.min_delta = module, patience, min_delta
+        self.best, self.state, self.waited = np.inf, copy.deepcopy(module.state_dict()), 0
+
+    def step(self, error: float) -> bool:
+        if error < self.best - self.min_delta:
+            self.best, self.state, self.waited = error, copy.deepcopy(self.module.state_dict()), 0
+            return False
+        self.waited += 1
+        return self.waited >= self.patience
+
+    def restore(self) -> None:
+        self.module.load_state_dict(self.state)
 
 
 class FeaturizedMixtures:
@@ -137,7 +155,7 @@ def fit_distance(
     ]
     optimizer = torch.optim.Adam(groups, lr=lr, weight_decay=weight_decay)
     history: dict[str, list[float]] = {"train": [], "validation": []}
-    best, best_state, waited = np.inf, copy.deepcopy(model.state_dict()), 0
+    stopping = _EarlyStopping(model, patience, min_delta=1e-5)
     model.train()
     for step in range(1, steps + 1):
         loss = F.l1_loss(model(*inputs), target)
@@ -150,14 +168,10 @@ def fit_distance(
                 np.abs(predict_distance(model, features, pairs[held]) - distance[held]).mean()
             )
             history["validation"].append(error)
-            if error < best - 1e-5:
-                best, best_state, waited = error, copy.deepcopy(model.state_dict()), 0
-            else:
-                waited += 1
-                if waited >= patience:
-                    break
+            if stopping.step(error):
+                break
     if len(held):
-        model.load_state_dict(best_state)
+        stopping.restore()
     model.eval()
     return history
 
@@ -209,14 +223,11 @@ def _fit_molecules(
     train, held = _validation_split(len(smiles), validation, seed)
     graphs = [smiles_to_data(s) for s in smiles]
     y = torch.as_tensor(targets, dtype=torch.float)
-    held_batches = [
-        Batch.from_data_list([graphs[i] for i in held[k : k + 512]])
-        for k in range(0, len(held), 512)
-    ]
+    held_batches = _batches([graphs[i] for i in held], 512)
     optimizer = torch.optim.Adam(network.parameters(), lr=lr)
     generator = torch.Generator().manual_seed(seed)
     history: dict[str, list[float]] = {"train": [], "validation": []}
-    best, best_state, waited = np.inf, copy.deepcopy(network.state_dict()), 0
+    stopping = _EarlyStopping(network, patience, min_delta=1e-6)
     for _ in range(epochs):
         network.train()
         order = train[torch.randperm(len(train), generator=generator).numpy()]
@@ -236,14 +247,10 @@ def _fit_molecules(
                 out = torch.cat([network(b.to(device)).cpu() for b in held_batches])
             error = loss_fn(out, y[held]).item()
             history["validation"].append(error)
-            if error < best - 1e-6:
-                best, best_state, waited = error, copy.deepcopy(network.state_dict()), 0
-            else:
-                waited += 1
-                if waited >= patience:
-                    break
+            if stopping.step(error):
+                break
     if len(held):
-        network.load_state_dict(best_state)
+        stopping.restore()
     network.eval()
     return history
 
@@ -252,7 +259,8 @@ def _fit_molecules(
 def _predict_molecules(network: nn.Module, smiles: Sequence[str]) -> np.ndarray:
     device = next(network.parameters()).device
     network.eval()
-    outputs = [network(b.to(device)).cpu() for b in _molecule_batches(list(smiles), 512)]
+    graphs = [smiles_to_data(s) for s in smiles]
+    outputs = [network(b.to(device)).cpu() for b in _batches(graphs, 512)]
     return torch.cat(outputs).numpy() if outputs else np.zeros((0, 0))
 
 
