@@ -1,0 +1,126 @@
+"""The RND-RFF experiment's Config and its registry entry, importable without torch.
+
+``mixlab list`` and ``mixlab run rnd_rff --help`` read :data:`METHOD` from here; the experiment
+(:mod:`mixlab.rl.rnd_rff.experiment`) loads only when the method runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from mixlab.shared.config import ExperimentConfig, is_count, require
+from mixlab.shared.registry import Method
+
+PROBE_TARGETS = ("rff", "rff-laplace", "rff-multiscale")
+"""RFF spectra swept over ``bandwidths`` on the probe (Gaussian, Laplace, multiscale)"""
+PROBE_BASELINES = ("rnd", "drnd")
+"""random-MLP targets on the probe (their bandwidth is the architecture's)"""
+EXPLORERS = ("ppo", "rnd", "drnd", "rff", "rff-multiscale", "count")
+"""PPO without a bonus, with RND, DRND, RND-RFF (median rule; multiscale around it), the count oracle"""
+MAZE_OBS = ("xy", "onehot")
+
+
+@dataclass
+class Config(ExperimentConfig):
+    """Defaults are the quick profile (about ten minutes on 2 CPU cores); full follows the issue
+    (5 seeds, a larger maze, MiniGrid at 1 M steps)."""
+
+    n_seeds: int = 3
+    """seeds per cell: seed, seed + 1, ..."""
+    # -- probe: clusters on a grid; near-OOD between them and half a step past the edge ------
+    probe_grid: int = 6
+    """clusters per side of the square grid (spacing 1)"""
+    probe_sd: float = 0.15
+    """cluster standard deviation; the near-OOD points sit 0.5 from the centres (3.3 sd)"""
+    probe_train: int = 4000
+    probe_test: int = 500
+    """held-out points of each kind: in-distribution, near-OOD, far-OOD"""
+    probe_steps: int = 2000
+    """predictor Adam steps (batch 256, lr 1e-3) on the training points"""
+    bandwidths: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0, 2.0)
+    """ℓ as multiples of the median heuristic"""
+    gp_points: int = 1500
+    """training points of the exact GP posterior variance (O(n³))"""
+    gp_noise: float = 1e-2
+    # -- exploration -------------------------------------------------------------------------
+    explorers: tuple[str, ...] = EXPLORERS
+    rooms: tuple[int, int] = (3, 3)
+    room_size: int = 7
+    max_steps: int = 250
+    """episode limit of the maze (the start is a corner, the goal the opposite one)"""
+    maze_steps: int = 50_000
+    minigrid: tuple[str, ...] = ()
+    """MiniGrid ids explored too (full profile)"""
+    minigrid_steps: int = 1_000_000
+    num_envs: int = 8
+    num_steps: int = 128
+    learning_rate: float = 2.5e-4
+    """the policy's Adam (CleanRL ppo.py); the predictor keeps RND's 1e-4"""
+    workers: int = 2
+    """processes that run cells side by side (one torch thread each)"""
+
+    PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
+        "quick": {},
+        "full": {
+            "n_seeds": 5,
+            "probe_steps": 4000,
+            "rooms": (4, 4),
+            "max_steps": 400,
+            "maze_steps": 300_000,
+            "minigrid": ("MiniGrid-DoorKey-8x8-v0", "MiniGrid-MultiRoom-N4-S5-v0"),
+        },
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in (
+            "n_seeds", "probe_grid", "probe_train", "probe_test", "probe_steps", "gp_points",
+            "room_size", "max_steps", "maze_steps", "minigrid_steps", "num_envs", "num_steps",
+            "workers",
+        ):  # fmt: skip
+            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
+        for name in ("probe_sd", "gp_noise", "learning_rate"):
+            value = getattr(self, name)
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+            require(ok, name, "a number > 0", value)
+        ok = (
+            isinstance(self.bandwidths, tuple | list)
+            and 1.0 in self.bandwidths
+            and 0.25 in self.bandwidths
+        )
+        ok = ok and all(isinstance(b, int | float) and b > 0 for b in self.bandwidths)
+        require(
+            ok, "bandwidths", "multiples > 0 of the median including 0.25 and 1.0", self.bandwidths
+        )
+        ok = isinstance(self.explorers, tuple | list) and len(set(self.explorers)) == len(
+            self.explorers
+        )
+        ok = ok and all(e in EXPLORERS for e in self.explorers)
+        ok = ok and {"ppo", "rnd", "rff", "count"} <= set(self.explorers)
+        require(
+            ok,
+            "explorers",
+            f"distinct names from {list(EXPLORERS)} including ppo, rnd, rff and count",
+            self.explorers,
+        )
+        ok = isinstance(self.rooms, tuple | list) and len(self.rooms) == 2
+        ok = ok and all(is_count(r) for r in self.rooms) and self.rooms[0] * self.rooms[1] >= 2
+        require(ok, "rooms", "(rows, cols) of integers >= 1, at least 2 rooms", self.rooms)
+        ok = isinstance(self.minigrid, tuple | list) and all(
+            isinstance(m, str) and m.startswith("MiniGrid-") for m in self.minigrid
+        )
+        require(ok, "minigrid", "MiniGrid env ids", self.minigrid)
+
+
+METHOD = Method(
+    name="rnd_rff",
+    domain="rl",
+    paper="RND-RFF: random network distillation with a bandwidth-controlled random-Fourier-feature target (reconstructed; paper not found)",
+    claim="A random-Fourier-feature target makes RND's bonus track the GP posterior variance at an explicit bandwidth, so novelty does not collapse on states near or between visited ones, and exploration covers more of a maze whose observations are coordinates",
+    config=Config,
+    run="mixlab.rl.rnd_rff.experiment:run",
+    headline_plot="exploration.png",
+)
+
+__all__ = ["EXPLORERS", "MAZE_OBS", "METHOD", "PROBE_BASELINES", "PROBE_TARGETS", "Config"]
