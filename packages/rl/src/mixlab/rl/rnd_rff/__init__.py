@@ -33,6 +33,7 @@ _MODULE_OF = {
     "CoordMazeVector": "envs",
     "CountBonus": "bonus",
     "DRNDBonus": "bonus",
+    "ENV_ID": "envs",
     "MLPPredictor": "targets",
     "MLPTarget": "targets",
     "MazeLayout": "envs",
@@ -56,6 +57,7 @@ _MODULE_OF = {
 __getattr__, __dir__ = lazy_exports(__name__, _MODULE_OF)
 
 __all__ = [
+    "ENV_ID",
     "Agent",
     "CellInfo",
     "ClusterProbe",

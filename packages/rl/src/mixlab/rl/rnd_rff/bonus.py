@@ -317,8 +317,8 @@ class DRNDBonus(NoveltyBonus):
 
         b(x) = α·‖f_P(x) − μ(x)‖² + (1 − α)·mean_c √clip(|f_P² − μ²| / (B₂ − μ²), 1e-3, 1),
 
-    with B₂ the targets' mean square (the authors' online code, α = 0.9, N = 5). The first term
-    is a mean over coordinates here, like :class:`NoveltyBonus`."""
+    with B₂ the targets' mean square (the authors' online code, α = 0.9, N = 5; as there, the
+    first term sums over coordinates and the second averages)."""
 
     def __init__(
         self, obs_shape, targets: list[nn.Module], *, alpha: float = 0.9, **options
@@ -343,7 +343,8 @@ class DRNDBonus(NoveltyBonus):
         mu, second = outputs.mean(0), outputs.square().mean(0)
         ratio = (prediction.square() - mu.square()).abs() / (second - mu.square()).clamp(min=1e-12)
         count_term = ratio.clamp(1e-3, 1).sqrt().mean(1)
-        return self.alpha * (prediction - mu).square().mean(1) + (1 - self.alpha) * count_term
+        # the authors' weighting: a sum over coordinates, then a mean for the count term
+        return self.alpha * (prediction - mu).square().sum(1) + (1 - self.alpha) * count_term
 
 
 class CountBonus(IntrinsicReward):

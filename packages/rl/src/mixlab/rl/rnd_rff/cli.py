@@ -79,6 +79,9 @@ def train(
     rooms: Annotated[str, typer.Option(help="CoordMaze rooms as ROWSxCOLS")] = "3x3",
     room_size: int = 7,
     max_steps: int = 250,
+    update_proportion: Annotated[
+        float, typer.Option(help="share of each rollout the predictor trains on")
+    ] = 0.25,
     cell_size: Annotated[
         float, typer.Option(help="count bonus: the discretisation step (0: one cell per maze cell)")
     ] = 0.0,
@@ -105,6 +108,9 @@ def train(
         raise ValueError(f"--rooms must be ROWSxCOLS with at least 2 rooms, got {rooms!r}")
     check_count(room_size, "--room-size", 2)
     check_count(max_steps, "--max-steps")
+    check_number(
+        update_proportion, "--update-proportion", 0 < update_proportion <= 1, "a number in (0, 1]"
+    )
     check_number(cell_size, "--cell-size", cell_size >= 0, "a number >= 0")
     _check_device(device)
     check_output_folder(out, "--out")
@@ -131,7 +137,7 @@ def train(
     novelty = None
     if bonus != "none":
         novelty = make_bonus(bonus, envs.single_observation_space, bandwidth=ell, cell_size=cell_size,
-                             seed=seed, device=torch_device)  # fmt: skip
+                             update_proportion=update_proportion, seed=seed, device=torch_device)  # fmt: skip
     learner = PPOLearner(envs, novelty, seed=seed, device=torch_device)
     checkpoints = Checkpointer(out, resume=resume, keep_last=1)
     if (last := checkpoints.load_latest()) is not None:

@@ -99,7 +99,8 @@ def _explore_cell(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
     seed, system, env = cell["seed"], cell["system"], cell["env"]
     if env.startswith("maze-"):
         envs = _maze(config, env.removeprefix("maze-"))
-        cells_total, steps = envs.layout.n_cells, config.maze_steps
+        cells_total = envs.layout.n_cells
+        steps = config.maze_steps if env == "maze-xy" else config.onehot_steps
         # one count cell per maze cell: (x, y) positions are 1/(side − 1) apart
         cell_size = 0.5 / (max(envs.layout.shape) - 1) if env == "maze-xy" else 0.5
     else:
