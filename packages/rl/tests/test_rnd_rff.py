@@ -124,6 +124,17 @@ def test_drnd_bonus_has_its_pseudo_count_term_bounded():
     assert values.max() <= 1 + 1e-6
 
 
+def test_drnd_predictor_learns_the_mean_of_its_targets():
+    data = np.random.default_rng(0).normal(size=(512, 3)).astype(np.float32)
+    bonus = make_bonus("drnd", (3,), seed=0, lr=2e-3).fit(data, steps=300)
+    with torch.no_grad():
+        x = bonus.normalize(data[:128])
+        outputs, prediction = bonus.target(x), bonus.predictor(x)
+    to_mean = (prediction - outputs.mean(0)).square().mean()
+    to_one = (prediction - outputs[0]).square().mean()
+    assert to_mean < 0.5 * to_one
+
+
 def test_count_bonus_is_one_over_root_n():
     bonus = CountBonus((2,), cell_size=1.0)
     points = np.array([[0.2, 0.2], [0.7, 0.1], [3.5, 0.0]], np.float32)  # two share a cell
@@ -217,7 +228,14 @@ def test_seeded_runs_are_deterministic():
     def strip(history):
         return [{k: v for k, v in row.items() if k != "seconds"} for row in history]
 
-    assert strip(_chain_run(3, "rff", 1024)) == strip(_chain_run(3, "rff", 1024))
+    first = strip(_chain_run(3, "rff", 1024))
+    assert strip(_chain_run(3, "rff", 1024)) == first
+    assert strip(_chain_run(4, "rff", 1024)) != first
+    torch.manual_seed(0)
+    before = torch.rand(1)
+    torch.manual_seed(0)
+    _chain_run(3, "rff", 512)
+    assert torch.equal(torch.rand(1), before)  # the learner leaves the global generator alone
 
 
 def test_a_restored_learner_continues_from_its_state():
@@ -248,6 +266,11 @@ def test_a_restored_learner_continues_from_its_state():
         (lambda: make_bonus("rff", (2,), update_proportion=0.0), "update_proportion"),
         (lambda: make_bonus("rff", (2,), update_proportion=1.5), "update_proportion"),
         (lambda: make_bonus("rnd", gym.spaces.Dict({"a": gym.spaces.Discrete(2)})), "Dict"),
+        (lambda: make_bonus("rnd", gym.spaces.Discrete(5)), "one-hot encode"),
+        (
+            lambda: PPOLearner(CoordMazeVector(2), make_bonus("rnd", (2,), int_gamma=0.9)),
+            "int_gamma",
+        ),
         (lambda: make_bonus("gauss", (2,)), "bonus must be one of"),
         (lambda: NoveltyBonus((3,), RFFTarget(2, 16, bandwidth=1.0)), "target takes 2 inputs"),
         (
@@ -270,3 +293,19 @@ def test_a_next_step_vector_env_is_refused():
     envs = gym.make_vec("CartPole-v1", 2, vectorization_mode="sync")
     with pytest.raises(ValueError, match="same step"):
         PPOLearner(envs)
+
+
+def test_numpy_scalars_are_accepted_as_numbers():
+    target = RFFTarget(2, 8, bandwidth=np.float32(0.5))
+    assert float(target.bandwidth) == 0.5
+    make_bonus("rff", (2,), bandwidth=np.float64(1.0), update_proportion=np.float32(0.5))
+
+
+def test_the_terminal_cell_is_counted_and_the_reset_cell_reported():
+    envs = CoordMazeVector(1, rooms=(1, 2), room_size=2, max_steps=1)
+    envs.reset()
+    _, _, _, truncated, info = envs.step(np.array([3]))
+    assert truncated[0]
+    start = envs.layout.cell[tuple(envs.layout.start)]
+    assert info["cell"][0] == start
+    assert info["final_info"]["cell"][0] == start + 1

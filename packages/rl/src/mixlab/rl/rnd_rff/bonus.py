@@ -16,6 +16,7 @@ Every bonus has the same interface:
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
@@ -44,6 +45,7 @@ __all__ = [
     "RewardForwardFilter",
     "RunningMeanStd",
     "make_bonus",
+    "observation_shape",
 ]
 
 
@@ -85,22 +87,25 @@ class RewardForwardFilter:
 
 
 def _check_proportion(value: object) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 < value <= 1
     if not ok:
         raise ValueError(f"update_proportion must be a number in (0, 1], got {value!r}")
 
 
-def _obs_shape(obs_shape: Sequence[int] | object) -> tuple[int, ...]:
-    """The observation shape from a tuple or a gymnasium ``Box`` / ``Discrete`` space."""
+def observation_shape(obs_shape: Sequence[int] | object) -> tuple[int, ...]:
+    """The observation shape from a tuple or a gymnasium ``Box`` space."""
     import gymnasium as gym
 
     if isinstance(obs_shape, gym.spaces.Dict | gym.spaces.Tuple):
         raise ValueError(
-            "observation space must be a Box (or Discrete), got a "
+            "observation space must be a Box, got a "
             f"{type(obs_shape).__name__} space: flatten it first (e.g. minigrid's ImgObsWrapper)"
         )
     if isinstance(obs_shape, gym.spaces.Discrete):
-        return (int(obs_shape.n),)
+        raise ValueError(
+            "observation space must be a Box, got Discrete: one-hot encode the observations "
+            "first (gymnasium's FlattenObservation wrapper)"
+        )
     if isinstance(obs_shape, gym.spaces.Space):
         if obs_shape.shape is None:
             raise ValueError(f"observation space must have a shape, got {obs_shape}")
@@ -115,7 +120,7 @@ class IntrinsicReward:
     """Shared by every bonus: the obs shape check and the intrinsic-return normalisation."""
 
     def __init__(self, obs_shape: Sequence[int] | object, int_gamma: float = 0.99) -> None:
-        self.obs_shape = _obs_shape(obs_shape)
+        self.obs_shape = observation_shape(obs_shape)
         if not (isinstance(int_gamma, int | float) and 0 <= int_gamma < 1):
             raise ValueError(f"int_gamma must be a number in [0, 1), got {int_gamma!r}")
         self.forward_filter = RewardForwardFilter(int_gamma)
@@ -139,6 +144,11 @@ class IntrinsicReward:
         returns = np.stack([self.forward_filter.update(row) for row in raw])
         self.return_rms.update(returns.reshape(-1))
         return (raw / math.sqrt(self.return_rms.var + 1e-8)).astype(np.float32)
+
+    @property
+    def bandwidth(self) -> float | None:
+        """The RFF target's ℓ; None for other bonuses and while the median rule awaits data."""
+        return None
 
     def init_normalization(self, obs: np.ndarray) -> None:
         """Fit observation statistics before training; the count bonus needs none."""
@@ -200,6 +210,21 @@ class NoveltyBonus(IntrinsicReward):
         self.epochs, self.batch_size = epochs, batch_size
         self.obs_rms = RunningMeanStd(self.obs_shape)
         self.generator = np.random.default_rng(seed)
+
+    @property
+    def bandwidth(self) -> float | None:
+        rff = getattr(self.target, "rff", self.target)  # ConvRFFTarget wraps an RFFTarget
+        if not isinstance(rff, RFFTarget) or rff.needs_bandwidth:
+            return None
+        return float(rff.bandwidth)
+
+    def scale_bandwidth(self, factor: float) -> float:
+        """Multiply the RFF target's ℓ by ``factor`` (after the median rule set it); returns ℓ."""
+        if self.bandwidth is None:
+            raise ValueError("scale_bandwidth needs an RFF target with its bandwidth set")
+        check_bandwidth(factor)
+        getattr(self.target, "rff", self.target).bandwidth.mul_(float(factor))
+        return self.bandwidth  # type: ignore[return-value]
 
     # -- observations ------------------------------------------------------------------------
     def normalize(self, obs: np.ndarray) -> torch.Tensor:
@@ -393,10 +418,12 @@ def make_bonus(
 ) -> IntrinsicReward:
     """A bonus of ``kind`` (:data:`BONUS_KINDS`) for observations of ``obs_shape`` (a tuple or a
     gymnasium space). Images (3-D shapes, sides >= 36) get the conv target / predictor, with RFF
-    on the frozen conv embedding; everything else is flattened into the MLP ones."""
+    on the frozen conv embedding; everything else is flattened into the MLP ones. ``options`` go
+    to :class:`NoveltyBonus` (``lr``, ``update_proportion``, ``device``, ...); the count bonus,
+    which has no network, takes only ``cell_size`` and ``int_gamma``."""
     if kind not in BONUS_KINDS:
         raise ValueError(f"bonus must be one of {list(BONUS_KINDS)}, got {kind!r}")
-    shape = _obs_shape(obs_shape)
+    shape = observation_shape(obs_shape)
     if kind == "count":
         return CountBonus(shape, cell_size, options.get("int_gamma", 0.99))
     check_bandwidth(bandwidth)

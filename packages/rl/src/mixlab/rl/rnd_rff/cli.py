@@ -139,13 +139,21 @@ def train(
         novelty = make_bonus(bonus, envs.single_observation_space, bandwidth=ell, cell_size=cell_size,
                              update_proportion=update_proportion, seed=seed, device=torch_device)  # fmt: skip
     learner = PPOLearner(envs, novelty, seed=seed, device=torch_device)
+    run = {"env": env, "bonus": bonus, "bandwidth": bandwidth, "num_envs": num_envs, "seed": seed,
+           "obs": obs, "rooms": rooms, "room_size": room_size, "max_steps": max_steps,
+           "update_proportion": update_proportion, "cell_size": cell_size}  # fmt: skip
     checkpoints = Checkpointer(out, resume=resume, keep_last=1)
     if (last := checkpoints.load_latest()) is not None:
+        saved = last[1].get("run", {})
+        changed = sorted(k for k in run if saved.get(k) != run[k])
+        if changed:
+            options = ", ".join(f"--{k.replace('_', '-')}" for k in changed)
+            raise ValueError(f"--resume: the checkpoint in {out} was written with other {options}")
         learner.load_state_dict(last[1])
         typer.echo(f"resumed at step {learner.global_step}")
 
     def save(current: PPOLearner) -> None:
-        checkpoints.save(len(current.history), current.state_dict())
+        checkpoints.save(len(current.history), {**current.state_dict(), "run": run})
         row = current.history[-1]
         typer.echo(f"step {row['step']}: cells {row['cells']}, episodes {row['episodes']}, "
                    f"successes {row['successes']}, intrinsic {row['intrinsic']:.3f}")  # fmt: skip
@@ -157,7 +165,7 @@ def train(
         "cells": history[-1]["cells"], "first_reward_step": learner.first_reward_step,
         "successes": int(np.sum([r["successes"] for r in history])),
         "episodes": int(np.sum([r["episodes"] for r in history])),
-        "bandwidth": float(novelty.target.bandwidth) if hasattr(getattr(novelty, "target", None), "bandwidth") else None,
+        "bandwidth": None if novelty is None else novelty.bandwidth,
     }  # fmt: skip
     write_json_atomic(out / "summary.json", summary)
     typer.echo(
@@ -264,8 +272,7 @@ def kernel(
     for scale in scales:
         bonus = make_bonus(kind, (2,), seed=seed, lr=1e-3)
         bonus.init_normalization(probe.train)
-        bonus.target.bandwidth.mul_(scale)
-        rows.append({"scale": scale, "bandwidth": float(bonus.target.bandwidth),
+        rows.append({"scale": scale, "bandwidth": bonus.scale_bandwidth(scale),
                      **score_bonus(bonus, probe, steps=steps)})  # fmt: skip
         row = rows[-1]
         typer.echo(f"ℓ = {scale:g} × median: near AUROC {row['near_auroc']:.3f}, far {row['far_auroc']:.3f}, "

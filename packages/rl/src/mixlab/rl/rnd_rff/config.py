@@ -40,8 +40,9 @@ class Config(ExperimentConfig):
     """predictor Adam steps (batch 256, lr 1e-3) on the training points"""
     bandwidths: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0, 2.0)
     """ℓ as multiples of the median heuristic"""
-    gp_points: int = 1500
-    """training points of the exact GP posterior variance (O(n³))"""
+    gp_points: int = 4000
+    """training points of the exact GP posterior variance (O(n³)): all of them by default, the
+    data the predictor was fitted on"""
     gp_noise: float = 1e-2
     # -- exploration -------------------------------------------------------------------------
     explorers: tuple[str, ...] = EXPLORERS

@@ -142,7 +142,8 @@ class CoordMaze(gym.Env):
 
 class CoordMazeVector(gym.vector.VectorEnv):
     """``num_envs`` CoordMazes stepped together in NumPy, resetting a finished env in the same
-    step (gymnasium's ``SAME_STEP`` mode: the terminal observation is in ``info["final_obs"]``).
+    step (gymnasium's ``SAME_STEP`` mode: for a finished env ``obs`` and ``info["cell"]`` are the
+    reset's, the terminal ones are in ``info["final_obs"]`` and ``info["final_info"]``).
     ``visits`` counts every cell the envs have occupied since construction."""
 
     metadata: ClassVar[dict[str, Any]] = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
@@ -197,11 +198,13 @@ class CoordMazeVector(gym.vector.VectorEnv):
         obs = self.layout.observe(self.positions, self.kind)
         info: dict[str, Any] = {"cell": cells}
         done = terminated | truncated
-        if done.any():
+        if done.any():  # gymnasium's SAME_STEP layout: the terminal step's obs and info in final_*
             info["final_obs"], info["_final_obs"] = obs.copy(), done
+            info["final_info"], info["_final_info"] = {"cell": cells.copy(), "_cell": done}, done
             self.positions[done], self.steps[done] = self.layout.start, 0
             obs[done] = self.layout.observe(self.positions[done], self.kind)
-            np.add.at(self.visits, self._cells()[done], 1)
+            info["cell"] = self._cells()
+            np.add.at(self.visits, info["cell"][done], 1)
         return obs, rewards, terminated, truncated, info
 
 

@@ -110,11 +110,16 @@ class Agent(nn.Module):
         hidden = self.critic_body(obs)
         return self.critic_ext(hidden).squeeze(-1), self.critic_int(hidden).squeeze(-1)
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor | None = None):
+    def forward(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ):
         """(action, log-prob, entropy, extrinsic value, intrinsic value)."""
         distribution = Categorical(logits=self.actor(self.actor_body(obs)))
         if action is None:
-            action = distribution.sample()
+            action = torch.multinomial(distribution.probs, 1, generator=generator).squeeze(-1)
         value_ext, value_int = self.values(obs)
         return action, distribution.log_prob(action), distribution.entropy(), value_ext, value_int
 
@@ -151,8 +156,8 @@ class PPOLearner:
             raise ValueError(
                 f"the env's action space must be Discrete, got {envs.single_action_space}"
             )
-        mode = envs.metadata.get("autoreset_mode")
-        if mode is not None and mode != gym.vector.AutoresetMode.SAME_STEP:
+        mode = envs.metadata.get("autoreset_mode")  # gymnasium's default, unset, is NEXT_STEP
+        if mode != gym.vector.AutoresetMode.SAME_STEP:
             raise ValueError(
                 f"the vector env must reset finished episodes in the same step (got {mode}); "
                 "make it with autoreset_mode=gym.vector.AutoresetMode.SAME_STEP"
@@ -170,10 +175,19 @@ class PPOLearner:
             raise ValueError(
                 f"the bonus takes observations of shape {bonus.obs_shape}, the env gives {self.obs_shape}"
             )
-        torch.manual_seed(seed)
-        self.agent = Agent(self.obs_shape, int(envs.single_action_space.n), self.config.hidden).to(
-            self.device
-        )
+        if bonus is not None and bonus.forward_filter.gamma != self.config.int_gamma:
+            raise ValueError(
+                f"the bonus normalises with int_gamma {bonus.forward_filter.gamma}, the learner's "
+                f"intrinsic stream uses {self.config.int_gamma}: make both the same"
+            )
+        # the learner's own generator: actions and minibatches never touch the global one
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            agent = Agent(self.obs_shape, int(envs.single_action_space.n), self.config.hidden)
+        self.agent = agent.to(self.device)
+        # images stored as bytes are fed to the policy in [0, 1] (CleanRL's x / 255)
+        self.obs_scale = 1 / 255 if space.dtype == np.uint8 and self.agent.pixels else 1.0
         self.optimizer = torch.optim.Adam(
             self.agent.parameters(), lr=self.config.learning_rate, eps=1e-5
         )
@@ -181,6 +195,9 @@ class PPOLearner:
         self.first_reward_step: int | None = None
         self._obs: np.ndarray | None = None
         self._episode_return = np.zeros(envs.num_envs)
+
+    def _policy_input(self, obs: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(obs, dtype=torch.float32, device=self.device) * self.obs_scale
 
     # -- environment -------------------------------------------------------------------------
     def _reset(self) -> np.ndarray:
@@ -190,10 +207,13 @@ class PPOLearner:
         return obs
 
     def _note_cells(self, info: dict[str, Any]) -> None:
-        if "cell" in info:
-            cells = np.asarray(info["cell"])
-            mask = info.get("_cell", np.ones(len(cells), bool))
-            self.seen.update(cells[mask].tolist())
+        """Cells from ``info["cell"]`` and, for envs whose episode just ended, from the terminal
+        step's info (gymnasium's ``SAME_STEP`` puts the reset info in ``info`` itself)."""
+        for source in (info, info.get("final_info", {})):
+            if "cell" in source:
+                cells = np.asarray(source["cell"])
+                mask = source.get("_cell", np.ones(len(cells), bool))
+                self.seen.update(cells[mask].tolist())
 
     def _init_normalization(self) -> None:
         """CleanRL's observation-statistics rollout: uniform random actions, not counted."""
@@ -232,7 +252,7 @@ class PPOLearner:
 
     @torch.no_grad()
     def _rollout(self) -> dict[str, Any]:
-        config, n, device = self.config, self.envs.num_envs, self.device
+        config, n = self.config, self.envs.num_envs
         steps = config.num_steps
         obs = np.zeros((steps, n, *self.obs_shape), np.float32)
         next_obs = np.zeros_like(obs)
@@ -244,7 +264,7 @@ class PPOLearner:
         for t in range(steps):
             obs[t] = self._obs
             action, logprob, _, value_ext, value_int = self.agent(
-                torch.as_tensor(self._obs, dtype=torch.float32, device=device)
+                self._policy_input(self._obs), generator=self.generator
             )
             actions[t], logprobs[t], values_ext[t], values_int[t] = (
                 action.cpu(),
@@ -286,9 +306,7 @@ class PPOLearner:
             raw = self.bonus.bonus(flat_next).reshape(config.num_steps, n)
             intrinsic = self.bonus.normalize_rewards(raw)
         with torch.no_grad():
-            last_ext, last_int = self.agent.values(
-                torch.as_tensor(self._obs, dtype=torch.float32, device=self.device)
-            )
+            last_ext, last_int = self.agent.values(self._policy_input(self._obs))
         nonterminal = 1.0 - torch.as_tensor(roll["dones"])
         adv_ext = _gae(torch.as_tensor(roll["rewards"]), roll["values_ext"], last_ext.cpu(),
                        nonterminal, config.gamma, config.gae_lambda)  # fmt: skip
@@ -318,7 +336,7 @@ class PPOLearner:
 
     def _update(self, roll, advantages, ret_ext, ret_int) -> None:
         config, device = self.config, self.device
-        obs = torch.as_tensor(roll["obs"].reshape(-1, *self.obs_shape), device=device)
+        obs = self._policy_input(roll["obs"].reshape(-1, *self.obs_shape))
         actions, logprobs = (
             roll["actions"].reshape(-1).to(device),
             roll["logprobs"].reshape(-1).to(device),
@@ -329,7 +347,7 @@ class PPOLearner:
         size = len(obs)
         minibatch = max(1, size // config.num_minibatches)
         for _ in range(config.update_epochs):
-            order = torch.randperm(size, device=device)
+            order = torch.randperm(size, device=device, generator=self.generator)
             for start in range(0, size, minibatch):
                 index = order[start : start + minibatch]
                 _, new_logprob, entropy, value_ext, value_int = self.agent(
@@ -363,7 +381,7 @@ class PPOLearner:
             "history": self.history,
             "seen": sorted(self.seen),
             "first_reward_step": self.first_reward_step,
-            "torch_rng": torch.get_rng_state(),
+            "generator": self.generator.get_state(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -373,5 +391,5 @@ class PPOLearner:
             self.bonus.load_state_dict(state["bonus"])
         self.global_step, self.history = int(state["global_step"]), list(state["history"])
         self.seen, self.first_reward_step = set(state["seen"]), state["first_reward_step"]
-        torch.set_rng_state(state["torch_rng"])
+        self.generator.set_state(state["generator"])
         self._obs = None  # fresh episodes

@@ -66,14 +66,15 @@ def score_bonus(
     *,
     steps: int = 2000,
     batch_size: int = 256,
-    gp_points: int = 1500,
+    gp_points: int | None = None,
     gp_noise: float = 1e-2,
 ) -> dict[str, float | None]:
     """Fit ``bonus`` on ``probe.train`` and score it: AUROC and FPR@95 of near- and far-OOD
     against held-out in-distribution points; the ID error (mean held-out error over the
     target's output variance, a 1 − R²; None for DRND); for RFF targets (those with ``.kernel``) the Spearman
     correlation of the bonus with the exact GP posterior variance σ²_ℓ(x | X) on all held-out
-    points, X the first ``gp_points`` training points in normalised units."""
+    points, X the first ``gp_points`` training points (all by default: the data the predictor
+    was fitted on) in normalised units."""
     bonus.fit(probe.train, steps=steps, batch_size=batch_size)
     inside, near, far = (bonus.bonus(x) for x in (probe.inside, probe.near, probe.far))
     with torch.no_grad():

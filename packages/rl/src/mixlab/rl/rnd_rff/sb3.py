@@ -13,10 +13,11 @@ unlike :class:`~.ppo.PPOLearner`'s two-head CleanRL version.
 from __future__ import annotations
 
 import numpy as np
+from gymnasium import spaces
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 
-from mixlab.rl.rnd_rff.bonus import IntrinsicReward, make_bonus
+from mixlab.rl.rnd_rff.bonus import IntrinsicReward, make_bonus, observation_shape
 
 __all__ = ["NoveltyCallback", "NoveltyVecEnvWrapper"]
 
@@ -54,10 +55,10 @@ class NoveltyVecEnvWrapper(VecEnvWrapper):
         self.bonus = bonus or make_bonus(
             bonus_kind, venv.observation_space, seed=seed, **bonus_options
         )
-        if self.bonus.obs_shape != tuple(venv.observation_space.shape):
+        shape = observation_shape(venv.observation_space)  # a clear error for Dict spaces
+        if self.bonus.obs_shape != shape:
             raise ValueError(
-                f"the bonus takes observations of shape {self.bonus.obs_shape}, the env gives "
-                f"{tuple(venv.observation_space.shape)}"
+                f"the bonus takes observations of shape {self.bonus.obs_shape}, the env gives {shape}"
             )
         self.int_coef, self.obs_norm_steps = float(int_coef), obs_norm_steps
         self.rng = np.random.default_rng(seed)
@@ -69,13 +70,36 @@ class NoveltyVecEnvWrapper(VecEnvWrapper):
         if not self.initialized:
             seen = []
             for _ in range(self.obs_norm_steps):
-                actions = np.array([self.action_space.sample() for _ in range(self.num_envs)])
+                actions = self._random_actions()
                 self.venv.step_async(actions)
                 seen.append(self.venv.step_wait()[0])
             self.bonus.init_normalization(np.concatenate(seen).astype(np.float32))
             self.initialized = True
             obs = self.venv.reset()
         return obs
+
+    def _random_actions(self) -> np.ndarray:
+        """Uniform actions for the warm-up rollout, drawn from the wrapper's seeded generator."""
+        space, n = self.action_space, self.num_envs
+        if isinstance(space, spaces.Discrete):
+            return space.start + self.rng.integers(space.n, size=n)
+        if isinstance(space, spaces.MultiDiscrete):
+            return self.rng.integers(space.nvec, size=(n, *space.nvec.shape))
+        if isinstance(space, spaces.Box) and space.is_bounded():
+            return self.rng.uniform(space.low, space.high, size=(n, *space.shape)).astype(
+                space.dtype
+            )
+        raise ValueError(f"the warm-up rollout cannot draw actions from {space}")
+
+    def state_dict(self) -> dict[str, object]:
+        """The bonus's state (save it beside the SB3 model to resume with the same bonus)."""
+        return {"bonus": self.bonus.state_dict(), "initialized": self.initialized,
+                "rng": self.rng.bit_generator.state}  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.bonus.load_state_dict(state["bonus"])  # type: ignore[arg-type]
+        self.initialized = bool(state["initialized"])
+        self.rng.bit_generator.state = state["rng"]
 
     def step_wait(self):
         obs, rewards, dones, infos = self.venv.step_wait()

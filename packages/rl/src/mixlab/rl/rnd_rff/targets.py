@@ -17,6 +17,7 @@ so ``state_dict`` round-trips it exactly.
 from __future__ import annotations
 
 import math
+import numbers
 from contextlib import contextmanager
 
 import numpy as np
@@ -49,7 +50,7 @@ def check_bandwidth(bandwidth: object) -> None:
     """ℓ is ``"median"`` or a finite number > 0 (a clear error naming ``bandwidth`` otherwise)."""
     if bandwidth == "median":
         return
-    ok = isinstance(bandwidth, int | float) and not isinstance(bandwidth, bool)
+    ok = isinstance(bandwidth, numbers.Real) and not isinstance(bandwidth, bool)
     if not ok or not math.isfinite(bandwidth) or bandwidth <= 0:
         raise ValueError(f"bandwidth must be 'median' or a number > 0, got {bandwidth!r}")
 
@@ -329,10 +330,12 @@ class ConvRFFTarget(nn.Module):
         return self.rff.needs_bandwidth
 
     def fit_bandwidth(self, x: np.ndarray | torch.Tensor) -> float:
+        device = self.rff.omega.device  # the embedding's, wherever the bonus moved it
         with torch.no_grad():
-            return self.rff.fit_bandwidth(
-                self.embed(torch.as_tensor(x).float().reshape(len(x), *self.obs_shape))
+            x = torch.as_tensor(x, dtype=torch.float32, device=device).reshape(
+                len(x), *self.obs_shape
             )
+            return self.rff.fit_bandwidth(self.embed(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.rff(self.embed(x.reshape(len(x), *self.obs_shape)))
