@@ -12,10 +12,11 @@ DEVICE_HELP = "auto, cpu, cuda, cuda:N or mps"
 _DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps)$")
 
 
-def check_device_name(device: str) -> None:
-    """Raise a ValueError unless ``device`` is one of auto, cpu, cuda, cuda:N, mps."""
+def check_device_name(device: str, option: str = "device") -> None:
+    """Raise a ValueError naming ``option`` unless ``device`` is one of auto, cpu, cuda, cuda:N,
+    mps (a CLI passes ``"--device"``)."""
     if not isinstance(device, str) or not _DEVICE_PATTERN.match(device):
-        raise ValueError(f"device must be one of {DEVICE_HELP}, got {device!r}")
+        raise ValueError(f"{option} must be one of {DEVICE_HELP}, got {device!r}")
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:

@@ -27,7 +27,7 @@ from mixlab.shared.checks import (
     check_seed,
 )
 from mixlab.shared.config import require
-from mixlab.shared.device import DEVICE_HELP, check_device_name
+from mixlab.shared.device import check_device_name
 
 app = typer.Typer(
     help="CURB: unwinding algorithmic collusion in repeated Bertrand and Cournot games.",
@@ -40,13 +40,6 @@ BELIEF_LEARNERS = ("belief", "curb")
 
 
 # --- validation: every option is checked before anything is solved, simulated or trained -------
-
-
-def _check_device(device: str) -> None:
-    try:
-        check_device_name(device)
-    except ValueError:
-        raise ValueError(f"--device must be one of {DEVICE_HELP}, got {device!r}") from None
 
 
 def _market(name: str, n_firms: int):
@@ -200,7 +193,7 @@ def dqn(
     check_number(penalty, "--penalty", penalty > 0, "a finite number > 0")
     check_number(beta, "--beta", beta >= 0, "a finite number >= 0 (0: the default decay)")
     check_seed(seed)
-    _check_device(device)
+    check_device_name(device, "--device")
     if out is not None:
         check_output_folder(out, "--out")
 

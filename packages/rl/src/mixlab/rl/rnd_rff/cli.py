@@ -24,7 +24,7 @@ from mixlab.shared.checks import (
     check_output_folder,
     check_seed,
 )
-from mixlab.shared.device import DEVICE_HELP, check_device_name
+from mixlab.shared.device import check_device_name
 
 app = typer.Typer(
     help="RND-RFF: random network distillation with a random-Fourier-feature target.",
@@ -44,13 +44,6 @@ def _bandwidth(text: str) -> float | str:
         value = float("nan")
     check_number(value, "--bandwidth", value > 0, "'median' or a number > 0")
     return value
-
-
-def _check_device(device: str) -> None:
-    try:
-        check_device_name(device)
-    except ValueError:
-        raise ValueError(f"--device must be one of {DEVICE_HELP}, got {device!r}") from None
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
@@ -112,7 +105,7 @@ def train(
         update_proportion, "--update-proportion", 0 < update_proportion <= 1, "a number in (0, 1]"
     )
     check_number(cell_size, "--cell-size", cell_size >= 0, "a number >= 0")
-    _check_device(device)
+    check_device_name(device, "--device")
     check_output_folder(out, "--out")
 
     import numpy as np
