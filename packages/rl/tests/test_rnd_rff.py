@@ -28,13 +28,7 @@ from mixlab.rl.rnd_rff import (
 )
 from mixlab.rl.rnd_rff.targets import MULTISCALE
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _kernel_error(spectrum: str, D: int, seeds: int = 6) -> float:

@@ -5,7 +5,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from mixlab.rl.cli import main
 from mixlab.rl.rnd_rff.config import Config
@@ -28,12 +27,7 @@ TINY = {
 }
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_killed_experiment_resumes_to_the_same_result(tmp_path, monkeypatch):
