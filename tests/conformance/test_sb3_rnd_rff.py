@@ -4,7 +4,8 @@ CoordMaze passes both env checkers and is made through gymnasium's registry, sin
 the bonus reaches any SB3 algorithm through ``NoveltyVecEnvWrapper`` + ``NoveltyCallback``
 (rewards raised by the normalised bonus, the predictor trained on each rollout, the terminal
 observation scored at episode ends); ``make_vector_env`` turns MiniGrid's Dict observations into
-the flat images the learner and the bonuses take, and any registered env id works too.
+the flat images the learner and the bonuses take, Atari ids become stacked 84 × 84 frames (with
+Montezuma's room in ``info["cell"]``), and any registered env id works too.
 """
 
 import gymnasium as gym
@@ -100,3 +101,17 @@ def test_minigrid_and_any_registered_env_run_through_the_learner():
         cartpole, make_bonus("rnd", cartpole.single_observation_space), config, seed=0
     )
     assert learner.learn(64)[-1]["step"] == 64
+
+
+def test_montezuma_gives_stacked_frames_rooms_and_the_conv_rff_bonus():
+    envs = make_vector_env("ALE/MontezumaRevenge-v5", 2)
+    obs, info = envs.reset(seed=0)
+    assert obs.shape == (2, 4, 84, 84)
+    assert obs.dtype == np.uint8
+    assert info["cell"].tolist() == [1, 1]  # RAM byte 3: the first room
+    bonus = make_bonus("rff", envs.single_observation_space, k=32)
+    assert type(bonus.target).__name__ == "ConvRFFTarget"
+    config = PPOConfig(num_steps=8, obs_norm_steps=4, num_minibatches=1, update_epochs=1)
+    history = PPOLearner(envs, bonus, config, seed=0).learn(16)
+    assert bonus.bandwidth > 0
+    assert history[-1]["cells"] >= 1

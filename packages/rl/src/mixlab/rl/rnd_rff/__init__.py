@@ -33,6 +33,7 @@ _MODULE_OF = {
     "CoordMazeVector": "envs",
     "CountBonus": "bonus",
     "DRNDBonus": "bonus",
+    "DownsampleFrame": "envs",
     "ENV_ID": "envs",
     "MLPPredictor": "targets",
     "MLPTarget": "targets",
@@ -43,6 +44,7 @@ _MODULE_OF = {
     "PPOConfig": "ppo",
     "PPOLearner": "ppo",
     "RFFTarget": "targets",
+    "RoomInfo": "envs",
     "auroc": "kernels",
     "cluster_probe": "probe",
     "count_correlation": "kernels",
@@ -68,6 +70,7 @@ __all__ = [
     "CoordMazeVector",
     "CountBonus",
     "DRNDBonus",
+    "DownsampleFrame",
     "MLPPredictor",
     "MLPTarget",
     "MazeLayout",
@@ -77,6 +80,7 @@ __all__ = [
     "PPOConfig",
     "PPOLearner",
     "RFFTarget",
+    "RoomInfo",
     "auroc",
     "cluster_probe",
     "count_correlation",
@@ -92,10 +96,13 @@ __all__ = [
 if TYPE_CHECKING:
     from mixlab.rl.rnd_rff.bonus import CountBonus, DRNDBonus, NoveltyBonus, make_bonus
     from mixlab.rl.rnd_rff.envs import (
+        ENV_ID,
         CellInfo,
         CoordMaze,
         CoordMazeVector,
+        DownsampleFrame,
         MazeLayout,
+        RoomInfo,
         make_vector_env,
     )
     from mixlab.rl.rnd_rff.kernels import (

@@ -13,6 +13,7 @@ count the cells it has visited.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -224,13 +225,56 @@ class CellInfo(gym.Wrapper):
         return obs, reward, terminated, truncated, {**info, "cell": self._cell()}
 
 
+class DownsampleFrame(gym.ObservationWrapper):
+    """A grayscale frame resized to ``size`` × ``size`` by area averaging: the 84 × 84 input of
+    CleanRL's Atari preprocessing, without its OpenCV dependency."""
+
+    def __init__(self, env: gym.Env, size: int = 84) -> None:
+        super().__init__(env)
+        self.size = size
+        self.observation_space = gym.spaces.Box(0, 255, (size, size), np.uint8)
+
+    def observation(self, obs: np.ndarray) -> np.ndarray:
+        import torch
+        import torch.nn.functional as F
+
+        frame = torch.from_numpy(np.asarray(obs, np.float32))[None, None]
+        small = F.interpolate(frame, (self.size, self.size), mode="area")[0, 0]
+        return small.round().clamp(0, 255).to(torch.uint8).numpy()
+
+
+class RoomInfo(gym.Wrapper):
+    """Adds ``info["cell"]``: the room Montezuma's Revenge shows, RAM byte 3 (1 at the start)."""
+
+    def _room(self) -> int:
+        return int(self.env.unwrapped.ale.getRAM()[3])
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return obs, {**info, "cell": self._room()}
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, {**info, "cell": self._room()}
+
+
 def make_vector_env(env_id: str, num_envs: int = 8, **kwargs: Any) -> gym.vector.VectorEnv:
     """A ``SAME_STEP``-autoresetting vector env: :class:`CoordMazeVector` for ``CoordMaze``
     (``kwargs`` are its options), MiniGrid ids as image observations flattened to vectors with
-    ``info["cell"]``, and any other registered gymnasium id through ``gym.make_vec``."""
+    ``info["cell"]``, Atari ids (``ALE/...``, ROMs from ale-py) as 4 stacked 84 × 84 grayscale
+    frames with v5's frame skip 4 and sticky actions 0.25 (Montezuma's Revenge also reports its
+    room as ``info["cell"]``), and any other registered gymnasium id through ``gym.make_vec``."""
     if env_id in ("CoordMaze", ENV_ID):
         return CoordMazeVector(num_envs, **kwargs)
     wrappers: list = []
+    if env_id.startswith("ALE/"):
+        import ale_py
+
+        gym.register_envs(ale_py)
+        kwargs = {"obs_type": "grayscale", **kwargs}
+        rooms = [RoomInfo] if "MontezumaRevenge" in env_id else []
+        stack = functools.partial(gym.wrappers.FrameStackObservation, stack_size=4)
+        wrappers = [*rooms, DownsampleFrame, stack]
     if env_id.startswith("MiniGrid"):
         import minigrid  # noqa: F401 (registers the MiniGrid ids)
         from minigrid.wrappers import ImgObsWrapper
