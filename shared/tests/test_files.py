@@ -8,6 +8,7 @@ from mixlab.shared.files import (
     CheckpointError,
     checkpoint_errors,
     read_sidecar,
+    write_csv_atomic,
     write_json_atomic,
     write_sidecar,
     write_text_atomic,
@@ -85,3 +86,9 @@ def test_checkpoint_errors_map_loader_errors(tmp_path: Path) -> None:
         raise FileNotFoundError(path)
     with pytest.raises(RuntimeError), checkpoint_errors(path):
         raise RuntimeError("a bug is not a damaged file")
+
+
+def test_write_csv_atomic_writes_a_header_and_quoted_rows(tmp_path):
+    path = write_csv_atomic(tmp_path / "sub" / "t.csv", ["a", "b"], [[1, "x,y"], [2.5, "z"]])
+    assert path.read_text() == 'a,b\n1,"x,y"\n2.5,z\n'
+    assert not list((tmp_path / "sub").glob(".*.tmp"))

@@ -43,3 +43,12 @@ def test_unknown_device_lists_the_allowed(device: str) -> None:
 def test_missing_cuda_is_an_error_not_a_fallback() -> None:
     with pytest.raises(ValueError, match="CUDA is not available"):
         resolve_device("cuda")
+
+
+def test_a_bad_device_names_the_option_asked_for():
+    from mixlab.shared.device import check_device_name
+
+    with pytest.raises(ValueError, match=r"^--device must be one of"):
+        check_device_name("gpu", "--device")
+    with pytest.raises(ValueError, match=r"^device must be one of"):
+        check_device_name("gpu")

@@ -119,6 +119,23 @@ def test_claims_are_computed_from_the_metrics():
     assert [c.holds for c in checks] == [True, True, False]
 
 
+def test_the_tie_claim_is_judged_on_the_seeds_not_the_means():
+    from mixlab.rl.rnd_rff.experiment import claims
+
+    config = Config(n_seeds=3)
+    metrics = {"maze-onehot/rnd": {"cells": 400.0}, "maze-onehot/rff": {"cells": 400.0}}
+
+    def explore(system, cells):
+        return [{"task": "explore", "env": "maze-onehot", "system": system, "seed": s, "cells": c}
+                for s, c in enumerate(cells)]  # fmt: skip
+
+    steady = explore("rnd", [400, 400, 400]) + explore("rff", [398, 402, 400])
+    assert claims(metrics, config, steady)[-1].holds
+    # the same means, but one seed far off: not a tie
+    erratic = explore("rnd", [400, 400, 400]) + explore("rff", [340, 460, 400])
+    assert not claims(metrics, config, erratic)[-1].holds
+
+
 def test_config_names_the_bad_field():
     for override, parameter in [
         ({"explorers": ("ppo", "rnd")}, "explorers"),

@@ -1,6 +1,6 @@
 """Files that are either complete or absent, and saved state that proves it is intact.
 
-- :func:`write_text_atomic` / :func:`write_json_atomic`: write to a temporary name in the same folder,
+- :func:`write_text_atomic` / :func:`write_json_atomic` / :func:`write_csv_atomic`: write to a temporary name in the same folder,
   then ``os.replace`` it, so a killed run never leaves half a ``result.json`` behind.
 - :func:`write_sidecar` / :func:`read_sidecar`: the JSON file beside a tensors file (a checkpoint, a
   quantized model, a LoRA) records the SHA-256 of every file it covers and of its own content; reading
@@ -13,11 +13,13 @@
 from __future__ import annotations
 
 import contextlib
+import csv
 import hashlib
+import io
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,17 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def write_csv_atomic(
+    path: str | os.PathLike[str], header: Sequence[str], rows: Iterable[Sequence[Any]]
+) -> Path:
+    """:func:`write_text_atomic` of a CSV table: ``header``, then one line per row."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return write_text_atomic(path, buffer.getvalue())
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any, *, indent: int | None = 2) -> Path:

@@ -15,8 +15,6 @@ before it computes; a bad value is one line on stderr and exit code 2.
 
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
 from typing import Annotated
 
@@ -31,6 +29,7 @@ from mixlab.shared.checks import (
     check_output_folder,
     check_seed,
 )
+from mixlab.shared.files import write_csv_atomic
 
 app = typer.Typer(
     help="MixScentNet: perceptual distance between odour mixtures from SMILES.",
@@ -52,16 +51,6 @@ def read_smiles_file(path: Path, option: str) -> list[str]:
     if not smiles:
         raise ValueError(f"{option}: {str(path)!r} holds no SMILES")
     return smiles
-
-
-def _write_csv(path: Path, header: list[str], rows: list[list]) -> None:
-    from mixlab.shared.files import write_text_atomic
-
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(header)
-    writer.writerows(rows)
-    write_text_atomic(path, buffer.getvalue())
 
 
 def _load_model(folder: Path, option: str):
@@ -154,7 +143,7 @@ def predict(
     index, _ = read_pairs_csv(pairs, names, require_distance=False)
     predicted = network.predict(components, index, concentrations)
     rows = [[names[a], names[b], f"{d:.5f}"] for (a, b), d in zip(index, predicted, strict=True)]
-    _write_csv(out, ["mixture_1", "mixture_2", "predicted_distance"], rows)
+    write_csv_atomic(out, ["mixture_1", "mixture_2", "predicted_distance"], rows)
     typer.echo(f"wrote {len(rows)} predictions to {out}")
 
 
@@ -201,5 +190,5 @@ def white(
         [n, k % pairs_per_size, f"{d:.5f}"]
         for k, (n, d) in enumerate(zip(size, predicted, strict=True))
     ]
-    _write_csv(out, ["components", "pair", "predicted_distance"], rows)
+    write_csv_atomic(out, ["components", "pair", "predicted_distance"], rows)
     typer.echo(f"slope of predicted distance on components: {slope:+.5f}; wrote {out}")

@@ -31,6 +31,7 @@ from mixlab.rl.rnd_rff.targets import (
     MLPTarget,
     RFFTarget,
     check_bandwidth,
+    is_image,
 )
 
 BONUS_KINDS = ("rnd", "rff", "rff-multiscale", "rff-laplace", "drnd", "count")
@@ -289,10 +290,17 @@ class NoveltyBonus(IntrinsicReward):
     def fit(
         self, data: np.ndarray, steps: int = 2000, batch_size: int | None = None
     ) -> NoveltyBonus:
-        """Offline use: statistics and bandwidth from ``data``, then ``steps`` minibatch steps
-        (every row counts: no update proportion)."""
+        """Offline use: statistics and bandwidth from ``data``, then :meth:`distill` on it."""
         data = self._check(data)
         self.init_normalization(data)
+        return self.distill(data, steps, batch_size)
+
+    def distill(
+        self, data: np.ndarray, steps: int = 2000, batch_size: int | None = None
+    ) -> NoveltyBonus:
+        """``steps`` predictor steps on random minibatches of ``data`` under the current
+        statistics (every row counts: no update proportion)."""
+        data = self._check(data)
         x, size = self.normalize(data), batch_size or self.batch_size
         proportion, self.update_proportion = self.update_proportion, 1.0
         try:
@@ -428,7 +436,7 @@ def make_bonus(
         return CountBonus(shape, cell_size, options.get("int_gamma", 0.99))
     check_bandwidth(bandwidth)
     if pixels is None:
-        pixels = len(shape) == 3 and min(shape[1:]) >= 36
+        pixels = is_image(shape)
     in_dim = math.prod(shape)
 
     def target(index: int) -> nn.Module:

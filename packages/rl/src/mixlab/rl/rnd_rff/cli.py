@@ -8,8 +8,6 @@ mixlab-rl rnd_rff kernel --out runs/kernel
 
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
 from typing import Annotated
 
@@ -46,14 +44,10 @@ def _bandwidth(text: str) -> float | str:
     return value
 
 
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    from mixlab.shared.files import write_text_atomic
+def _write_rows(path: Path, rows: list[dict]) -> None:
+    from mixlab.shared.files import write_csv_atomic
 
-    text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=list(rows[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    write_text_atomic(path, text.getvalue())
+    write_csv_atomic(path, list(rows[0]), [list(row.values()) for row in rows])
 
 
 @app.command()
@@ -152,7 +146,7 @@ def train(
                    f"successes {row['successes']}, intrinsic {row['intrinsic']:.3f}")  # fmt: skip
 
     history = learner.learn(steps, callback=save)
-    _write_csv(out / "curves.csv", history)
+    _write_rows(out / "curves.csv", history)
     summary = {
         "env": env, "bonus": bonus, "steps": learner.global_step, "seed": seed,
         "cells": history[-1]["cells"], "first_reward_step": learner.first_reward_step,
@@ -226,7 +220,7 @@ def novelty(
         fit_on, steps=steps
     )
     scores, reference = model.bonus(points), model.bonus(kept)
-    _write_csv(out, [{"index": i, "bonus": float(s)} for i, s in enumerate(scores)])
+    _write_rows(out, [{"index": i, "bonus": float(s)} for i, s in enumerate(scores)])
     typer.echo(
         f"{target}: AUROC(test vs held-out train) = {auroc(reference, scores):.4f}; wrote {out}"
     )
@@ -264,12 +258,11 @@ def kernel(
     rows = []
     for scale in scales:
         bonus = make_bonus(kind, (2,), seed=seed, lr=1e-3)
-        bonus.init_normalization(probe.train)
-        rows.append({"scale": scale, "bandwidth": bonus.scale_bandwidth(scale),
-                     **score_bonus(bonus, probe, steps=steps)})  # fmt: skip
+        scores = score_bonus(bonus, probe, bandwidth_scale=scale, steps=steps)
+        rows.append({"scale": scale, "bandwidth": bonus.bandwidth, **scores})
         row = rows[-1]
         typer.echo(f"ℓ = {scale:g} × median: near AUROC {row['near_auroc']:.3f}, far {row['far_auroc']:.3f}, "
                    f"ID error {row['id_error']:.4f}, Spearman(σ²) {row['spearman']:.3f}")  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
-    _write_csv(out / "kernel.csv", rows)
+    _write_rows(out / "kernel.csv", rows)
     typer.echo(f"wrote {out / 'kernel.csv'}")

@@ -19,6 +19,8 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from mixlab.shared.config import is_count, require
+
 OBS_KINDS = ("xy", "onehot")
 MOVES = np.array([[-1, 0], [1, 0], [0, -1], [0, 1]])  # up, down, left, right
 ENV_ID = "mixlab/CoordMaze-v0"
@@ -45,8 +47,7 @@ class MazeLayout:
             raise ValueError(
                 f"rooms must be (rows, cols) of integers >= 1 with at least 2 rooms, got {rooms}"
             )
-        if isinstance(room_size, bool) or not isinstance(room_size, int) or room_size < 2:
-            raise ValueError(f"room_size must be an integer >= 2, got {room_size!r}")
+        require(is_count(room_size, 2), "room_size", "an integer >= 2", room_size)
         step = room_size + 1
         height, width = rows * step + 1, cols * step + 1
         free = np.zeros((height, width), bool)
@@ -157,8 +158,7 @@ class CoordMazeVector(gym.vector.VectorEnv):
         obs: str = "xy",
         max_steps: int | None = None,
     ) -> None:
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
+        require(is_count(num_envs), "num_envs", "an integer >= 1", num_envs)
         self.layout = MazeLayout(rooms, room_size)
         self.kind, self.num_envs = obs, num_envs
         self.single_observation_space = self.layout.observation_space(obs)

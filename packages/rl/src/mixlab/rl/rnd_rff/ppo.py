@@ -28,6 +28,8 @@ from torch import nn
 from torch.distributions import Categorical
 
 from mixlab.rl.rnd_rff.bonus import IntrinsicReward
+from mixlab.rl.rnd_rff.targets import conv_stack, conv_width, is_image, orthogonal_init
+from mixlab.shared.config import is_count, require
 
 __all__ = ["Agent", "PPOConfig", "PPOLearner"]
 
@@ -57,8 +59,7 @@ class PPOConfig:
     def __post_init__(self) -> None:
         for name in ("num_steps", "num_minibatches", "update_epochs", "obs_norm_steps", "hidden"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            require(is_count(value), name, "an integer >= 1", value)
         for name in ("gamma", "int_gamma", "gae_lambda"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and 0 <= value <= 1):
@@ -67,44 +68,32 @@ class PPOConfig:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
 
 
-def _layer(layer: nn.Module, gain: float = math.sqrt(2)) -> nn.Module:
-    nn.init.orthogonal_(layer.weight, gain)
-    nn.init.zeros_(layer.bias)
-    return layer
-
-
 class Agent(nn.Module):
     """Actor and critic: tanh MLPs on flattened vector observations (CleanRL ``ppo.py``) or a
     shared Nature-CNN trunk on (C, H, W) images; the critic has an extrinsic and an intrinsic head."""
 
     def __init__(self, obs_shape: tuple[int, ...], n_actions: int, hidden: int = 64) -> None:
         super().__init__()
-        self.pixels = len(obs_shape) == 3 and min(obs_shape[1:]) >= 36
+        self.pixels = is_image(obs_shape)
         if self.pixels:
-            trunk = nn.Sequential(
-                _layer(nn.Conv2d(obs_shape[0], 32, 8, stride=4)), nn.ReLU(),
-                _layer(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-                _layer(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten(),
-            )  # fmt: skip
-            with torch.no_grad():
-                width = trunk(torch.zeros(1, *obs_shape)).shape[1]
-            self.actor_body = self.critic_body = nn.Sequential(
-                trunk, _layer(nn.Linear(width, 448)), nn.ReLU()
-            )
+            trunk = conv_stack(obs_shape[0], nn.ReLU)
+            width = conv_width(trunk, obs_shape)  # type: ignore[arg-type]
+            body = orthogonal_init(nn.Sequential(trunk, nn.Linear(width, 448), nn.ReLU()))
+            self.actor_body = self.critic_body = body
             features = 448
         else:
             in_dim = math.prod(obs_shape)
 
             def body() -> nn.Sequential:
-                return nn.Sequential(
-                    nn.Flatten(), _layer(nn.Linear(in_dim, hidden)), nn.Tanh(),
-                    _layer(nn.Linear(hidden, hidden)), nn.Tanh(),
-                )  # fmt: skip
+                return orthogonal_init(nn.Sequential(
+                    nn.Flatten(), nn.Linear(in_dim, hidden), nn.Tanh(),
+                    nn.Linear(hidden, hidden), nn.Tanh(),
+                ))  # fmt: skip
 
             self.actor_body, self.critic_body, features = body(), body(), hidden
-        self.actor = _layer(nn.Linear(features, n_actions), 0.01)
-        self.critic_ext = _layer(nn.Linear(features, 1), 1.0)
-        self.critic_int = _layer(nn.Linear(features, 1), 1.0)
+        self.actor = orthogonal_init(nn.Linear(features, n_actions), 0.01)
+        self.critic_ext = orthogonal_init(nn.Linear(features, 1), 1.0)
+        self.critic_int = orthogonal_init(nn.Linear(features, 1), 1.0)
 
     def values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         hidden = self.critic_body(obs)
@@ -231,8 +220,7 @@ class PPOLearner:
     ) -> list[dict[str, Any]]:
         """Train until ``global_step`` reaches ``total_steps`` (whole iterations of
         ``num_steps × num_envs``); ``callback(self)`` runs after every iteration (checkpoints)."""
-        if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
-            raise ValueError(f"total_steps must be an integer >= 1, got {total_steps!r}")
+        require(is_count(total_steps), "total_steps", "an integer >= 1", total_steps)
         config, n = self.config, self.envs.num_envs
         batch = config.num_steps * n
         iterations = max(1, total_steps // batch)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
-from mixlab.rl.rnd_rff.bonus import NoveltyBonus
+from mixlab.rl.rnd_rff.bonus import DRNDBonus, NoveltyBonus
 from mixlab.rl.rnd_rff.kernels import auroc, fpr_at_95, gp_posterior_variance
 
 __all__ = ["ClusterProbe", "cluster_probe", "score_bonus"]
@@ -64,18 +64,24 @@ def score_bonus(
     bonus: NoveltyBonus,
     probe: ClusterProbe,
     *,
+    bandwidth_scale: float | None = None,
     steps: int = 2000,
     batch_size: int = 256,
     gp_points: int | None = None,
     gp_noise: float = 1e-2,
 ) -> dict[str, float | None]:
-    """Fit ``bonus`` on ``probe.train`` and score it: AUROC and FPR@95 of near- and far-OOD
+    """Fit ``bonus`` on ``probe.train`` (an RFF target's ℓ at ``bandwidth_scale`` × the median
+    heuristic when given) and score it: AUROC and FPR@95 of near- and far-OOD
     against held-out in-distribution points; the ID error (mean held-out error over the
-    target's output variance, a 1 − R²; None for DRND); for RFF targets (those with ``.kernel``) the Spearman
+    target's output variance, a 1 − R²; None for DRND); for RFF targets (those with
+    ``.kernel``) the Spearman
     correlation of the bonus with the exact GP posterior variance σ²_ℓ(x | X) on all held-out
     points, X the first ``gp_points`` training points (all by default: the data the predictor
     was fitted on) in normalised units."""
-    bonus.fit(probe.train, steps=steps, batch_size=batch_size)
+    bonus.init_normalization(probe.train)
+    if bandwidth_scale is not None:
+        bonus.scale_bandwidth(bandwidth_scale)
+    bonus.distill(probe.train, steps=steps, batch_size=batch_size)
     inside, near, far = (bonus.bonus(x) for x in (probe.inside, probe.near, probe.far))
     with torch.no_grad():
         outputs = bonus.target(bonus.normalize(probe.inside))
@@ -85,7 +91,9 @@ def score_bonus(
         "near_fpr95": fpr_at_95(inside, near),
         "far_fpr95": fpr_at_95(inside, far),
         # a distillation error only where one target is distilled (DRND's bonus is not one)
-        "id_error": float(inside.mean() / outputs.var(0).mean()) if outputs.ndim == 2 else None,
+        "id_error": None
+        if isinstance(bonus, DRNDBonus)
+        else float(inside.mean() / outputs.var(0).mean()),
         "spearman": None,
     }
     if hasattr(bonus.target, "kernel"):

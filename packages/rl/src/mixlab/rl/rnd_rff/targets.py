@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from mixlab.shared.config import is_count, require
+
 SPECTRA = ("gaussian", "laplace", "multiscale")
 MULTISCALE = (0.25, 0.5, 1.0, 2.0)
 """bandwidth multipliers of the multiscale spectrum; its D features are split evenly among them"""
@@ -42,8 +44,12 @@ __all__ = [
 
 
 def _check_count(value: object, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    require(is_count(value), name, "an integer >= 1", value)
+
+
+def is_image(shape: tuple[int, ...]) -> bool:
+    """(channels, height, width) with sides the conv stack takes (>= 36): pixels, not vectors."""
+    return len(shape) == 3 and min(shape[1:]) >= 36
 
 
 def check_bandwidth(bandwidth: object) -> None:
@@ -88,8 +94,9 @@ def _freeze(module: nn.Module) -> nn.Module:
     return module.eval()
 
 
-def _orthogonal(module: nn.Module, gain: float = math.sqrt(2)) -> nn.Module:
-    """CleanRL's layer init: orthogonal weights, zero bias."""
+def orthogonal_init(module: nn.Module, gain: float = math.sqrt(2)) -> nn.Module:
+    """CleanRL's layer init on every linear and conv layer of ``module``: orthogonal weights
+    with ``gain``, zero bias."""
     for layer in module.modules():
         if isinstance(layer, nn.Linear | nn.Conv2d):
             nn.init.orthogonal_(layer.weight, gain)
@@ -222,7 +229,7 @@ class MLPTarget(nn.Module):
         _check_count(k, "k")
         self.in_dim, self.out_dim = in_dim, k
         with _seeded(seed):
-            self.net = _orthogonal(_mlp(in_dim, (hidden, hidden), k))
+            self.net = orthogonal_init(_mlp(in_dim, (hidden, hidden), k))
         _freeze(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -236,30 +243,32 @@ class MLPPredictor(nn.Module):
 
     def __init__(self, in_dim: int, k: int = 64, hidden: int = 256) -> None:
         super().__init__()
-        self.net = _orthogonal(_mlp(in_dim, (hidden, hidden, hidden), k))
+        self.net = orthogonal_init(_mlp(in_dim, (hidden, hidden, hidden), k))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
 
-def _conv_stack(channels: int) -> nn.Sequential:
-    """CleanRL's RND convolutions (Nature-DQN sizes) with LeakyReLU, flattened."""
+def conv_stack(channels: int, activation: type[nn.Module] = nn.LeakyReLU) -> nn.Sequential:
+    """The Nature-DQN convolutions, flattened: LeakyReLU in CleanRL's RND networks, ReLU in its
+    PPO agent."""
     return nn.Sequential(
-        nn.Conv2d(channels, 32, 8, stride=4), nn.LeakyReLU(),
-        nn.Conv2d(32, 64, 4, stride=2), nn.LeakyReLU(),
-        nn.Conv2d(64, 64, 3, stride=1), nn.LeakyReLU(),
+        nn.Conv2d(channels, 32, 8, stride=4), activation(),
+        nn.Conv2d(32, 64, 4, stride=2), activation(),
+        nn.Conv2d(64, 64, 3, stride=1), activation(),
         nn.Flatten(),
     )  # fmt: skip
 
 
-def _conv_width(stack: nn.Module, shape: tuple[int, int, int]) -> int:
+def conv_width(stack: nn.Module, shape: tuple[int, int, int]) -> int:
+    """The flattened output width of ``stack`` on one input of ``shape``."""
     with torch.no_grad():
         return int(stack(torch.zeros(1, *shape)).shape[1])
 
 
 def _check_image_shape(shape: tuple[int, ...]) -> tuple[int, int, int]:
     shape = tuple(int(s) for s in shape)
-    if len(shape) != 3 or min(shape[1:]) < 36:
+    if not is_image(shape):
         raise ValueError(
             f"obs_shape must be (channels, height, width) with sides >= 36, got {shape}"
         )
@@ -275,9 +284,9 @@ class ConvTarget(nn.Module):
         super().__init__()
         self.obs_shape = _check_image_shape(obs_shape)
         with _seeded(seed):
-            stack = _conv_stack(self.obs_shape[0])
-            width = _conv_width(stack, self.obs_shape)
-            self.net = _orthogonal(nn.Sequential(stack, nn.Linear(width, k)))
+            stack = conv_stack(self.obs_shape[0])
+            width = conv_width(stack, self.obs_shape)
+            self.net = orthogonal_init(nn.Sequential(stack, nn.Linear(width, k)))
         self.in_dim, self.out_dim = math.prod(self.obs_shape), k
         _freeze(self)
 
@@ -291,12 +300,12 @@ class ConvPredictor(nn.Module):
     def __init__(self, obs_shape: tuple[int, int, int], k: int = 512) -> None:
         super().__init__()
         self.obs_shape = _check_image_shape(obs_shape)
-        stack = _conv_stack(self.obs_shape[0])
-        width = _conv_width(stack, self.obs_shape)
+        stack = conv_stack(self.obs_shape[0])
+        width = conv_width(stack, self.obs_shape)
         head = nn.Sequential(
             nn.Linear(width, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, k)
         )
-        self.net = _orthogonal(nn.Sequential(stack, head))
+        self.net = orthogonal_init(nn.Sequential(stack, head))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x.reshape(len(x), *self.obs_shape))
@@ -319,8 +328,8 @@ class ConvRFFTarget(nn.Module):
         super().__init__()
         self.obs_shape = _check_image_shape(obs_shape)
         with _seeded(seed):
-            self.embed = _orthogonal(_conv_stack(self.obs_shape[0]))
-        width = _conv_width(self.embed, self.obs_shape)
+            self.embed = orthogonal_init(conv_stack(self.obs_shape[0]))
+        width = conv_width(self.embed, self.obs_shape)
         self.rff = RFFTarget(width, D, k, bandwidth, spectrum, seed=seed)
         self.in_dim, self.out_dim = math.prod(self.obs_shape), self.rff.out_dim
         _freeze(self)
