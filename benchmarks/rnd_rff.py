@@ -4,12 +4,13 @@ without a bonus (the fastest peer), and bonus throughput of the RFF, MLP and con
     uv run python benchmarks/rnd_rff.py                  # -> benchmarks/results/rnd_rff/
     uv run python benchmarks/rnd_rff.py --steps 8192 --out /tmp/bench
 
-Training: the quick experiment's CoordMaze ((3, 3) rooms of 7 cells, (x, y) observations),
-8 envs, 128 steps per env per iteration, 4 epochs of 4 minibatches, the same 64-64 tanh actor and
+Training: the quick experiment's CoordMaze ((3, 3) rooms of 7 cells, (x, y) observations), 8 envs,
+128 steps per env per iteration, 4 epochs of 4 minibatches, the same 64-64 tanh actor and
 critic networks. SB3 steps 8 ``CoordMaze`` envs in a ``DummyVecEnv`` (its usual setup);
 ``ppo`` is our learner without a bonus, so ``ppo+rff / ppo`` is the bonus's own cost. Each system
-trains ``--steps`` env steps after one warm-up iteration; one system after the other on one
-thread in this run; figures are ratios to SB3's PPO.
+trains ``--steps`` env steps per round after one warm-up iteration, on one thread, every system
+in turn each round (order reversed every other round); the median over ``--rounds`` rounds, as
+ratios to SB3's PPO.
 
 Bonus throughput: observations scored per second (``bonus``) and trained on per second
 (``update``, one epoch of minibatches of 256 at update proportion 1) for 2-D inputs (RFF D = 1024,
@@ -42,8 +43,8 @@ def _maze_options() -> dict:
     return {"rooms": config.rooms, "room_size": config.room_size, "max_steps": config.max_steps}
 
 
-def ours(bonus_kind: str | None, steps: int) -> float:
-    """Env steps per second of our PPO learner (with a bonus, or none)."""
+def ours(bonus_kind: str | None):
+    """A warmed-up trainer of our PPO learner (with a bonus, or none): ``train(steps)``."""
     envs = CoordMazeVector(NUM_ENVS, obs="xy", **_maze_options())
     bonus = (
         None
@@ -51,14 +52,12 @@ def ours(bonus_kind: str | None, steps: int) -> float:
         else make_bonus(bonus_kind, envs.single_observation_space, seed=0)
     )
     learner = PPOLearner(envs, bonus, PPOConfig(num_steps=NUM_STEPS, learning_rate=2.5e-4), seed=0)
-    batch = NUM_ENVS * NUM_STEPS
-    learner.learn(batch)  # warm-up: the normalisation rollout and one iteration
-    started = time.perf_counter()
-    learner.learn(batch + steps)
-    return steps / (time.perf_counter() - started)
+    learner.learn(NUM_ENVS * NUM_STEPS)  # warm-up: the normalisation rollout and one iteration
+    return lambda steps: learner.learn(learner.global_step + steps)
 
 
-def sb3_ppo(steps: int) -> float:
+def sb3_ppo():
+    """A warmed-up trainer of SB3's PPO on the same envs and networks: ``train(steps)``."""
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
 
@@ -66,9 +65,23 @@ def sb3_ppo(steps: int) -> float:
     model = PPO("MlpPolicy", venv, n_steps=NUM_STEPS, batch_size=NUM_ENVS * NUM_STEPS // 4, n_epochs=4,
                 learning_rate=2.5e-4, seed=0, device="cpu")  # fmt: skip
     model.learn(NUM_ENVS * NUM_STEPS)  # warm-up
-    started = time.perf_counter()
-    model.learn(steps, reset_num_timesteps=False)
-    return steps / (time.perf_counter() - started)
+    return lambda steps: model.learn(steps, reset_num_timesteps=False)
+
+
+def training_rates(steps: int, rounds: int) -> dict[str, float]:
+    """Env steps per second of every trainer: ``rounds`` rounds, each training every system for
+    ``steps`` steps in turn (the order reversed every other round), the median over rounds, so
+    that a slow spell of a shared machine falls on every system alike."""
+    trainers = {"sb3-ppo": sb3_ppo(), "ppo": ours(None)}
+    trainers |= {f"ppo+{kind}": ours(kind) for kind in ("rnd", "rff", "rff-multiscale", "drnd")}
+    seconds: dict[str, list[float]] = {name: [] for name in trainers}
+    for round_ in range(rounds):
+        names = list(trainers) if round_ % 2 == 0 else list(reversed(trainers))
+        for name in names:
+            started = time.perf_counter()
+            trainers[name](steps)
+            seconds[name].append(time.perf_counter() - started)
+    return {name: steps / float(np.median(values)) for name, values in seconds.items()}
 
 
 def bonus_throughput(kind: str, shape: tuple[int, ...], batch: int) -> dict[str, float]:
@@ -83,16 +96,15 @@ def bonus_throughput(kind: str, shape: tuple[int, ...], batch: int) -> dict[str,
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=16_384)
+    parser.add_argument("--steps", type=int, default=8192, help="env steps per system per round")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/rnd_rff"))
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)
     started = time.perf_counter()
-    sb3 = sb3_ppo(args.steps)
-    training = {"sb3-ppo": sb3, "ppo": ours(None, args.steps)}
-    for kind in ("rnd", "rff", "rff-multiscale", "drnd"):
-        training[f"ppo+{kind}"] = ours(kind, args.steps)
+    training = training_rates(args.steps, args.rounds)
+    sb3 = training["sb3-ppo"]
     rows: dict[str, dict[str, float | None]] = {}
     for name, rate in training.items():
         rows[f"train/{name}"] = {"env_steps_per_s": rate, "vs_sb3_ppo": rate / sb3,
@@ -130,6 +142,7 @@ def main(argv: list[str] | None = None) -> None:
             "steps": args.steps,
             "num_envs": NUM_ENVS,
             "num_steps": NUM_STEPS,
+            "rounds": args.rounds,
             **_maze_options(),
             "threads": 1,
         },
