@@ -1,0 +1,173 @@
+"""The MixRoute experiment's Config, its test families and its registry entry, importable
+without torch (``mixlab list`` reads :data:`METHOD`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from mixlab.shared.config import ExperimentConfig, is_count, require
+from mixlab.shared.registry import Method
+
+NORM_SYSTEMS = ("instance", "batch", "layer", "mixnorm", "mixnorm-adaptive")
+"""POMO's encoder normalisations compared (:data:`~.norms.NORMS` less ``none``)"""
+EXPERIMENT_PROBLEMS = ("tsp", "cvrp", "vrptw")
+FAMILY_SETS = ("quick", "full")
+
+QUICK_COORDINATES = (
+    "cluster:n_c=3", "mixed:n_c=1", "gaussian_mixture:m=3,c=20", "explosion", "implosion",
+    "rotation", "linear_projection", "grid",
+)  # fmt: skip
+"""the quick profile's coordinate shifts: Bi et al.'s cluster and mixed, a Gaussian mixture and
+five tspgen operators at Omni-VRP's strength"""
+QUICK_CVRP = ("uniform+demand-large", "uniform+demand-distance", "uniform+capacity:c=100")
+"""the quick profile's demand shifts: U[1, 20], distance-correlated demand, capacity 100"""
+QUICK_VRPTW = ("uniform+windows:length=2", "uniform+windows:service=2", "uniform+windows:wide=0.5")
+
+
+def _full_coordinates() -> tuple[str, ...]:
+    """About 40 coordinate families: 8 tspgen operators × 3 strengths, Bi's cluster (n_c 3, 5,
+    7) and mixed (n_c 1, 3), Gaussian mixtures (m 1, 3, 5, 7 × c 1, 10, 30)."""
+    out = [f"{op}:eps={e}" for op in ("explosion", "implosion", "expansion", "compression")
+           for e in (0.2, 0.3, 0.4)]  # fmt: skip
+    out += [f"{op}:pm={p}" for op in ("rotation", "cluster_mutation", "linear_projection")
+            for p in (0.2, 0.4, 0.6)]  # fmt: skip
+    out += [f"grid:box={b}" for b in (0.2, 0.3, 0.4)]
+    out += [f"cluster:n_c={k}" for k in (3, 5, 7)] + [f"mixed:n_c={k}" for k in (1, 3)]
+    out += [f"gaussian_mixture:m={m},c={c}" for m in (1, 3, 5, 7) for c in (1, 10, 30)]
+    return tuple(out)
+
+
+def _full_demands() -> tuple[str, ...]:
+    """About 30 demand and capacity shifts, each on uniform, clustered and exploded points."""
+    shifts = [f"demand-{kind}" for kind in ("small", "large", "lognormal", "bimodal", "distance")]
+    shifts += [f"capacity:c={c}" for c in (20, 50, 100, 200)]
+    out = [f"{coords}+{s}" for s in shifts for coords in ("uniform", "cluster:n_c=3", "explosion")]
+    return tuple([*out, "uniform+demand-large+capacity:c=50", "uniform+demand-small+capacity:c=20"])
+
+
+def _full_windows() -> tuple[str, ...]:
+    """About 20 time-window shifts (spec §3b): window length × 0.5, 2, 5, service × 0.5, 2,
+    horizon 4 and 6 (3 is too short for RouteFinder's windows on the unit square), a quarter or
+    half of the customers with wide windows; on uniform and clustered points."""
+    shifts = [f"windows:length={x}" for x in (0.5, 2, 5)] + [
+        f"windows:service={x}" for x in (0.5, 2)
+    ]
+    shifts += [f"windows:horizon={x}" for x in (4, 6)] + [f"windows:wide={x}" for x in (0.25, 0.5)]
+    out = [f"{coords}+{s}" for s in shifts for coords in ("uniform", "cluster:n_c=3")]
+    return tuple([*out, "uniform+windows:length=2,service=2", "cluster:n_c=5+windows:length=0.5"])
+
+
+def shift_families(problem: str, family_set: str) -> tuple[str, ...]:
+    """The shifted test families of ``problem`` (uniform, the training distribution, is extra)."""
+    if family_set == "quick":
+        extra = {"tsp": (), "cvrp": QUICK_CVRP, "vrptw": QUICK_VRPTW}[problem]
+        return QUICK_COORDINATES + extra
+    extra = {"tsp": (), "cvrp": _full_demands(), "vrptw": _full_windows()}[problem]
+    return _full_coordinates() + extra
+
+
+@dataclass
+class Config(ExperimentConfig):
+    """Defaults are the quick profile (CVRP20, about 20 minutes on 2 CPU cores with the one-time
+    training, a few minutes once the policies are cached); full is the issue's GPU run."""
+
+    n_seeds: int = 2
+    """training seeds per normalisation: seed, seed + 1, ..."""
+    problems: tuple[str, ...] = ("cvrp",)
+    n: int = 20
+    """customers (cities) per training instance"""
+    eval_sizes: tuple[int, ...] = (20,)
+    norms: tuple[str, ...] = ("instance", "batch", "mixnorm")
+    multi_distribution: bool = False
+    """also train POMO-IN on the mixture of the shift families (the stand-in for Omni-VRP/AMDKD)"""
+    family_set: str = "quick"
+    instances: int = 100
+    """test instances per family"""
+    steps: int = 1000
+    batch_size: int = 64
+    lr: float = 3e-4
+    """Adam's step size: the spec pilot's 3e-4 (POMO's 1e-4 belongs to its 8,000-epoch schedule)"""
+    dim: int = 64
+    layers: int = 3
+    heads: int = 4
+    hidden: int = 256
+    reference_seconds: float = 0.2
+    """PyVRP's time limit per instance"""
+    regime_gap: float = 4.0
+    """POMO-IN's largest in-distribution gap (%) for the setup to test the claims"""
+    bootstrap: int = 1000
+    workers: int = 2
+    """processes that run cells side by side (one torch thread each)"""
+
+    PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
+        "quick": {},
+        "full": {
+            "n_seeds": 3,
+            "problems": ("cvrp", "tsp", "vrptw"),
+            "n": 50,
+            "eval_sizes": (50, 100),
+            "norms": NORM_SYSTEMS,
+            "multi_distribution": True,
+            "family_set": "full",
+            "steps": 20_000,
+            "lr": 1e-4,
+            "dim": 128,
+            "layers": 6,
+            "heads": 8,
+            "hidden": 512,
+            "reference_seconds": 2.0,
+            "regime_gap": 2.0,
+        },
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("n_seeds", "instances", "steps", "batch_size", "dim", "layers", "heads",
+                     "hidden", "bootstrap", "workers"):  # fmt: skip
+            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
+        require(is_count(self.n, 2), "n", "an integer >= 2", self.n)
+        ok = isinstance(self.eval_sizes, tuple | list) and len(self.eval_sizes) > 0
+        ok = ok and all(is_count(s, 2) for s in self.eval_sizes) and self.n in self.eval_sizes
+        require(ok, "eval_sizes", f"integers >= 2 including n = {self.n}", self.eval_sizes)
+        for name in ("lr", "reference_seconds", "regime_gap"):
+            value = getattr(self, name)
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            require(ok and 0 < value < float("inf"), name, "a finite number > 0", value)
+        ok = isinstance(self.problems, tuple | list) and len(self.problems) > 0
+        ok = (
+            ok
+            and all(p in EXPERIMENT_PROBLEMS for p in self.problems)
+            and len(set(self.problems)) == len(self.problems)
+        )
+        require(ok, "problems", f"distinct names from {list(EXPERIMENT_PROBLEMS)}", self.problems)
+        ok = isinstance(self.norms, tuple | list) and len(set(self.norms)) == len(self.norms)
+        ok = (
+            ok
+            and all(m in NORM_SYSTEMS for m in self.norms)
+            and {"instance", "mixnorm"} <= set(self.norms)
+        )
+        require(ok, "norms", f"distinct names from {list(NORM_SYSTEMS)} including instance and mixnorm",
+                self.norms)  # fmt: skip
+        require(isinstance(self.multi_distribution, bool), "multi_distribution", "true or false",
+                self.multi_distribution)  # fmt: skip
+        require(
+            self.family_set in FAMILY_SETS,
+            "family_set",
+            f"one of {list(FAMILY_SETS)}",
+            self.family_set,
+        )
+        require(self.dim % self.heads == 0, "dim", f"a multiple of heads = {self.heads}", self.dim)
+
+
+METHOD = Method(
+    name="mixroute",
+    domain="rl",
+    paper="MixRoute: Mix Normalization for neural vehicle routing that generalizes across distributions (reconstructed; paper not found)",
+    claim="Mixing instance, per-node and batch statistics with learned weights in POMO's encoder lets a solver trained on uniform CVRP keep a smaller optimality gap on shifted customer, demand and capacity distributions, without losing in-distribution",
+    config=Config,
+    run="mixlab.rl.mixroute.experiment:run",
+    headline_plot="gaps.png",
+)
+
+__all__ = ["EXPERIMENT_PROBLEMS", "METHOD", "NORM_SYSTEMS", "Config", "shift_families"]

@@ -1,0 +1,402 @@
+"""MixNorm against POMO with instance, batch and layer norm (``mixlab run mixroute``).
+
+Every normalisation is trained on uniform instances only, with the same steps, data stream and
+seeds, then solves the same generated test instances: uniform and each shifted family of
+:func:`~.config.shift_families`. Cells:
+
+- ``policy``: per (problem, norm, seed), train (cached per problem, N, norm, seed, steps and
+  architecture, resumable mid-training) and record each test instance's cost at every evaluation
+  size; MixNorm's weights per layer, and the adaptive gate's mean weights per family;
+- ``reference``: per (problem, size, family), PyVRP's cost of each instance (cached) and, for
+  CVRP, Clarke–Wright savings';
+- ``untrained``: the same architecture (instance norm) before training, on uniform instances.
+
+Gap = 100·(cost − PyVRP)/PyVRP per instance; per family the mean over instances with a bootstrap
+CI (of the seed-averaged gaps) and the sd over seeds of the per-seed means; ``shifted`` averages
+the shifted families, and its win rate is the share of them on which a system's mean gap is
+below instance norm's.
+
+Regime (thresholds fixed before any run): POMO-IN's uniform gap <= ``regime_gap`` (4 % quick,
+2 % full) and <= a fifth of the untrained policy's. Claims: (1) MixNorm's shifted gap is >= 10 %
+(relative) below IN's and below BN's, beyond 2 sd (over seeds, paired: d = 0.9·ref − mix, mean(d)
+− 2·sd(d) > 0); (2) MixNorm beats IN on >= 2/3 of the shifted families; (3) its uniform gap is
+<= IN's + 0.2 points; (4) (with the multi-distribution reference) MixNorm's shifted gap is
+within 10 % (relative) of multi-distribution POMO-IN's.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mixlab.rl.mixroute.config import METHOD, Config, shift_families
+from mixlab.rl.mixroute.instances import RoutingInstances, generate
+from mixlab.rl.mixroute.norms import SOURCES, MixNorm
+from mixlab.rl.mixroute.pomo import POMOModel, RoutingBatch
+from mixlab.rl.mixroute.reference import pyvrp_solve, savings
+from mixlab.rl.mixroute.solver import check_routes, load_model, save_model, solve
+from mixlab.rl.mixroute.training import train_pomo
+from mixlab.shared import Claim, Result, mean_std, run_cells
+from mixlab.shared.files import write_json_atomic
+from mixlab.shared.paths import cache_dir
+
+TEST_SEED = 2026
+"""test instances are drawn from (TEST_SEED, problem, size, family), apart from any training seed"""
+RELATIVE_GAIN = 0.10
+WIN_SHARE = 2 / 3
+UNIFORM_SLACK = 0.2
+MULTI_TIE = 0.10
+UNTRAINED_FACTOR = 5
+MULTI = "instance-multi"
+
+__all__ = ["METHOD", "Config", "claims", "regime", "run", "summarise", "test_instances"]
+
+
+# ------------------------------------------------------------------------------------ cells
+def test_instances(config: Config, problem: str, size: int, family: str) -> RoutingInstances:
+    """The ``config.instances`` test instances of one family, the same for every system."""
+    key = zlib.crc32(f"{problem}|{size}|{family}".encode())
+    return generate(
+        problem, family, config.instances, size, np.random.default_rng([TEST_SEED, key])
+    )
+
+
+def _systems(config: Config) -> list[str]:
+    return [*config.norms, *([MULTI] if config.multi_distribution else [])]
+
+
+def _cells(config: Config) -> list[dict[str, Any]]:
+    seeds = [config.seed + s for s in range(config.n_seeds)]
+    cells: list[dict[str, Any]] = [
+        {"task": "policy", "problem": p, "system": s, "seed": seed}
+        for seed in seeds
+        for p in config.problems
+        for s in _systems(config)
+    ]
+    for p in config.problems:
+        cells.append({"task": "untrained", "problem": p})
+        for size in config.eval_sizes:
+            cells += [
+                {"task": "reference", "problem": p, "n": size, "family": f}
+                for f in ("uniform", *shift_families(p, config.family_set))
+            ]
+    return cells
+
+
+def _build(config: Config, problem: str, norm: str) -> POMOModel:
+    return POMOModel(problem, config.dim, config.layers, config.heads, config.hidden, norm)
+
+
+def _policy_folder(config: Config, problem: str, system: str, seed: int) -> Path:
+    """The cache folder of one trained policy, keyed by everything its training depends on."""
+    recipe = {k: getattr(config, k) for k in ("n", "steps", "batch_size", "lr", "dim", "layers",
+                                               "heads", "hidden", "family_set")}  # fmt: skip
+    if system != MULTI:
+        recipe.pop("family_set")
+    digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:10]
+    name = f"{problem}{config.n}-{system}-seed{seed}-steps{config.steps}-{digest}"
+    return cache_dir("mixroute", "policies") / name
+
+
+def trained_policy(config: Config, problem: str, system: str, seed: int) -> tuple[POMOModel, float]:
+    """The policy of (problem, system, seed), trained on the first call and cached after
+    (``train.ckpt`` lets a killed training resume); also its training seconds."""
+    folder = _policy_folder(config, problem, system, seed)
+    if (folder / "model.safetensors").is_file():
+        return load_model(folder), json.loads((folder / "config.json").read_text())["train_seconds"]
+    norm = "instance" if system == MULTI else system
+    families = (
+        ("uniform", *shift_families(problem, config.family_set))
+        if system == MULTI
+        else ("uniform",)
+    )
+    torch.manual_seed(seed)
+    model = _build(config, problem, norm)
+    started = time.perf_counter()
+    history = train_pomo(
+        model, config.steps, n=config.n, batch_size=config.batch_size, lr=config.lr,
+        families=families, seed=seed, checkpoint=folder / "train.ckpt",
+    )  # fmt: skip
+    seconds = sum(h["seconds"] for h in history) or time.perf_counter() - started
+    save_model(model, folder, train_seconds=seconds, families=list(families), seed=seed)
+    return model.eval(), seconds
+
+
+def _mix_weights(model: POMOModel, instances: RoutingInstances) -> list[list[float]]:
+    """Per MixNorm layer, the mean-weights over (instance, node, batch) statistics, averaged over
+    ``instances`` (per instance for the adaptive gate)."""
+    captured: list[list[float]] = []
+
+    def hook(module: MixNorm, inputs: tuple[torch.Tensor]) -> None:
+        captured.append(
+            module.weights(inputs[0])["mean"].reshape(-1, len(SOURCES)).mean(0).tolist()
+        )
+
+    handles = [m.register_forward_pre_hook(hook) for m in model.modules() if isinstance(m, MixNorm)]
+    with torch.no_grad():
+        model.encode(RoutingBatch.from_instances(instances))
+    for handle in handles:
+        handle.remove()
+    return captured
+
+
+def _policy_cell(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
+    problem = cell["problem"]
+    model, train_seconds = trained_policy(config, problem, cell["system"], cell["seed"])
+    costs, weights = {}, {}
+    for size in config.eval_sizes:
+        for family in ("uniform", *shift_families(problem, config.family_set)):
+            instances = test_instances(config, problem, size, family)
+            solved = solve(model, instances)
+            if not solved.feasible.all():
+                raise RuntimeError(f"{cell}: infeasible routes on {family} at N = {size}")
+            costs[f"{size}|{family}"] = solved.costs.tolist()
+            if cell["system"].startswith("mixnorm") and size == config.n:
+                weights[family] = _mix_weights(model, instances)
+    return {"costs": costs, "weights": weights, "train_seconds": train_seconds}
+
+
+def _reference_cell(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
+    instances = test_instances(config, cell["problem"], cell["n"], cell["family"])
+    reference = pyvrp_solve(
+        instances, seconds=config.reference_seconds, cache_dir=cache_dir("mixroute", "pyvrp")
+    )
+    out: dict[str, Any] = {"pyvrp": reference.tolist(), "savings": None}
+    if cell["problem"] == "cvrp":
+        out["savings"] = [
+            check_routes(instances, i, savings(instances, i))[0] for i in range(len(instances))
+        ]
+    return out
+
+
+def _untrained_cell(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
+    torch.manual_seed(config.seed)
+    model = _build(config, cell["problem"], "instance").eval()
+    return {"costs": {f"{size}|uniform": solve(model, test_instances(config, cell["problem"], size, "uniform")).costs.tolist()
+                      for size in config.eval_sizes}}  # fmt: skip
+
+
+def run_cell(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
+    torch.set_num_threads(1)  # two workers side by side on 2 cores
+    torch.set_flush_denormal(True)
+    started = time.perf_counter()
+    task = {"policy": _policy_cell, "reference": _reference_cell, "untrained": _untrained_cell}
+    outcome = task[cell["task"]](config, cell)
+    return {**cell, **outcome, "seconds": time.perf_counter() - started}
+
+
+def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
+    done = run_cells(
+        out_dir, config, _cells(config), functools.partial(run_cell, config),
+        resume=resume, label="mixroute", workers=config.workers,
+    )  # fmt: skip
+    write_json_atomic(out_dir / "cells.json", done, indent=1)
+    gaps = per_seed_gaps(done, config)
+    metrics = summarise(gaps, config)
+    _plot(metrics, config, out_dir)
+    found = claims(metrics, gaps, config)
+    return Result(metrics=metrics, claims=found, regime=regime(metrics, config, found),
+                  env=_weights_summary(done, config))  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------- summary
+def per_seed_gaps(
+    done: list[dict[str, Any]], config: Config
+) -> dict[tuple[str, str, str], np.ndarray]:
+    """(``problem`` + size, family, system) → gaps in % [seeds, instances] against PyVRP;
+    systems are the trained ones, ``savings`` and ``untrained`` (one row)."""
+    reference, out = {}, {}
+    for cell in done:
+        if cell["task"] == "reference":
+            where = (f"{cell['problem']}{cell['n']}", cell["family"])
+            reference[where] = np.asarray(cell["pyvrp"])
+            if cell["savings"] is not None:
+                out[(*where, "savings")] = [np.asarray(cell["savings"])]
+    for cell in done:
+        if cell["task"] == "reference":
+            continue
+        system = cell.get("system", "untrained")
+        for key, costs in cell["costs"].items():
+            size, family = key.split("|", 1)
+            out.setdefault((f"{cell['problem']}{size}", family, system), []).append(
+                np.asarray(costs)
+            )
+    return {
+        key: 100 * (np.stack(costs) - reference[key[:2]]) / reference[key[:2]]
+        for key, costs in out.items()
+    }
+
+
+ROW_KEYS = ("gap", "gap_std", "ci_low", "ci_high", "win_rate", "seeds")
+
+
+def _bootstrap(values: np.ndarray, resamples: int) -> tuple[float, float]:
+    rng = np.random.default_rng(0)
+    means = values[rng.integers(len(values), size=(resamples, len(values)))].mean(1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def summarise(
+    gaps: dict[tuple[str, str, str], np.ndarray], config: Config
+) -> dict[str, dict[str, Any]]:
+    """Rows ``<problem><N>/<family>/<system>`` (gap mean over seeds and instances, sd over
+    seeds, bootstrap CI over instances) and ``<problem><N>/shifted/<system>`` (the mean over
+    shifted families per seed, and the win rate against instance norm)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for (where, family, system), g in gaps.items():
+        low, high = _bootstrap(g.mean(0), config.bootstrap)
+        mean, std = mean_std(g.mean(1).tolist())
+        rows[f"{where}/{family}/{system}"] = {"gap": mean, "gap_std": std, "ci_low": low, "ci_high": high,
+                                              "win_rate": None, "seeds": len(g)}  # fmt: skip
+    for where in sorted({w for w, _, _ in gaps}):
+        problem = where.rstrip("0123456789")
+        shifted = shift_families(problem, config.family_set)
+        for system in sorted({s for w, _, s in gaps if w == where}):
+            if any((where, f, system) not in gaps for f in shifted):
+                continue
+            per_seed = np.mean([gaps[(where, f, system)].mean(1) for f in shifted], axis=0)
+            mean, std = mean_std(per_seed.tolist())
+            wins = [
+                rows[f"{where}/{f}/{system}"]["gap"] < rows[f"{where}/{f}/instance"]["gap"]
+                for f in shifted
+            ]
+            rows[f"{where}/shifted/{system}"] = {"gap": mean, "gap_std": std, "ci_low": None, "ci_high": None,
+                                                 "win_rate": float(np.mean(wins)), "seeds": len(per_seed)}  # fmt: skip
+    return dict(sorted(rows.items()))
+
+
+def _weights_summary(done: list[dict[str, Any]], config: Config) -> dict[str, Any]:
+    """MixNorm's (instance, node, batch) mean-weights per layer on uniform instances, averaged
+    over seeds, and for the adaptive gate the largest move of any layer's weights (L1) from
+    uniform to each shifted family."""
+    summary: dict[str, Any] = {"mixnorm_sources": list(SOURCES)}
+    for cell in done:
+        if cell["task"] != "policy" or not cell["weights"]:
+            continue
+        key = f"{cell['problem']}{config.n}/{cell['system']}"
+        uniform = np.asarray(cell["weights"]["uniform"])
+        summary.setdefault(f"{key}/weights", []).append(uniform)
+        if cell["system"] == "mixnorm-adaptive":
+            moves = summary.setdefault(f"{key}/gate_move", {})
+            for family, w in cell["weights"].items():
+                moves.setdefault(family, []).append(
+                    float(np.abs(np.asarray(w) - uniform).sum(1).max())
+                )
+    for key, value in summary.items():
+        if key.endswith("/weights"):
+            summary[key] = np.round(np.mean(value, axis=0), 4).tolist()
+        elif key.endswith("/gate_move"):
+            summary[key] = {f: round(float(np.mean(v)), 4) for f, v in value.items()}
+    return summary
+
+
+def _gap(metrics: dict[str, Any], row: str, key: str = "gap") -> float:
+    value = metrics.get(row, {}).get(key)
+    return float("nan") if value is None else float(value)
+
+
+def claims(
+    metrics: dict[str, Any], gaps: dict[tuple[str, str, str], np.ndarray], config: Config
+) -> list[Claim]:
+    """The issue's claims (1)–(4), each over every problem at the training size."""
+    found: list[Claim] = []
+    wheres = [f"{p}{config.n}" for p in config.problems]
+    references = [r for r in ("instance", "batch") if r in config.norms]
+    parts = []
+    for where in wheres:
+        problem = where.rstrip("0123456789")
+        shifted = shift_families(problem, config.family_set)
+        mix = np.mean([gaps[(where, f, "mixnorm")].mean(1) for f in shifted], axis=0)
+        for ref in references:
+            other = np.mean([gaps[(where, f, ref)].mean(1) for f in shifted], axis=0)
+            d = (1 - RELATIVE_GAIN) * other - mix
+            low = float(d.mean() - 2 * d.std(ddof=1)) if len(d) > 1 else float("nan")
+            parts.append(Claim.compare(
+                f"{where} vs {ref}", low, ">", 0.0,
+                value_label=f"{where}: mean − 2 sd over seeds of {1 - RELATIVE_GAIN:g}·{ref} − MixNorm shifted gap",
+            ))  # fmt: skip
+    found.append(Claim.all_of(
+        f"(1) MixNorm's mean gap over the shifted families is >= {RELATIVE_GAIN:.0%} (relative) below "
+        f"{' and '.join(references)} norm's, beyond 2 sd over seeds", parts,
+    ))  # fmt: skip
+    found.append(Claim.all_of(
+        f"(2) MixNorm beats instance norm on >= {WIN_SHARE:.0%} of the shifted families",
+        [Claim.compare(where, _gap(metrics, f"{where}/shifted/mixnorm", "win_rate"), ">=", WIN_SHARE,
+                       value_label=f"{where} win rate") for where in wheres],
+    ))  # fmt: skip
+    found.append(Claim.all_of(
+        f"(3) No in-distribution regression: MixNorm's uniform gap <= instance norm's + {UNIFORM_SLACK} points",
+        [Claim.compare(where, _gap(metrics, f"{where}/uniform/mixnorm"), "<=",
+                       _gap(metrics, f"{where}/uniform/instance") + UNIFORM_SLACK,
+                       value_label=f"{where} MixNorm gap", reference_label=f"IN's + {UNIFORM_SLACK}")
+         for where in wheres],
+    ))  # fmt: skip
+    if config.multi_distribution:
+        parts = []
+        for where in wheres:
+            multi = _gap(metrics, f"{where}/shifted/{MULTI}")
+            distance = abs(_gap(metrics, f"{where}/shifted/mixnorm") - multi) / multi
+            parts.append(Claim.compare(where, distance, "<=", MULTI_TIE,
+                                       value_label=f"{where} |MixNorm − multi| / multi shifted gap"))  # fmt: skip
+        found.append(Claim.all_of(
+            f"(4) Single-distribution MixNorm's shifted gap is within {MULTI_TIE:.0%} (relative) of "
+            "multi-distribution POMO-IN's", parts,
+        ))  # fmt: skip
+    return found
+
+
+def regime(
+    metrics: dict[str, Any], config: Config, found: list[Claim] | None = None
+) -> list[Claim]:
+    """POMO-IN learned the training distribution: per problem at the training size its uniform
+    gap is <= ``regime_gap`` and <= a fifth of the untrained policy's (savings reported beside)."""
+    checks = []
+    for problem in config.problems:
+        where = f"{problem}{config.n}"
+        trained = _gap(metrics, f"{where}/uniform/instance")
+        untrained = _gap(metrics, f"{where}/uniform/untrained")
+        savings_gap = metrics.get(f"{where}/uniform/savings", {}).get("gap")
+        beside = "" if savings_gap is None else f" (Clarke–Wright savings: {savings_gap:.2f} %)"
+        checks.append(Claim.all_of(
+            f"POMO-IN learned uniform {where}: gap <= {config.regime_gap:g} % and <= 1/{UNTRAINED_FACTOR} "
+            f"of the untrained policy's{beside}",
+            [Claim.compare("gap", trained, "<=", config.regime_gap, value_label="IN uniform gap %"),
+             Claim.compare("untrained", trained, "<=", untrained / UNTRAINED_FACTOR,
+                           value_label="IN uniform gap %", reference_label=f"untrained / {UNTRAINED_FACTOR}")],
+        ))  # fmt: skip
+    return checks
+
+
+# ------------------------------------------------------------------------------------- plot
+def _plot(metrics: dict[str, Any], config: Config, out_dir: Path) -> None:
+    from matplotlib.figure import Figure
+
+    from mixlab.shared import save_figure
+
+    panels = [f"{p}{size}" for p in config.problems for size in config.eval_sizes]
+    systems = [*_systems(config), "savings"]
+    figure = Figure(figsize=(12, 3.6 * len(panels)), layout="constrained")
+    axes = np.atleast_1d(figure.subplots(len(panels), 1))
+    for ax, where in zip(axes, panels, strict=True):
+        problem = where.rstrip("0123456789")
+        families = ["uniform", *shift_families(problem, config.family_set), "shifted"]
+        x = np.arange(len(families))
+        for k, system in enumerate(systems):
+            values = [_gap(metrics, f"{where}/{f}/{system}") for f in families]
+            if not np.isfinite(values).any():
+                continue
+            errors = [_gap(metrics, f"{where}/{f}/{system}", "gap_std") for f in families]
+            ax.errorbar(x + 0.1 * (k - len(systems) / 2), values, yerr=np.nan_to_num(errors),
+                        fmt="o", ms=4, capsize=2, label=system)  # fmt: skip
+        ax.set_xticks(x, families, rotation=35, ha="right", fontsize=7)
+        ax.set(ylabel="gap to PyVRP (%)", title=f"{where}: mean ± sd over seeds")
+        ax.legend(fontsize=7, ncol=len(systems))
+    save_figure(figure, out_dir / "gaps.png")

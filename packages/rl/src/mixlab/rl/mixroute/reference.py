@@ -1,0 +1,132 @@
+"""Reference and classical baselines: PyVRP's hybrid genetic search (HGS; the spec's stand-in for
+LKH-3, which is not on PyPI) and Clarke–Wright savings.
+
+PyVRP takes integers: coordinates are scaled by 10⁴ and distances rounded; for VRPTW travel and
+service times are rounded up and windows inward (early up, late down), so a schedule PyVRP keeps
+is kept in real units too. The returned routes are re-costed on the real coordinates by
+:func:`~.solver.check_routes`, so a reference cost carries no rounding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+import numpy as np
+
+from mixlab.rl.mixroute.instances import RoutingInstances
+from mixlab.rl.mixroute.solver import check_routes
+
+SCALE = 10_000
+
+__all__ = ["SCALE", "pyvrp_routes", "pyvrp_solve", "savings"]
+
+
+def pyvrp_routes(
+    instances: RoutingInstances, index: int, *, seconds: float = 1.0, seed: int = 0
+) -> list[list[int]]:
+    """HGS routes of instance ``index`` after ``seconds`` (customers 1..N; TSP: one tour of
+    cities 0..N−1 from city 0)."""
+    from pyvrp import Model
+    from pyvrp.stop import MaxRuntime
+
+    tsp = instances.problem == "tsp"
+    locs = instances.locs[index]
+    points = locs if tsp else np.concatenate([instances.depot[index][None], locs])
+    points = points * SCALE
+    windows = instances.windows
+    model = Model()
+    locations = [model.add_location(x=round(float(x)), y=round(float(y))) for x, y in points]
+    horizon = math.floor(windows[index, 0, 1] * SCALE) if windows is not None else None
+    depot = model.add_depot(locations[0], **({"tw_late": horizon} if horizon else {}))
+    for k, location in enumerate(locations[1:], start=1):
+        options = {} if tsp else {"delivery": int(instances.demand[index, k - 1])}
+        if windows is not None:
+            options |= {
+                "tw_early": math.ceil(windows[index, k, 0] * SCALE),
+                "tw_late": math.floor(windows[index, k, 1] * SCALE),
+                "service_duration": math.ceil(instances.service[index, k] * SCALE),
+            }
+        model.add_client(location, **options)
+    vehicles = {"num_available": 1} if tsp else {
+        "num_available": instances.n, "capacity": int(instances.capacity[index])
+    }  # fmt: skip
+    if horizon:
+        vehicles["tw_late"] = horizon
+    model.add_vehicle_type(**vehicles, start_depot=depot, end_depot=depot)
+    for i, a in enumerate(locations):
+        for j, c in enumerate(locations):
+            if i != j:
+                length = float(np.linalg.norm(points[i] - points[j]))
+                model.add_edge(a, c, distance=round(length), duration=math.ceil(length))
+    result = model.solve(MaxRuntime(seconds), seed=seed, display=False)
+    if not result.is_feasible():
+        raise ValueError(f"HGS found no feasible solution for instance {index} in {seconds} s")
+    routes = [[int(a.idx) + 1 for a in route if a.is_client()] for route in result.best.routes()]
+    return [[0, *routes[0]]] if tsp else routes
+
+
+def pyvrp_solve(
+    instances: RoutingInstances,
+    *,
+    seconds: float = 1.0,
+    seed: int = 0,
+    cache_dir: str | Path | None = None,
+) -> np.ndarray:
+    """The HGS cost of each instance (``seconds`` each), cached in ``cache_dir`` by a hash of
+    the instances, the time limit and the seed."""
+    path = None
+    if cache_dir is not None:
+        digest = hashlib.sha256(f"{seconds}|{seed}".encode())
+        for array in (instances.locs, instances.depot, instances.demand, instances.capacity,
+                      instances.windows, instances.service):  # fmt: skip
+            digest.update(b"-" if array is None else np.ascontiguousarray(array).tobytes())
+        path = Path(cache_dir) / f"pyvrp-{digest.hexdigest()[:24]}.npy"
+        if path.exists():
+            return np.load(path)
+    costs = []
+    for i in range(len(instances)):
+        cost, feasible = check_routes(
+            instances, i, pyvrp_routes(instances, i, seconds=seconds, seed=seed)
+        )
+        if not feasible:
+            raise RuntimeError(f"HGS routes of instance {i} fail the feasibility check")
+        costs.append(cost)
+    costs = np.asarray(costs)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path, costs)
+    return costs
+
+
+def savings(instances: RoutingInstances, index: int) -> list[list[int]]:
+    """Clarke–Wright parallel savings for CVRP instance ``index``: start from one route per
+    customer, merge route ends i, j in decreasing order of s_ij = d₀ᵢ + d₀ⱼ − dᵢⱼ while the
+    merged load fits the capacity."""
+    if instances.problem != "cvrp":
+        raise ValueError(f"savings solves CVRP instances, got {instances.problem}")
+    points = np.concatenate([instances.depot[index][None], instances.locs[index]])
+    distance = np.linalg.norm(points[:, None] - points[None], axis=-1)
+    n, demand = instances.n, instances.demand[index]
+    route_of = {i: [i] for i in range(1, n + 1)}  # customer -> its route (shared lists)
+    load = {id(r): int(demand[r[0] - 1]) for r in route_of.values()}
+    pairs = [(distance[0, i] + distance[0, j] - distance[i, j], i, j)
+             for i in range(1, n + 1) for j in range(i + 1, n + 1)]  # fmt: skip
+    for saving, i, j in sorted(pairs, reverse=True):
+        a, b = route_of[i], route_of[j]
+        if saving <= 0 or a is b or load[id(a)] + load[id(b)] > instances.capacity[index]:
+            continue
+        if a[-1] != i and a[0] == i:
+            a.reverse()  # i must end a, j must start b
+        if b[0] != j and b[-1] == j:
+            b.reverse()
+        if a[-1] != i or b[0] != j:
+            continue  # an interior customer cannot be joined
+        merged_load = load.pop(id(a)) + load.pop(id(b))
+        a.extend(b)
+        load[id(a)] = merged_load
+        for customer in b:
+            route_of[customer] = a
+    unique = {id(r): r for r in route_of.values()}
+    return list(unique.values())
