@@ -1,5 +1,5 @@
 """MixNorm reduces to each of its sources, keeps running batch statistics, and the adaptive gate
-starts as the static mix (issue 27, work in progress)."""
+starts as the static mix."""
 
 import pytest
 import torch
@@ -61,3 +61,17 @@ def test_every_norm_keeps_the_shape_and_refuses_a_wrong_width(kind):
     if kind != "none":
         with pytest.raises(ValueError, match=r"embeddings must have shape \[batch, nodes, 8\]"):
             norm(torch.randn(2, 5, 6))
+
+
+def test_one_hot_instance_weights_equal_torch_instance_norm_with_its_affine():
+    h = torch.randn(3, 9, 8) * 2 - 1
+    norm, reference = MixNorm(8), torch.nn.InstanceNorm1d(8, affine=True)
+    _one_hot(norm, 0)
+    with torch.no_grad():
+        for ours, theirs in ((norm.weight, reference.weight), (norm.bias, reference.bias)):
+            theirs.copy_(torch.randn(8))
+            ours.copy_(theirs)
+    expected = reference(h.transpose(1, 2)).transpose(1, 2)
+    torch.testing.assert_close(norm(h), expected, atol=1e-5, rtol=1e-5)
+    norm.eval()  # instance statistics do not depend on the mode
+    torch.testing.assert_close(norm(h), expected, atol=1e-5, rtol=1e-5)

@@ -1,8 +1,8 @@
 """Solving a user's instances with a trained POMO model, checking routes, and VRPLIB files.
 
 :func:`solve` takes :class:`~.instances.RoutingInstances` (arrays of any N), a mapping of their
-fields, or VRPLIB files (``.vrp`` / ``.tsp``, read with ``vrplib``, which ships with PyVRP). The
-instances are scaled into the unit square the model was trained on (one shift and one factor for
+fields, or VRPLIB files (``.vrp`` / ``.tsp``, read with ``vrplib``, which ships with PyVRP). Instances
+outside the unit square the model was trained on are shifted and scaled into it (one factor for
 both axes, times scaled alike); every route is then checked and costed on the original
 coordinates by :func:`check_routes`, which shares no code with the rollout.
 """
@@ -31,6 +31,8 @@ __all__ = [
     "read_vrplib",
     "save_model",
     "solve",
+    "split_routes",
+    "vrplib_paths",
     "write_vrplib",
 ]
 
@@ -114,13 +116,15 @@ def check_routes(
 
 
 def normalise(instances: RoutingInstances) -> RoutingInstances:
-    """``instances`` shifted and scaled, one factor per instance for both axes (and times),
-    into the unit square; the routes do not change, only their units."""
+    """``instances`` in the unit square the model was trained on: an instance with a point
+    outside [0, 1]² is shifted and scaled, one factor for both axes (and its times), so that
+    it spans [0, 1]; one inside is kept as it is. Routes do not change, only their units."""
     points = instances.locs if instances.depot is None else np.concatenate(
         [instances.depot[:, None], instances.locs], 1
     )  # fmt: skip
-    low = points.min(1, keepdims=True)
-    scale = np.maximum((points - low).max((1, 2)), 1e-12)[:, None, None]
+    inside = ((points >= 0) & (points <= 1)).all((1, 2))[:, None, None]
+    low = np.where(inside, 0.0, points.min(1, keepdims=True))
+    scale = np.where(inside, 1.0, np.maximum((points - low).max((1, 2), keepdims=True), 1e-12))
     locs = (instances.locs - low) / scale
     if instances.depot is None:
         return RoutingInstances(locs)
@@ -143,7 +147,7 @@ def solve(
     if isinstance(instances, Mapping):
         instances = RoutingInstances(**instances)
     if not isinstance(instances, RoutingInstances):
-        paths = _vrplib_paths(instances)
+        paths = vrplib_paths(instances)
         parts = [solve(model, read_vrplib(p), augment=augment) for p in paths]
         return Solutions(
             [r for part in parts for r in part.routes],
@@ -200,7 +204,8 @@ def load_model(folder: PathLike, device: str | torch.device = "cpu") -> POMOMode
 
 
 # ---------------------------------------------------------------------------- VRPLIB files
-def _vrplib_paths(source: PathLike | Sequence[PathLike]) -> list[Path]:
+def vrplib_paths(source: PathLike | Sequence[PathLike]) -> list[Path]:
+    """The .vrp and .tsp files of ``source``: a file, a folder of them, or a list of either."""
     items = [source] if isinstance(source, str | os.PathLike) else list(source)
     paths: list[Path] = []
     for item in map(Path, items):

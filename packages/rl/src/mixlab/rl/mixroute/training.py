@@ -34,7 +34,8 @@ def train_pomo(
     instances of ``model.problem``, each batch from one of ``families`` in turn (one family:
     single-distribution training; several: the multi-distribution reference). POMO's loss is
     mean((L − mean_starts L) · log p). With ``checkpoint`` the model, optimiser and random
-    states are saved every ``checkpoint_every`` steps and a killed run resumes from there.
+    states are saved every ``checkpoint_every`` steps (``checkpoint`` with the suffixes .json and
+    .safetensors) and a killed run resumes from there.
     Returns the per-step mean tour length and seconds (of this call's steps)."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
@@ -44,7 +45,7 @@ def train_pomo(
     rng = np.random.default_rng(seed)
     generator = torch.Generator().manual_seed(seed)
     done = 0
-    if checkpoint is not None and Path(checkpoint).exists():
+    if checkpoint is not None and Path(checkpoint).with_suffix(".json").exists():
         state = load_state(checkpoint)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
