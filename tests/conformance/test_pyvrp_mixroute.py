@@ -87,7 +87,9 @@ def test_a_cvrplib_file_as_users_have_it_is_solved(tmp_path):
     solved = solve(POMOModel("cvrp", dim=16, layers=1, heads=2, hidden=32), path)
     assert solved.names == ["X-n16-k4"]
     assert solved.feasible.all()
-    assert Solution(pyvrp_read(path, round_func="none"), _pyvrp_clients(solved.routes[0])).is_feasible()
+    assert Solution(
+        pyvrp_read(path, round_func="none"), _pyvrp_clients(solved.routes[0])
+    ).is_feasible()
 
 
 @pytest.mark.parametrize("adaptive", [False, True])
