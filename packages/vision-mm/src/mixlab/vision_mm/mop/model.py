@@ -1,0 +1,85 @@
+"""An MLLM with a privileged modality: shared encoder → probes → projector → any transformers
+causal LM through ``inputs_embeds`` (the LLaVA recipe with MoP or a baseline as the connector).
+
+Each modality runs alone: :meth:`PrivilegedMLLM.forward` takes one modality's images, so a model
+trained on RGB and depth is served on RGB only (or depth only) with no change. The visual prefix
+comes first and is never a label.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from mixlab.vision_mm.mop.encoder import SharedEncoder
+from mixlab.vision_mm.mop.probes import ProbeOutput
+
+__all__ = ["MLLMOutput", "PrivilegedMLLM"]
+
+IGNORE = -100
+
+
+@dataclass
+class MLLMOutput:
+    loss: torch.Tensor | None
+    logits: torch.Tensor
+    probes: ProbeOutput
+
+
+class PrivilegedMLLM(nn.Module):
+    """``encoder`` (frozen unless ``train_encoder``: OneLLM freezes it; the tokenizers always
+    train), ``connector`` (:class:`~.probes.MixtureOfProbes` or a baseline) and ``lm`` (a
+    transformers causal LM), joined by LLaVA's two-layer MLP projector."""
+
+    def __init__(
+        self,
+        encoder: SharedEncoder,
+        connector: nn.Module,
+        lm: nn.Module,
+        *,
+        train_encoder: bool = False,
+    ):
+        super().__init__()
+        self.encoder, self.connector, self.lm = encoder, connector, lm
+        width = lm.get_input_embeddings().embedding_dim
+        self.projector = nn.Sequential(
+            nn.Linear(encoder.dim, width), nn.GELU(), nn.Linear(width, width)
+        )
+        for parameter in encoder.trunk.parameters():
+            parameter.requires_grad_(train_encoder)
+
+    @property
+    def modalities(self) -> list[str]:
+        return list(self.encoder.tokenizers)
+
+    def visual_prefix(
+        self, modality: str, images: torch.Tensor
+    ) -> tuple[torch.Tensor, ProbeOutput]:
+        """The projected prefix [B, T, H] of ``images`` of one ``modality`` and the probes' output."""
+        probes = self.connector(self.encoder.hidden_states(modality, images))
+        return self.projector(probes.prefix), probes
+
+    def forward(
+        self, modality: str, images: torch.Tensor, input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+    ) -> MLLMOutput:  # fmt: skip
+        """The LM on [visual prefix; tokens] of one modality; ``labels`` as in transformers
+        (``-100`` ignored; the prefix is never a label)."""
+        if len(images) != len(input_ids):
+            raise ValueError(
+                f"images ({len(images)}) and input_ids ({len(input_ids)}) must have one row per sample"
+            )
+        prefix, probes = self.visual_prefix(modality, images)
+        tokens = self.lm.get_input_embeddings()(input_ids)
+        embeds = torch.cat([prefix.to(tokens.dtype), tokens], 1)
+        ones = torch.ones(prefix.shape[:2], dtype=torch.long, device=tokens.device)
+        mask = torch.cat(
+            [ones, torch.ones_like(input_ids) if attention_mask is None else attention_mask], 1
+        )
+        full_labels = None
+        if labels is not None:
+            full_labels = torch.cat([torch.full_like(ones, IGNORE), labels], 1)
+        out = self.lm(inputs_embeds=embeds, attention_mask=mask, labels=full_labels)
+        return MLLMOutput(out.loss, out.logits[:, prefix.shape[1] :], probes)

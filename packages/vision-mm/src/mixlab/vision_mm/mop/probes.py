@@ -1,0 +1,179 @@
+"""Mixture of Probes (reconstruction, spec §4a) and the resampler baselines.
+
+A probe is T learnable queries cross-attending (``nn.MultiheadAttention(batch_first=True)``, a
+Q-Former/Perceiver-resampler block) to one hidden layer of a shared encoder, or to a soft mix of
+its layers. K probes read K layers; a router on the pooled last layer weighs them:
+
+    z_k = CrossAttn(Q_k, H_{l_k}),   w = softmax(MLP(mean_n H_L)),   prefix = Σ_k w_k · z_k
+
+:class:`Resampler` is the single-probe baseline on the last layer (current MLLMs' final-layer
+alignment); :class:`RoutedResamplers` is OneLLM's universal projection: E resampler experts on
+the last layer mixed by sigmoid router weights normalised to sum to 1.
+
+Hidden states come as HF's ``output_hidden_states`` tuple (the embeddings first, then every
+layer), so layer indices follow HF: 0 is the embedding output, -1 the last layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+__all__ = ["MixtureOfProbes", "ProbeOutput", "Resampler", "RoutedResamplers"]
+
+
+@dataclass
+class ProbeOutput:
+    """``prefix`` [B, T, D] for the projector, every probe's output ``probes`` [B, K, T, D] and the
+    router ``weights`` [B, K]."""
+
+    prefix: torch.Tensor
+    probes: torch.Tensor
+    weights: torch.Tensor
+
+
+def _check_count(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+class CrossAttentionBlock(nn.Module):
+    """Queries [B, T, D] attend to a [B, N, D] sequence (pre-norm), then a residual feed-forward."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.attention = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.feed_forward = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, 2 * dim), nn.GELU(),
+                                          nn.Linear(2 * dim, dim))  # fmt: skip
+
+    def forward(self, queries: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+        keys = self.norm(states)
+        z = queries + self.attention(queries, keys, keys, need_weights=False)[0]
+        return z + self.feed_forward(z)
+
+
+class CrossAttentionProbe(nn.Module):
+    """T learnable queries read a [B, N, D] sequence through ``depth`` cross-attention blocks."""
+
+    def __init__(self, dim: int, queries: int, heads: int, depth: int = 1) -> None:
+        super().__init__()
+        self.queries = nn.Parameter(torch.randn(queries, dim) * dim**-0.5)
+        self.blocks = nn.ModuleList(CrossAttentionBlock(dim, heads) for _ in range(depth))
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
+        z = self.queries.expand(len(states), -1, -1)
+        for block in self.blocks:
+            z = block(z, states)
+        return z
+
+
+def _stack(hidden_states: Sequence[torch.Tensor] | torch.Tensor) -> torch.Tensor:
+    """[L + 1, B, N, D] from HF's tuple (or an already stacked tensor)."""
+    if isinstance(hidden_states, torch.Tensor):
+        if hidden_states.dim() != 4:
+            raise ValueError(
+                f"hidden_states must be [layers, batch, tokens, dim], got {list(hidden_states.shape)}"
+            )
+        return hidden_states
+    return torch.stack(tuple(hidden_states))
+
+
+class MixtureOfProbes(nn.Module):
+    """K probes of T queries over an encoder with ``num_layers`` hidden states (embeddings + blocks).
+
+    ``layers``: one HF-style index per probe (negative from the end), or ``"soft"`` for a learned
+    softmax mix over every layer per probe. Default: K layers spread evenly over the second half.
+    """
+
+    def __init__(
+        self, dim: int, num_layers: int, *, num_probes: int = 4, queries: int = 8, heads: int = 4,
+        layers: Sequence[int] | str | None = None, router_hidden: int = 64,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        for name, value in (("dim", dim), ("num_layers", num_layers), ("num_probes", num_probes),
+                            ("queries", queries), ("heads", heads)):  # fmt: skip
+            _check_count(value, name)
+        if dim % heads:
+            raise ValueError(f"dim must be a multiple of heads = {heads}, got {dim}")
+        self.num_layers, self.num_probes = num_layers, num_probes
+        self.soft = layers == "soft"
+        if isinstance(layers, str) and not self.soft:
+            raise ValueError(f"layers must be indices or 'soft', got {layers!r}")
+        if layers is None:
+            start = num_layers // 2
+            layers = [
+                round(start + (num_layers - 1 - start) * (k + 1) / num_probes)
+                for k in range(num_probes)
+            ]
+        if self.soft:
+            self.layer_logits = nn.Parameter(torch.zeros(num_probes, num_layers))
+            self.layers: tuple[int, ...] = ()
+        else:
+            layers = list(layers)
+            if len(layers) != num_probes:
+                raise ValueError(
+                    f"layers must name one layer per probe ({num_probes}), got {layers}"
+                )
+            bad = [l for l in layers if not -num_layers <= l < num_layers]  # noqa: E741
+            if bad:
+                raise ValueError(f"layers must be in [{-num_layers}, {num_layers - 1}] (the encoder's "
+                                 f"{num_layers} hidden states), got {bad}")  # fmt: skip
+            self.layers = tuple(l % num_layers for l in layers)  # noqa: E741
+        self.probes = nn.ModuleList(
+            CrossAttentionProbe(dim, queries, heads) for _ in range(num_probes)
+        )
+        self.router = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, router_hidden), nn.GELU(),
+                                    nn.Linear(router_hidden, num_probes))  # fmt: skip
+
+    def forward(self, hidden_states: Sequence[torch.Tensor] | torch.Tensor) -> ProbeOutput:
+        states = _stack(hidden_states)
+        if len(states) != self.num_layers:
+            raise ValueError(f"expected {self.num_layers} hidden states, got {len(states)}")
+        if self.soft:
+            mix = self.layer_logits.softmax(-1)  # [K, L]
+            inputs = torch.einsum("kl,lbnd->kbnd", mix, states)
+        else:
+            inputs = states[list(self.layers)]
+        probes = torch.stack([probe(x) for probe, x in zip(self.probes, inputs, strict=True)], 1)
+        weights = self.router(states[-1].mean(1)).softmax(-1)  # [B, K]
+        prefix = torch.einsum("bk,bktd->btd", weights, probes)
+        return ProbeOutput(prefix, probes, weights)
+
+
+class Resampler(nn.Module):
+    """One probe on the last layer: the K = 1 baseline (final-layer alignment)."""
+
+    def __init__(self, dim: int, *, queries: int = 8, heads: int = 4) -> None:
+        super().__init__()
+        self.probe = CrossAttentionProbe(dim, queries, heads)
+
+    def forward(self, hidden_states: Sequence[torch.Tensor] | torch.Tensor) -> ProbeOutput:
+        z = self.probe(_stack(hidden_states)[-1])
+        return ProbeOutput(z, z[:, None], torch.ones(len(z), 1, device=z.device))
+
+
+class RoutedResamplers(nn.Module):
+    """OneLLM's universal projection at our size: ``experts`` resamplers on the last layer, each
+    ``depth`` probe blocks deep, mixed by sigmoid router weights normalised to sum to 1."""
+
+    def __init__(self, dim: int, *, experts: int = 3, queries: int = 8, heads: int = 4, depth: int = 2,
+                 router_hidden: int = 64) -> None:  # fmt: skip
+        super().__init__()
+        _check_count(experts, "experts")
+        _check_count(depth, "depth")
+        self.experts = nn.ModuleList(
+            CrossAttentionProbe(dim, queries, heads, depth) for _ in range(experts)
+        )
+        self.router = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, router_hidden), nn.GELU(),
+                                    nn.Linear(router_hidden, experts))  # fmt: skip
+
+    def forward(self, hidden_states: Sequence[torch.Tensor] | torch.Tensor) -> ProbeOutput:
+        last = _stack(hidden_states)[-1]
+        probes = torch.stack([expert(last) for expert in self.experts], 1)
+        gates = torch.sigmoid(self.router(last.mean(1)))
+        weights = gates / gates.sum(-1, keepdim=True)
+        return ProbeOutput(torch.einsum("bk,bktd->btd", weights, probes), probes, weights)

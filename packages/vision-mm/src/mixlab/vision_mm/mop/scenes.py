@@ -1,0 +1,157 @@
+"""Paired two-modality scenes for privileged-modality training (spec §4e).
+
+One latent scene of 2–4 shapes (circle, square, triangle) in colours, each at a depth in [0, 1]
+(0 nearest), renders two modalities:
+
+- ``rgb`` [3, S, S]: colour on a grey background, painted far to near (nearer shapes occlude),
+  each shape's size shrinking with depth, so depth is visible only through occlusion and a noisy
+  size cue (every shape also has its own base size);
+- ``depth`` [1, S, S]: a distance rendering (brighter is nearer, background 0), with shape and
+  depth order plain to see and no colour.
+
+Questions, each about the leftmost and rightmost shapes (by centre x): ``colour`` (RGB only),
+``shape`` and ``count`` (both), ``depth`` order ("which is nearer, the leftmost or the rightmost
+shape?"; plain in depth, a weak cue in RGB). Every scene and question is drawn from a seeded
+``numpy.random.Generator``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+SHAPES = ("circle", "square", "triangle")
+COLOURS = {"red": (0.9, 0.15, 0.1), "green": (0.1, 0.75, 0.2), "blue": (0.15, 0.3, 0.95),
+           "yellow": (0.95, 0.85, 0.1)}  # fmt: skip
+QUESTION_TYPES = ("colour", "shape", "count", "depth")
+MODALITY_CHANNELS = {"rgb": 3, "depth": 1}
+ANSWERABLE = {"rgb": ("colour", "shape", "count", "depth"), "depth": ("shape", "count", "depth")}
+"""question types a modality carries (RGB's depth order only through weak cues)"""
+
+__all__ = [
+    "ANSWERABLE",
+    "COLOURS",
+    "MODALITY_CHANNELS",
+    "QUESTION_TYPES",
+    "SHAPES",
+    "Scene",
+    "Scenes",
+    "make_scenes",
+    "question_answer",
+    "render",
+]
+
+
+@dataclass
+class Scene:
+    """Shapes as parallel lists: kind, colour name, centre (x, y) in [0, 1]², base radius, depth."""
+
+    kinds: list[str]
+    colours: list[str]
+    centres: np.ndarray
+    radii: np.ndarray
+    depths: np.ndarray
+
+    @property
+    def leftmost(self) -> int:
+        return int(np.argmin(self.centres[:, 0]))
+
+    @property
+    def rightmost(self) -> int:
+        return int(np.argmax(self.centres[:, 0]))
+
+
+def _draw_scene(rng: np.random.Generator) -> Scene:
+    count = int(rng.integers(2, 5))
+    while True:  # centres apart enough in x that "leftmost" and "rightmost" are clear
+        centres = rng.uniform(0.2, 0.8, (count, 2))
+        xs = np.sort(centres[:, 0])
+        if (np.diff(xs) > 0.08).all():
+            break
+    return Scene(
+        kinds=[SHAPES[i] for i in rng.integers(len(SHAPES), size=count)],
+        colours=[list(COLOURS)[i] for i in rng.integers(len(COLOURS), size=count)],
+        centres=centres,
+        radii=rng.uniform(0.10, 0.16, count),
+        depths=rng.permutation(
+            np.linspace(0.0, 1.0, count) * rng.uniform(0.8, 1.0) + rng.uniform(0, 0.1)
+        ),
+    )
+
+
+def _mask(kind: str, centre: np.ndarray, radius: float, grid: np.ndarray) -> np.ndarray:
+    dx, dy = grid[0] - centre[0], grid[1] - centre[1]
+    if kind == "circle":
+        return dx**2 + dy**2 <= radius**2
+    if kind == "square":
+        return (np.abs(dx) <= radius * 0.85) & (np.abs(dy) <= radius * 0.85)
+    # an upward triangle inside the circle of the radius
+    return (dy >= -radius * 0.7) & (dy <= radius * 0.9) & (np.abs(dx) <= (radius * 0.9 - dy) * 0.6)
+
+
+def render(scene: Scene, size: int = 32) -> dict[str, np.ndarray]:
+    """``{"rgb": [3, size, size], "depth": [1, size, size]}`` float32 in [0, 1]."""
+    axis = (np.arange(size) + 0.5) / size
+    grid = np.stack(np.meshgrid(axis, axis, indexing="xy"))  # [2, H, W]: x, y
+    rgb = np.full((3, size, size), 0.5, dtype=np.float32)
+    depth = np.zeros((1, size, size), dtype=np.float32)
+    for i in np.argsort(-scene.depths):  # far to near: nearer shapes paint over
+        scale = 1.25 - 0.5 * scene.depths[i]  # nearer looks bigger: the RGB depth cue
+        mask = _mask(scene.kinds[i], scene.centres[i], scene.radii[i] * scale, grid)
+        rgb[:, mask] = np.asarray(COLOURS[scene.colours[i]], dtype=np.float32)[:, None]
+        depth[0, mask] = 1.0 - 0.8 * scene.depths[i]
+    return {"rgb": rgb, "depth": depth}
+
+
+def question_answer(scene: Scene, kind: str) -> tuple[str, str]:
+    """The question of type ``kind`` about ``scene`` and its one-word answer."""
+    left, right = scene.leftmost, scene.rightmost
+    if kind == "colour":
+        return "what colour is the leftmost shape?", scene.colours[left]
+    if kind == "shape":
+        return "what shape is the rightmost shape?", scene.kinds[right]
+    if kind == "count":
+        return "how many shapes are there?", str(len(scene.kinds))
+    if kind == "depth":
+        nearer = "leftmost" if scene.depths[left] < scene.depths[right] else "rightmost"
+        return "which is nearer, the leftmost or the rightmost shape?", nearer
+    raise ValueError(f"question type must be one of {list(QUESTION_TYPES)}, got {kind!r}")
+
+
+@dataclass
+class Scenes:
+    """A rendered split: ``images[modality]`` [M, C, S, S] float32, one question per sample."""
+
+    images: dict[str, np.ndarray]
+    questions: list[str]
+    answers: list[str]
+    types: list[str]
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+
+def make_scenes(
+    count: int, seed: int, *, size: int = 32, types: tuple[str, ...] = QUESTION_TYPES
+) -> Scenes:
+    """``count`` scenes, each rendered in both modalities with one question of a type drawn in
+    turn from ``types``."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count must be an integer >= 1, got {count!r}")
+    unknown = [t for t in types if t not in QUESTION_TYPES]
+    if unknown or not types:
+        raise ValueError(f"types must be names from {list(QUESTION_TYPES)}, got {list(types)}")
+    rng = np.random.default_rng(seed)
+    images: dict[str, list[np.ndarray]] = {m: [] for m in MODALITY_CHANNELS}
+    questions, answers, kinds = [], [], []
+    for i in range(count):
+        scene = _draw_scene(rng)
+        for modality, image in render(scene, size).items():
+            images[modality].append(image)
+        kind = types[i % len(types)]
+        question, answer = question_answer(scene, kind)
+        questions.append(question)
+        answers.append(answer)
+        kinds.append(kind)
+    return Scenes({m: np.stack(v) for m, v in images.items()}, questions, answers, kinds)

@@ -1,0 +1,112 @@
+"""The shared encoder (issue 28, in progress): per-modality tokenizers in front of a toy ViT or a
+tiny transformers CLIPVisionModel, HF's hidden-state layout, one tokenizer per forward, clear
+errors for inputs that do not fit."""
+
+import pytest
+import torch
+
+from mixlab.vision_mm.mop.encoder import SharedEncoder, toy_trunk
+from mixlab.vision_mm.mop.probes import MixtureOfProbes
+
+MODALITIES = {"rgb": (3, 32, 8), "depth": (1, 32, 8)}
+
+
+def _tiny_clip():
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+
+    config = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                              num_attention_heads=4, image_size=32, patch_size=8)  # fmt: skip
+    return CLIPVisionModel(config)
+
+
+@pytest.mark.parametrize("trunk", ["toy", "clip"])
+def test_hidden_states_follow_hf_layout_and_feed_the_probes(trunk):
+    torch.manual_seed(0)
+    model = toy_trunk(32, depth=3) if trunk == "toy" else _tiny_clip().eval()
+    encoder = SharedEncoder(model, MODALITIES)
+    states = encoder.hidden_states("depth", torch.rand(2, 1, 32, 32))
+    assert len(states) == encoder.num_hidden_states == 4
+    assert states[-1].shape == (2, 17, 32)  # class token + 16 patches
+    out = MixtureOfProbes(32, encoder.num_hidden_states, num_probes=2, queries=3)(states)
+    assert out.prefix.shape == (2, 3, 32)
+
+
+def test_clip_trunk_matches_clip_on_its_own_patch_embedding():
+    """With CLIP's own embeddings as the tokenizer, the states equal CLIP's output_hidden_states."""
+    torch.manual_seed(0)
+    clip = _tiny_clip().eval()
+    encoder = SharedEncoder(clip, {"rgb": (3, 32, 8)})
+    tokenizer = encoder.tokenizers["rgb"]
+    embeddings = getattr(clip, "vision_model", clip).embeddings
+    with torch.no_grad():
+        tokenizer.proj.load_state_dict(
+            embeddings.patch_embedding.state_dict() | {"bias": torch.zeros(32)}
+        )
+        tokenizer.cls.copy_(embeddings.class_embedding[None, None])
+        tokenizer.positions.copy_(embeddings.position_embedding.weight[None])
+    pixels = torch.rand(2, 3, 32, 32)
+    with torch.no_grad():
+        ours = encoder.hidden_states("rgb", pixels)
+        theirs = clip(pixel_values=pixels, output_hidden_states=True).hidden_states
+    for a, b in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_a_single_modality_forward_calls_no_other_tokenizer():
+    encoder = SharedEncoder(toy_trunk(32, depth=2), MODALITIES)
+    called = []
+    for name, tokenizer in encoder.tokenizers.items():
+        tokenizer.register_forward_hook(lambda *_, name=name: called.append(name))
+    encoder.hidden_states("rgb", torch.rand(1, 3, 32, 32))
+    assert called == ["rgb"]
+
+
+def test_inputs_that_do_not_fit_are_refused():
+    encoder = SharedEncoder(toy_trunk(32, depth=2), MODALITIES)
+    with pytest.raises(ValueError, match=r"input must be \[batch, 1, 32, 32\]"):
+        encoder.hidden_states("depth", torch.rand(1, 3, 32, 32))
+    with pytest.raises(ValueError, match=r"input must be \[batch, 3, 32, 32\]"):
+        encoder.hidden_states("rgb", torch.rand(1, 3, 64, 64))
+    with pytest.raises(ValueError, match="modality must be one of"):
+        encoder.hidden_states("sonar", torch.rand(1, 1, 32, 32))
+    with pytest.raises(ValueError, match="trunk must be"):
+        SharedEncoder(torch.nn.Linear(2, 2), MODALITIES)
+
+
+def _tiny_lm(kind: str):
+    if kind == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        return LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                            num_attention_heads=4, num_key_value_heads=2))  # fmt: skip
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(
+        GPT2Config(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_positions=64)
+    )
+
+
+@pytest.mark.parametrize("lm_kind", ["llama", "gpt2"])
+@pytest.mark.parametrize("trunk", ["toy", "clip"])
+def test_mllm_trains_on_each_modality_alone_with_the_prefix_never_a_label(trunk, lm_kind):
+    from mixlab.vision_mm.mop.model import PrivilegedMLLM
+
+    torch.manual_seed(0)
+    encoder = SharedEncoder(toy_trunk(32, depth=3) if trunk == "toy" else _tiny_clip(), MODALITIES)
+    model = PrivilegedMLLM(
+        encoder, MixtureOfProbes(32, 4, num_probes=2, queries=3), _tiny_lm(lm_kind)
+    )
+    ids = torch.randint(0, 50, (2, 5))
+    labels = ids.clone()
+    labels[:, :3] = -100
+    for modality, channels in (("rgb", 3), ("depth", 1)):
+        out = model(modality, torch.rand(2, channels, 32, 32), ids, labels=labels)
+        assert out.logits.shape == (2, 5, 50)
+        out.loss.backward()
+    assert encoder.tokenizers["depth"].proj.weight.grad is not None
+    assert all(
+        p.grad is None for p in encoder.trunk.parameters()
+    )  # the shared encoder stays frozen
+    assert model.connector.probes[0].queries.grad is not None
+    with pytest.raises(ValueError, match="one row per sample"):
+        model("rgb", torch.rand(3, 3, 32, 32), ids)

@@ -1,0 +1,125 @@
+"""MoP's pieces (issue 28, in progress): K = 1 on the last layer is the resampler, probes permute
+with their router rows, layer and count checks, the losses' extremes, the stop-gradient, the
+participation ratio, and the paired scenes."""
+
+import numpy as np
+import pytest
+import torch
+
+from mixlab.vision_mm.mop.losses import (
+    MoPXLoss,
+    alignment_loss,
+    disentanglement_loss,
+    participation_ratio,
+    probe_cosine,
+    probe_diagnostics,
+)
+from mixlab.vision_mm.mop.probes import MixtureOfProbes, Resampler, RoutedResamplers
+from mixlab.vision_mm.mop.scenes import ANSWERABLE, QUESTION_TYPES, make_scenes
+
+
+def _states(layers=5, batch=3, tokens=7, dim=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(batch, tokens, dim, generator=g) for _ in range(layers))
+
+
+def test_one_probe_on_the_last_layer_is_the_resampler():
+    torch.manual_seed(0)
+    mop = MixtureOfProbes(16, 5, num_probes=1, queries=4, layers=[-1])
+    resampler = Resampler(16, queries=4)
+    resampler.probe.load_state_dict(mop.probes[0].state_dict())
+    states = _states()
+    out, ref = mop(states), resampler(states)
+    torch.testing.assert_close(out.prefix, ref.prefix)
+    torch.testing.assert_close(out.weights, torch.ones(3, 1))
+
+
+def test_permuting_probes_with_their_router_rows_keeps_the_output():
+    torch.manual_seed(0)
+    mop = MixtureOfProbes(16, 5, num_probes=3, queries=4, layers=[1, 3, 4])
+    states = _states()
+    order = [2, 0, 1]
+    permuted = MixtureOfProbes(
+        16, 5, num_probes=3, queries=4, layers=[mop.layers[k] for k in order]
+    )
+    permuted.load_state_dict(mop.state_dict())
+    with torch.no_grad():
+        for new, old in enumerate(order):
+            permuted.probes[new].load_state_dict(mop.probes[old].state_dict())
+        permuted.router[-1].weight.copy_(mop.router[-1].weight[order])
+        permuted.router[-1].bias.copy_(mop.router[-1].bias[order])
+    torch.testing.assert_close(permuted(states).prefix, mop(states).prefix, atol=1e-6, rtol=1e-5)
+
+
+def test_soft_layer_mix_and_routed_resamplers_run_and_train():
+    states = tuple(s.requires_grad_() for s in _states())
+    for module in (MixtureOfProbes(16, 5, layers="soft"), RoutedResamplers(16, experts=3, depth=2)):
+        out = module(states)
+        assert out.prefix.shape == (3, 8, 16)
+        torch.testing.assert_close(out.weights.sum(-1), torch.ones(3))
+        out.prefix.square().mean().backward()
+        assert all(p.grad is not None for p in module.parameters())
+
+
+def test_bad_probe_settings_name_the_parameter():
+    with pytest.raises(ValueError, match="num_probes must be an integer >= 1"):
+        MixtureOfProbes(16, 5, num_probes=0)
+    with pytest.raises(ValueError, match=r"layers must be in \[-5, 4\]"):
+        MixtureOfProbes(16, 5, num_probes=2, layers=[1, 5])
+    with pytest.raises(ValueError, match="one layer per probe"):
+        MixtureOfProbes(16, 5, num_probes=2, layers=[1])
+    with pytest.raises(ValueError, match="expected 5 hidden states, got 4"):
+        MixtureOfProbes(16, 5)(_states(layers=4))
+
+
+def test_disentanglement_is_zero_for_orthogonal_and_maximal_for_identical_probes():
+    eye = torch.eye(4)[None].repeat(2, 1, 1)  # 2 samples, 4 orthogonal probe means
+    assert disentanglement_loss(eye, hinge=False) == pytest.approx(0.0)
+    same = torch.randn(2, 1, 8).repeat(1, 4, 1)
+    assert disentanglement_loss(same, hinge=False) == pytest.approx(1.0)
+    assert probe_cosine(same) == pytest.approx(1.0)
+    spread = torch.randn(256, 4, 8) * 3  # high variance: the hinge is off
+    assert disentanglement_loss(spread, gamma=1.0) == pytest.approx(
+        disentanglement_loss(spread, hinge=False)
+    )
+    assert (
+        disentanglement_loss(torch.zeros(8, 4, 8) + torch.eye(4, 8), gamma=1.0) > 3.9
+    )  # constants
+
+
+def test_participation_ratio_is_k_for_the_identity_and_one_for_rank_one():
+    assert participation_ratio(torch.eye(5)) == pytest.approx(5.0)
+    assert participation_ratio(torch.outer(torch.randn(5), torch.randn(9))) == pytest.approx(1.0)
+    diagnostics = probe_diagnostics(torch.randn(16, 4, 6, 8), torch.full((16, 4), 0.25))
+    assert diagnostics["router_entropy"] == pytest.approx(np.log(4))
+
+
+def test_alignment_sends_no_gradient_into_the_target():
+    student = torch.randn(4, 3, 5, 8, requires_grad=True)
+    teacher = torch.randn(4, 3, 5, 8, requires_grad=True)
+    alignment_loss(student, teacher).backward()
+    assert student.grad.abs().sum() > 0
+    assert teacher.grad is None
+    total, logs = MoPXLoss(lambda_x=1.0, lambda_d=0.1)(
+        {"rgb": torch.tensor(1.0), "depth": torch.tensor(2.0)},
+        {"rgb": student, "depth": teacher}, pairs=(("rgb", "depth"),),
+    )  # fmt: skip
+    assert total > 3.0
+    assert set(logs) == {"task/rgb", "task/depth", "align", "dis"}
+    with pytest.raises(ValueError, match="lambda_d must be a finite number >= 0"):
+        MoPXLoss(lambda_d=-1)
+
+
+def test_scenes_are_seeded_paired_and_answerable():
+    a, b = make_scenes(40, seed=3), make_scenes(40, seed=3)
+    np.testing.assert_array_equal(a.images["rgb"], b.images["rgb"])
+    assert a.images["rgb"].shape == (40, 3, 32, 32)
+    assert a.images["depth"].shape == (40, 1, 32, 32)
+    assert a.types[:4] == list(QUESTION_TYPES)
+    assert {"colour"} == set(ANSWERABLE["rgb"]) - set(ANSWERABLE["depth"])
+    # depth maps carry no colour: one channel; RGB has colour where the shapes are
+    assert (a.images["rgb"].std(1) > 0.1).any()
+    assert a.answers[3] in ("leftmost", "rightmost")
+    assert not np.array_equal(make_scenes(40, seed=4).images["depth"], a.images["depth"])
+    with pytest.raises(ValueError, match="types must be names from"):
+        make_scenes(4, 0, types=("size",))
