@@ -110,3 +110,46 @@ def test_mllm_trains_on_each_modality_alone_with_the_prefix_never_a_label(trunk,
     assert model.connector.probes[0].queries.grad is not None
     with pytest.raises(ValueError, match="one row per sample"):
         model("rgb", torch.rand(3, 3, 32, 32), ids)
+
+
+def _tiny_mllm(connector: str = "mop"):
+    from mixlab.vision_mm.mop.model import PrivilegedMLLM
+    from mixlab.vision_mm.mop.probes import Resampler, RoutedResamplers
+
+    encoder = SharedEncoder(toy_trunk(32, depth=3), MODALITIES)
+    module = {"mop": lambda: MixtureOfProbes(32, 4, num_probes=2, queries=3),
+              "resampler": lambda: Resampler(32, queries=3),
+              "routed": lambda: RoutedResamplers(32, experts=2, queries=3)}[connector]()  # fmt: skip
+    return PrivilegedMLLM(encoder, module, _tiny_lm("llama"))
+
+
+@pytest.mark.parametrize(
+    "system", ["unimodal", "dropout", "resampler", "mop-nodis", "mop-x", "distill", "onellm"]
+)
+def test_every_system_trains_one_step_on_the_same_batch(system):
+    from mixlab.vision_mm.mop.training import CONNECTORS, system_spec, training_loss
+
+    torch.manual_seed(0)
+    model = _tiny_mllm(CONNECTORS[system])
+    teacher = _tiny_mllm() if system == "distill" else None
+    ids = torch.randint(0, 50, (4, 5))
+    labels = torch.full_like(ids, -100)
+    labels[:, -1] = ids[:, -1]
+    batch = {"images": {"rgb": torch.rand(4, 3, 32, 32), "depth": torch.rand(4, 1, 32, 32)},
+             "input_ids": ids, "labels": labels}  # fmt: skip
+    spec = system_spec(system, ("rgb", "depth"), deploy="rgb", privileged="depth")
+    called = []
+    for name, tokenizer in model.encoder.tokenizers.items():
+        tokenizer.register_forward_hook(lambda *_, name=name: called.append(name))
+    loss, logs = training_loss(
+        model, batch, spec, generator=torch.Generator().manual_seed(0), teacher=teacher
+    )
+    loss.backward()
+    assert torch.isfinite(loss)
+    if system in ("unimodal", "distill"):
+        assert set(called) == {"rgb"}  # the deployed modality alone
+    else:
+        assert set(called) == {"rgb", "depth"}
+    assert ("dis" in logs) == (system == "mop-x")
+    assert ("align" in logs) == (system in ("mop-x", "mop-nodis", "resampler"))
+    assert ("distill" in logs) == (system == "distill")

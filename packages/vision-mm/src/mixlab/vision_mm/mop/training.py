@@ -1,0 +1,113 @@
+"""One training step per system, all on the same batches of paired samples (issue 28, in progress).
+
+A batch holds ``images`` per modality (paired rows), ``input_ids``, ``attention_mask`` and
+``labels`` (the answer tokens, prompt positions ``-100``). Systems:
+
+- ``unimodal``: the task loss on one modality (a model per modality);
+- ``dropout``: each sample keeps one of its modalities at random (modality dropout);
+- ``mop-x``: the task loss on every modality alone + λ_x·alignment of the deployed modality's
+  probes to the privileged one's (stop-gradient) + λ_d·L_dis;
+- ``mop-nodis``: MoP-X with λ_d = 0;
+- ``resampler``: MoP-X's objective through one last-layer resampler (K = 1);
+- ``onellm``: the task loss on every modality alone through OneLLM's routed resamplers;
+- ``distill``: the deployed modality's task loss + the KL to a frozen teacher trained on the
+  privileged modality (Hinton's T² scaling).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from mixlab.vision_mm.mop.losses import MoPXLoss
+from mixlab.vision_mm.mop.model import PrivilegedMLLM
+
+__all__ = ["CONNECTORS", "SYSTEMS", "SystemSpec", "system_spec", "training_loss"]
+
+SYSTEMS = ("unimodal", "dropout", "resampler", "mop-nodis", "mop-x", "distill", "onellm")
+CONNECTORS = {"unimodal": "mop", "dropout": "mop", "resampler": "resampler", "mop-nodis": "mop",
+              "mop-x": "mop", "distill": "mop", "onellm": "routed"}  # fmt: skip
+"""the connector each system trains (unimodal, dropout and distillation use the same MoP as MoP-X,
+so only the objective differs)"""
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    name: str
+    trains_on: tuple[str, ...]
+    """modalities whose task loss is trained"""
+    loss: MoPXLoss
+    pairs: tuple[tuple[str, str], ...] = ()
+    dropout: bool = False
+    distill_temperature: float | None = None
+
+
+def system_spec(
+    name: str, modalities: tuple[str, ...], *, deploy: str, privileged: str,
+    lambda_x: float = 1.0, lambda_d: float = 0.1,
+) -> SystemSpec:  # fmt: skip
+    """The objective of system ``name``; ``unimodal`` trains ``deploy`` only."""
+    if name not in SYSTEMS:
+        raise ValueError(f"system must be one of {list(SYSTEMS)}, got {name!r}")
+    for label, modality in (("deploy", deploy), ("privileged", privileged)):
+        if modality not in modalities:
+            raise ValueError(
+                f"{label} must be one of the modalities {list(modalities)}, got {modality!r}"
+            )
+    plain = MoPXLoss(lambda_x=0.0, lambda_d=0.0)
+    align = ((deploy, privileged),)
+    if name == "unimodal":
+        return SystemSpec(name, (deploy,), plain)
+    if name == "dropout":
+        return SystemSpec(name, tuple(modalities), plain, dropout=True)
+    if name == "onellm":
+        return SystemSpec(name, tuple(modalities), plain)
+    if name == "distill":
+        return SystemSpec(name, (deploy,), plain, distill_temperature=2.0)
+    lambda_d = 0.0 if name in ("mop-nodis", "resampler") else lambda_d
+    return SystemSpec(name, tuple(modalities), MoPXLoss(lambda_x, lambda_d), align)
+
+
+def training_loss(
+    model: PrivilegedMLLM, batch: dict, spec: SystemSpec, *, generator: torch.Generator | None = None,
+    teacher: PrivilegedMLLM | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
+    """The loss of ``spec`` on one batch, and its parts for logging."""
+    images, ids, labels = batch["images"], batch["input_ids"], batch["labels"]
+    mask = batch.get("attention_mask")
+    missing = [m for m in spec.trains_on if m not in images]
+    if missing:
+        raise ValueError(f"the batch has no images of {missing}; it has {list(images)}")
+    if spec.dropout:  # each sample keeps one modality, drawn uniformly
+        choice = torch.randint(len(spec.trains_on), (len(ids),), generator=generator)
+        task, probes = {}, {}
+        for k, modality in enumerate(spec.trains_on):
+            rows = (choice == k).nonzero()[:, 0]
+            if len(rows):
+                out = model(modality, images[modality][rows], ids[rows],
+                            None if mask is None else mask[rows], labels[rows])  # fmt: skip
+                task[modality] = out.loss * len(rows) / len(ids)
+                probes[modality] = out.probes.probes
+        return spec.loss(task, probes)
+    outputs = {m: model(m, images[m], ids, mask, labels) for m in spec.trains_on}
+    task = {m: out.loss for m, out in outputs.items()}
+    probes = {m: out.probes.probes for m, out in outputs.items()}
+    total, logs = spec.loss(task, probes, spec.pairs)
+    if spec.distill_temperature is not None:
+        if teacher is None:
+            raise ValueError("distill needs a teacher model trained on the privileged modality")
+        (student_modality,) = spec.trains_on
+        privileged = next(m for m in images if m != student_modality)
+        with torch.no_grad():
+            target = teacher(privileged, images[privileged], ids, mask, labels).logits
+        t = spec.distill_temperature
+        answer = labels != -100  # distil on the answer positions (logits predict the next token)
+        answer = torch.cat([answer[:, 1:], torch.zeros_like(answer[:, :1])], 1)
+        student = outputs[student_modality].logits[answer] / t
+        kl = F.kl_div(student.log_softmax(-1), (target[answer] / t).log_softmax(-1), log_target=True,
+                      reduction="batchmean") * t * t  # fmt: skip
+        total = total + kl
+        logs["distill"] = float(kl.detach())
+    return total, logs
