@@ -123,3 +123,37 @@ def test_scenes_are_seeded_paired_and_answerable():
     assert not np.array_equal(make_scenes(40, seed=4).images["depth"], a.images["depth"])
     with pytest.raises(ValueError, match="types must be names from"):
         make_scenes(4, 0, types=("size",))
+
+
+def test_sample_folders_round_trip_and_refuse_bad_samples(tmp_path):
+    import json
+
+    from PIL import Image
+
+    from mixlab.vision_mm.mop.data import read_samples, write_samples
+
+    scenes = make_scenes(6, seed=0)
+    back = read_samples(write_samples(tmp_path / "d", scenes), ("rgb", "depth"))
+    assert back.answers == scenes.answers
+    np.testing.assert_array_equal(back.images[2]["depth"], scenes.images["depth"][2])
+    # a user's folder: PNG files, one sample with RGB only
+    Image.fromarray(np.zeros((32, 32, 3), dtype=np.uint8)).save(tmp_path / "a.png")
+    Image.fromarray(np.zeros((32, 32), dtype=np.uint8)).save(tmp_path / "b.png")
+    rows = [{"modalities": {"rgb": "a.png", "depth": "b.png"}, "question": "q", "answer": "a"},
+            {"modalities": {"rgb": "a.png"}, "question": "q", "answer": "a"}]  # fmt: skip
+    (tmp_path / "data.jsonl").write_text("\n".join(map(json.dumps, rows)))
+    samples = read_samples(tmp_path)
+    assert samples.images[0]["rgb"].shape == (3, 32, 32)
+    assert samples.images[0]["depth"].shape == (1, 32, 32)
+    assert samples.modality_rows("depth") == [0]
+    for bad, message in [
+        ({"modalities": {}, "question": "q", "answer": "a"}, "needs at least one modality"),
+        (
+            {"modalities": {"sonar": "a.png"}, "question": "q", "answer": "a"},
+            "unknown modality 'sonar'",
+        ),
+        ({"modalities": {"rgb": "a.png"}, "answer": "a"}, "'question' must be text"),
+    ]:
+        (tmp_path / "data.jsonl").write_text(json.dumps(bad))
+        with pytest.raises(ValueError, match=message):
+            read_samples(tmp_path, ("rgb", "depth"))
