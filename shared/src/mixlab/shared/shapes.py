@@ -1,4 +1,4 @@
-"""Procedural coloured shapes: one renderer that Mix-Opt and MoH share.
+"""Procedural coloured shapes: one renderer that Mix-Opt and MoH share (MoP draws its masks).
 
 A shape (circle, square, triangle, star) of a colour, or of a pattern of colours, is drawn at a
 placement (centre, radius, angle, in output pixels) on a plain background. Images are drawn at
@@ -39,6 +39,7 @@ __all__ = [
     "placement",
     "render",
     "scene_caption_length",
+    "shape_mask",
     "shape_scenes",
     "to_tensor",
 ]
@@ -93,6 +94,23 @@ def outline(shape: str, centre: tuple[float, float], radius: float, angle: float
     return points
 
 
+def shape_mask(
+    shape: str, centre: tuple[float, float], radius: float, angle: float, size: int
+) -> np.ndarray:
+    """The pixels (bool, size × size) inside ``shape`` at a placement in pixels of this size."""
+    mask = Image.new("L", (size, size), 0)
+    draw = ImageDraw.Draw(mask)
+    polygon = outline(shape, centre, radius, angle)
+    if polygon is None:
+        draw.ellipse(
+            [centre[0] - radius, centre[1] - radius, centre[0] + radius, centre[1] + radius],
+            fill=255,
+        )
+    else:
+        draw.polygon(polygon, fill=255)
+    return np.asarray(mask) > 127
+
+
 def pattern_fill(pattern: str, colours: list[tuple[int, int, int]], size: int, rng) -> np.ndarray:
     """An RGB fill image (size × size × 3, uint8) of ``pattern`` in ``colours``; ``size`` is the
     supersampled size. Stripes draw their phase from ``rng``; the other patterns draw nothing."""
@@ -120,17 +138,8 @@ def _paint(
 ) -> None:
     """Paint ``shape`` filled with ``fill`` (an image the canvas's size, or one RGB colour) onto
     the supersampled ``canvas`` in place (placement in output pixels)."""
-    big = canvas.shape[0]
-    mask = Image.new("L", (big, big), 0)
-    draw = ImageDraw.Draw(mask)
     c = (centre[0] * SUPERSAMPLE, centre[1] * SUPERSAMPLE)
-    r = radius * SUPERSAMPLE
-    polygon = outline(shape, c, r, angle)
-    if polygon is None:
-        draw.ellipse([c[0] - r, c[1] - r, c[0] + r, c[1] + r], fill=255)
-    else:
-        draw.polygon(polygon, fill=255)
-    inside = np.asarray(mask) > 127
+    inside = shape_mask(shape, c, radius * SUPERSAMPLE, angle, canvas.shape[0])
     fill = np.asarray(fill, dtype=np.uint8)
     canvas[inside] = fill[inside] if fill.ndim == 3 else fill
 

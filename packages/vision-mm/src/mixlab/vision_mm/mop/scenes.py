@@ -3,9 +3,10 @@
 One latent scene of 2–4 shapes (circle, square, triangle) in colours, each at a depth in [0, 1]
 (0 nearest), renders two modalities:
 
-- ``rgb`` [3, S, S]: colour on a grey background, painted far to near (nearer shapes occlude),
-  each shape's size shrinking with depth, so depth is visible only through occlusion and a noisy
-  size cue (every shape also has its own base size);
+- ``rgb`` [3, S, S]: colour on a grey background, painted far to near so that nearer shapes
+  occlude (masks from :func:`mixlab.shared.shapes.shape_mask`), each shape's size shrinking with
+  depth: depth shows only through occlusion and a noisy size cue (every shape also has its own
+  base size);
 - ``depth`` [1, S, S]: a distance rendering (brighter is nearer, background 0), with shape and
   depth order plain to see and no colour.
 
@@ -21,9 +22,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mixlab.shared.shapes import COLOURS as SHARED_COLOURS
+from mixlab.shared.shapes import shape_mask
+
 SHAPES = ("circle", "square", "triangle")
-COLOURS = {"red": (0.9, 0.15, 0.1), "green": (0.1, 0.75, 0.2), "blue": (0.15, 0.3, 0.95),
-           "yellow": (0.95, 0.85, 0.1)}  # fmt: skip
+COLOURS = {name: SHARED_COLOURS[name] for name in ("red", "green", "blue", "yellow")}
+"""the shared renderer's RGB colours (0–255)"""
 QUESTION_TYPES = ("colour", "shape", "count", "depth")
 MODALITY_CHANNELS = {"rgb": 3, "depth": 1}
 ANSWERABLE = {"rgb": ("colour", "shape", "count", "depth"), "depth": ("shape", "count", "depth")}
@@ -80,26 +84,16 @@ def _draw_scene(rng: np.random.Generator) -> Scene:
     )
 
 
-def _mask(kind: str, centre: np.ndarray, radius: float, grid: np.ndarray) -> np.ndarray:
-    dx, dy = grid[0] - centre[0], grid[1] - centre[1]
-    if kind == "circle":
-        return dx**2 + dy**2 <= radius**2
-    if kind == "square":
-        return (np.abs(dx) <= radius * 0.85) & (np.abs(dy) <= radius * 0.85)
-    # an upward triangle inside the circle of the radius
-    return (dy >= -radius * 0.7) & (dy <= radius * 0.9) & (np.abs(dx) <= (radius * 0.9 - dy) * 0.6)
-
-
 def render(scene: Scene, size: int = 32) -> dict[str, np.ndarray]:
     """``{"rgb": [3, size, size], "depth": [1, size, size]}`` float32 in [0, 1]."""
-    axis = (np.arange(size) + 0.5) / size
-    grid = np.stack(np.meshgrid(axis, axis, indexing="xy"))  # [2, H, W]: x, y
     rgb = np.full((3, size, size), 0.5, dtype=np.float32)
     depth = np.zeros((1, size, size), dtype=np.float32)
     for i in np.argsort(-scene.depths):  # far to near: nearer shapes paint over
         scale = 1.25 - 0.5 * scene.depths[i]  # nearer looks bigger: the RGB depth cue
-        mask = _mask(scene.kinds[i], scene.centres[i], scene.radii[i] * scale, grid)
-        rgb[:, mask] = np.asarray(COLOURS[scene.colours[i]], dtype=np.float32)[:, None]
+        centre = (scene.centres[i, 0] * size, scene.centres[i, 1] * size)
+        angle = np.pi / 4 if scene.kinds[i] == "square" else 0.0  # squares upright, not diamonds
+        mask = shape_mask(scene.kinds[i], centre, scene.radii[i] * scale * size, angle, size)
+        rgb[:, mask] = np.asarray(COLOURS[scene.colours[i]], dtype=np.float32)[:, None] / 255
         depth[0, mask] = 1.0 - 0.8 * scene.depths[i]
     return {"rgb": rgb, "depth": depth}
 
