@@ -157,3 +157,17 @@ def test_sample_folders_round_trip_and_refuse_bad_samples(tmp_path):
         (tmp_path / "data.jsonl").write_text(json.dumps(bad))
         with pytest.raises(ValueError, match=message):
             read_samples(tmp_path, ("rgb", "depth"))
+
+
+def test_encoder_pretraining_is_seeded_unpaired_and_freezes_the_trunk():
+    from mixlab.vision_mm.mop.bases import EncoderSpec, pretrain_encoder
+
+    spec = EncoderSpec(dim=16, depth=1, heads=2, scenes=24, test_scenes=12, steps=4, batch_size=8)
+    encoder, accuracy = pretrain_encoder(spec)
+    again, _ = pretrain_encoder(spec)
+    assert set(accuracy) == {"rgb", "depth"}
+    assert all(0 <= a <= 1 for a in accuracy.values())
+    assert not any(p.requires_grad for p in encoder.trunk.parameters())
+    assert all(p.requires_grad for p in encoder.tokenizers.parameters())
+    for a, b in zip(encoder.state_dict().values(), again.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b)
