@@ -153,3 +153,42 @@ def test_every_system_trains_one_step_on_the_same_batch(system):
     assert ("dis" in logs) == (system == "mop-x")
     assert ("align" in logs) == (system in ("mop-x", "mop-nodis", "resampler"))
     assert ("distill" in logs) == (system == "distill")
+
+
+def test_fit_resumes_from_its_checkpoint_to_the_same_weights(tmp_path):
+    from mixlab.vision_mm.mop.training import fit, system_spec
+
+    def batches(step):
+        g = torch.Generator().manual_seed(step)
+        ids = torch.randint(0, 50, (4, 5), generator=g)
+        labels = torch.full_like(ids, -100)
+        labels[:, -1] = ids[:, -1]
+        return {"images": {"rgb": torch.rand(4, 3, 32, 32, generator=g), "depth": torch.rand(4, 1, 32, 32, generator=g)},
+                "input_ids": ids, "labels": labels}  # fmt: skip
+
+    spec = system_spec("dropout", ("rgb", "depth"), deploy="rgb", privileged="depth")
+    torch.manual_seed(0)
+    whole = _tiny_mllm()
+    history = fit(whole, batches, spec, 4, seed=1)
+    assert len(history) == 4
+    torch.manual_seed(0)
+    killed = _tiny_mllm()
+    fit(killed, batches, spec, 2, seed=1, checkpoint=str(tmp_path / "ckpt"), checkpoint_every=2)
+    torch.manual_seed(0)
+    resumed = _tiny_mllm()
+    assert (
+        len(
+            fit(
+                resumed,
+                batches,
+                spec,
+                4,
+                seed=1,
+                checkpoint=str(tmp_path / "ckpt"),
+                checkpoint_every=2,
+            )
+        )
+        == 2
+    )
+    for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, msg=name)

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from mixlab.vision_mm.mop.losses import MoPXLoss
 from mixlab.vision_mm.mop.model import PrivilegedMLLM
 
-__all__ = ["CONNECTORS", "SYSTEMS", "SystemSpec", "system_spec", "training_loss"]
+__all__ = ["CONNECTORS", "SYSTEMS", "SystemSpec", "fit", "system_spec", "training_loss"]
 
 SYSTEMS = ("unimodal", "dropout", "resampler", "mop-nodis", "mop-x", "distill", "onellm")
 CONNECTORS = {"unimodal": "mop", "dropout": "mop", "resampler": "resampler", "mop-nodis": "mop",
@@ -111,3 +111,43 @@ def training_loss(
         total = total + kl
         logs["distill"] = float(kl.detach())
     return total, logs
+
+
+def fit(
+    model: PrivilegedMLLM, batches, spec: SystemSpec, steps: int, *, lr: float = 1e-3, seed: int = 0,
+    teacher: PrivilegedMLLM | None = None, checkpoint: str | None = None, checkpoint_every: int = 100,
+) -> list[dict[str, float]]:  # fmt: skip
+    """``steps`` AdamW steps of ``spec``'s loss on ``batches(step)`` (a function of the step, so
+    a resumed run sees the same data) with accelerate; ``checkpoint``: a folder for
+    ``Accelerator.save_state`` every ``checkpoint_every`` steps, resumed from when present.
+    Returns the logged parts per step run."""
+    from pathlib import Path
+
+    from accelerate import Accelerator
+
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
+    accelerator = Accelerator()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.01)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    done = 0
+    progress = None if checkpoint is None else Path(checkpoint) / "step.txt"
+    if progress is not None and progress.is_file():
+        accelerator.load_state(checkpoint)
+        done = int(progress.read_text())
+    history = []
+    model.train()
+    for step in range(done, steps):
+        generator = torch.Generator().manual_seed(
+            seed * 1_000_003 + step
+        )  # modality dropout's draw
+        loss, logs = training_loss(model, batches(step), spec, generator=generator, teacher=teacher)
+        optimizer.zero_grad(set_to_none=True)
+        accelerator.backward(loss)
+        optimizer.step()
+        history.append({"loss": float(loss.detach()), **logs})
+        if progress is not None and ((step + 1) % checkpoint_every == 0 or step + 1 == steps):
+            accelerator.save_state(checkpoint)
+            progress.write_text(str(step + 1))
+    return history
