@@ -171,3 +171,21 @@ def test_encoder_pretraining_is_seeded_unpaired_and_freezes_the_trunk():
     assert all(p.requires_grad for p in encoder.tokenizers.parameters())
     for a, b in zip(encoder.state_dict().values(), again.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b)
+
+
+def test_questions_encode_with_labels_on_the_answer_only_and_score_by_exact_match():
+    from mixlab.vision_mm.mop.scenes import vocabulary
+    from mixlab.vision_mm.mop.text import answer_hits, encode_qa, word_tokenizer
+
+    tokenizer = word_tokenizer(vocabulary())
+    scenes = make_scenes(8, seed=1)
+    encoded = encode_qa(tokenizer, scenes.questions, scenes.answers)
+    assert tokenizer.unk_token_id not in encoded.input_ids
+    for i in range(8):
+        labelled = encoded.labels[i][encoded.labels[i] != -100].tolist()
+        assert tokenizer.decode(labelled) == f"{scenes.answers[i]} </s>"
+    perfect = torch.nn.functional.one_hot(encoded.input_ids.roll(-1, 1), len(tokenizer)).float()
+    assert answer_hits(perfect, encoded.labels).all()
+    wrong = perfect.clone()
+    wrong[0, :, :] = 0
+    assert answer_hits(wrong, encoded.labels).tolist() == [False] + [True] * 7

@@ -44,6 +44,7 @@ __all__ = [
     "make_scenes",
     "question_answer",
     "render",
+    "vocabulary",
 ]
 
 
@@ -111,6 +112,18 @@ def question_answer(scene: Scene, kind: str) -> tuple[str, str]:
         nearer = "leftmost" if scene.depths[left] < scene.depths[right] else "rightmost"
         return "which is nearer, the leftmost or the rightmost shape?", nearer
     raise ValueError(f"question type must be one of {list(QUESTION_TYPES)}, got {kind!r}")
+
+
+def vocabulary() -> list[str]:
+    """Every word of the questions and answers (for a word-level tokenizer)."""
+    words = []
+    for kind in QUESTION_TYPES:
+        for count in (2, 3, 4):
+            scene = Scene(["circle"] * count, ["red"] * count, np.linspace(0.2, 0.8, 2 * count).reshape(count, 2),
+                          np.full(count, 0.1), np.arange(count, dtype=float))  # fmt: skip
+            words += question_answer(scene, kind)[0].split()
+    words += [*SHAPES, *COLOURS, "2", "3", "4", "leftmost", "rightmost"]
+    return list(dict.fromkeys(words))
 
 
 @dataclass
