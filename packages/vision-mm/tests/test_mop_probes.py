@@ -189,3 +189,14 @@ def test_questions_encode_with_labels_on_the_answer_only_and_score_by_exact_matc
     wrong = perfect.clone()
     wrong[0, :, :] = 0
     assert answer_hits(wrong, encoded.labels).tolist() == [False] + [True] * 7
+
+
+def test_the_toy_lm_learns_the_answer_format_from_text():
+    from mixlab.vision_mm.mop.bases import LMSpec, pretrain_lm
+
+    lm, tokenizer, blind = pretrain_lm(
+        LMSpec(width=32, depth=1, heads=2, examples=200, steps=60, batch_size=32)
+    )
+    assert lm.config.vocab_size == len(tokenizer)
+    # the blind prior: counts and depth order guessed, colours and shapes at chance (about 1/3 overall)
+    assert 0.2 < blind < 0.6
