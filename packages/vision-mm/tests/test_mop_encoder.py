@@ -192,3 +192,23 @@ def test_fit_resumes_from_its_checkpoint_to_the_same_weights(tmp_path):
     )
     for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, msg=name)
+
+
+def test_paired_batches_are_a_function_of_the_step_and_accuracy_is_per_type():
+    from mixlab.vision_mm.mop.text import EncodedQA
+    from mixlab.vision_mm.mop.training import accuracy_by_type, paired_batches
+
+    ids = torch.randint(0, 50, (10, 5))
+    labels = torch.full_like(ids, -100)
+    labels[:, -1] = ids[:, -1]
+    encoded = EncodedQA(ids, torch.ones_like(ids), labels)
+    images = {"rgb": torch.rand(10, 3, 32, 32), "depth": torch.rand(10, 1, 32, 32)}
+    batches = paired_batches(images, encoded, 4, seed=0)
+    first, again = batches(3), batches(3)
+    torch.testing.assert_close(first["images"]["depth"], again["images"]["depth"])
+    torch.testing.assert_close(first["input_ids"], again["input_ids"])
+    scores = accuracy_by_type(
+        _tiny_mllm(), "depth", images["depth"], encoded, ["a"] * 5 + ["b"] * 5, batch_size=3
+    )
+    assert set(scores) == {"a", "b", "all"}
+    assert scores["all"] == pytest.approx((scores["a"] + scores["b"]) / 2)

@@ -24,7 +24,16 @@ import torch.nn.functional as F
 from mixlab.vision_mm.mop.losses import MoPXLoss
 from mixlab.vision_mm.mop.model import PrivilegedMLLM
 
-__all__ = ["CONNECTORS", "SYSTEMS", "SystemSpec", "fit", "system_spec", "training_loss"]
+__all__ = [
+    "CONNECTORS",
+    "SYSTEMS",
+    "SystemSpec",
+    "accuracy_by_type",
+    "fit",
+    "paired_batches",
+    "system_spec",
+    "training_loss",
+]
 
 SYSTEMS = ("unimodal", "dropout", "resampler", "mop-nodis", "mop-x", "distill", "onellm")
 CONNECTORS = {"unimodal": "mop", "dropout": "mop", "resampler": "resampler", "mop-nodis": "mop",
@@ -151,3 +160,42 @@ def fit(
             accelerator.save_state(checkpoint)
             progress.write_text(str(step + 1))
     return history
+
+
+def paired_batches(images: dict[str, torch.Tensor], encoded, batch_size: int, seed: int):
+    """``batches(step)`` for :func:`fit`: ``batch_size`` paired rows drawn from (``seed``, step),
+    so every system and a resumed run see the same batches."""
+    count = len(encoded.input_ids)
+
+    def batch(step: int) -> dict:
+        rows = torch.randint(
+            count, (batch_size,), generator=torch.Generator().manual_seed(seed * 1_000_003 + step)
+        )
+        return {"images": {m: x[rows] for m, x in images.items()}, "input_ids": encoded.input_ids[rows],
+                "attention_mask": encoded.attention_mask[rows], "labels": encoded.labels[rows]}  # fmt: skip
+
+    return batch
+
+
+@torch.no_grad()
+def accuracy_by_type(
+    model: PrivilegedMLLM,
+    modality: str,
+    images: torch.Tensor,
+    encoded,
+    types: list[str],
+    batch_size: int = 256,
+) -> dict[str, float]:
+    """Exact-match accuracy per question type of ``modality`` alone (and ``all``)."""
+    from mixlab.vision_mm.mop.text import answer_hits
+
+    model.eval()
+    hits = []
+    for start in range(0, len(images), batch_size):
+        rows = slice(start, start + batch_size)
+        out = model(modality, images[rows], encoded.input_ids[rows], encoded.attention_mask[rows])
+        hits.append(answer_hits(out.logits, encoded.labels[rows]))
+    hits = torch.cat(hits).float()
+    kinds = sorted(set(types))
+    scores = {k: float(hits[[t == k for t in types]].mean()) for k in kinds}
+    return {**scores, "all": float(hits.mean())}
