@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from mixlab.shared.checks import check_count
+
 CAPACITY = {10: 20, 20: 30, 50: 40, 100: 50}
 """POMO's vehicle capacity per customer count (CVRProblemDef.py); other sizes interpolate"""
 COORDINATE_FAMILIES = (
@@ -301,16 +303,11 @@ def _demands(
     return np.clip(np.round(1 + 8 * share + rng.normal(0, 1, n)), 1, 9).astype(np.int64)
 
 
-def _check_count(value: object, name: str, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-
-
 def tsp(
     batch: int, n: int, rng: np.random.Generator, *, coords: str = "uniform"
 ) -> RoutingInstances:
     """``batch`` TSP instances of ``n`` cities drawn from the coordinate family ``coords``."""
-    _check_count(batch, "batch", 1)
+    check_count(batch, "batch")
     return RoutingInstances(np.stack([coordinates(coords, n, rng) for _ in range(batch)]))
 
 
@@ -326,10 +323,10 @@ def cvrp(
     """``batch`` CVRP instances of ``n`` customers: the depot and customers from one draw of
     ``coords`` (the depot is its first point), demands from ``demand``, ``capacity`` POMO's for
     ``n`` unless given (a tightness shift)."""
-    _check_count(batch, "batch", 1)
-    _check_count(n, "n", 2)
+    check_count(batch, "batch")
+    check_count(n, "n", minimum=2)
     capacity = _capacity(n) if capacity is None else capacity
-    _check_count(capacity, "capacity", 1)
+    check_count(capacity, "capacity")
     points = np.stack([coordinates(coords, n + 1, rng) for _ in range(batch)])
     depot, locs = points[:, 0], points[:, 1:]
     demands = np.stack([_demands(demand, locs[b], depot[b], rng) for b in range(batch)])

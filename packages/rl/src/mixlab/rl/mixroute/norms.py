@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from mixlab.shared.checks import check_count
+
 NORMS = ("instance", "batch", "layer", "mixnorm", "mixnorm-adaptive", "none")
 SOURCES = ("instance", "node", "batch")
 """MixNorm's three statistics, in the order of its weights"""
@@ -85,8 +87,7 @@ class MixNorm(nn.Module):
         self, dim: int, *, adaptive: bool = False, momentum: float = 0.1, eps: float = 1e-5
     ) -> None:
         super().__init__()
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-            raise ValueError(f"dim must be an integer >= 1, got {dim!r}")
+        check_count(dim, "dim")
         if not 0 < momentum <= 1:
             raise ValueError(f"momentum must be a number in (0, 1], got {momentum!r}")
         self.dim, self.momentum, self.eps = dim, momentum, eps

@@ -26,6 +26,7 @@ from torch import nn
 
 from mixlab.rl.mixroute.instances import PROBLEMS, RoutingInstances
 from mixlab.rl.mixroute.norms import make_norm
+from mixlab.shared.checks import check_count
 
 __all__ = ["POMOModel", "RoutingBatch", "augment_8", "rollout"]
 
@@ -109,8 +110,7 @@ class POMOModel(nn.Module):
         if problem not in PROBLEMS:
             raise ValueError(f"problem must be one of {list(PROBLEMS)}, got {problem!r}")
         for name, value in (("dim", dim), ("layers", layers), ("heads", heads), ("hidden", hidden)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            check_count(value, name)
         if dim % heads:
             raise ValueError(f"dim must be a multiple of heads={heads}, got {dim}")
         self.problem, self.dim, self.heads, self.clip, self.norm = problem, dim, heads, clip, norm

@@ -13,6 +13,7 @@ import torch
 from mixlab.rl.mixroute.instances import RoutingInstances, generate
 from mixlab.rl.mixroute.pomo import POMOModel, RoutingBatch, augment_8, rollout
 from mixlab.shared.checkpoint import load_state, save_state
+from mixlab.shared.checks import check_count
 
 __all__ = ["evaluate", "train_pomo"]
 
@@ -37,8 +38,7 @@ def train_pomo(
     states are saved every ``checkpoint_every`` steps (``checkpoint`` with the suffixes .json and
     .safetensors) and a killed run resumes from there.
     Returns the per-step mean tour length and seconds (of this call's steps)."""
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
+    check_count(steps, "steps", minimum=0)
     if not families:
         raise ValueError("families must name at least one instance family")
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)

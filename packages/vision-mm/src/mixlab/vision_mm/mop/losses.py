@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from mixlab.shared.checks import check_number
+
 __all__ = [
     "MoPXLoss",
     "alignment_loss",
@@ -116,12 +118,9 @@ class MoPXLoss:
     def __post_init__(self) -> None:
         for name in ("lambda_x", "lambda_d", "gamma"):
             value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not 0 <= value < float("inf")
-            ):
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+            check_number(
+                value, name, isinstance(value, int | float) and value >= 0, "a finite number >= 0"
+            )
 
     def __call__(
         self, task_losses: dict[str, torch.Tensor], probes: dict[str, torch.Tensor],

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from mixlab.shared.checks import check_count
+
 __all__ = ["MixtureOfProbes", "ProbeOutput", "Resampler", "RoutedResamplers"]
 
 
@@ -33,11 +35,6 @@ class ProbeOutput:
     prefix: torch.Tensor
     probes: torch.Tensor
     weights: torch.Tensor
-
-
-def _check_count(value: object, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
 
 class CrossAttentionBlock(nn.Module):
@@ -96,7 +93,7 @@ class MixtureOfProbes(nn.Module):
         super().__init__()
         for name, value in (("dim", dim), ("num_layers", num_layers), ("num_probes", num_probes),
                             ("queries", queries), ("heads", heads)):  # fmt: skip
-            _check_count(value, name)
+            check_count(value, name)
         if dim % heads:
             raise ValueError(f"dim must be a multiple of heads = {heads}, got {dim}")
         self.num_layers, self.num_probes = num_layers, num_probes
@@ -163,8 +160,8 @@ class RoutedResamplers(nn.Module):
     def __init__(self, dim: int, *, experts: int = 3, queries: int = 8, heads: int = 4, depth: int = 2,
                  router_hidden: int = 64) -> None:  # fmt: skip
         super().__init__()
-        _check_count(experts, "experts")
-        _check_count(depth, "depth")
+        check_count(experts, "experts")
+        check_count(depth, "depth")
         self.experts = nn.ModuleList(
             CrossAttentionProbe(dim, queries, heads, depth) for _ in range(experts)
         )

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mixlab.shared.checks import check_count
 from mixlab.shared.shapes import COLOURS as SHARED_COLOURS
 from mixlab.shared.shapes import shape_mask
 
@@ -144,8 +145,7 @@ def make_scenes(
 ) -> Scenes:
     """``count`` scenes, each rendered in both modalities with one question of a type drawn in
     turn from ``types``."""
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"count must be an integer >= 1, got {count!r}")
+    check_count(count, "count")
     unknown = [t for t in types if t not in QUESTION_TYPES]
     if unknown or not types:
         raise ValueError(f"types must be names from {list(QUESTION_TYPES)}, got {list(types)}")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from mixlab.shared.checks import check_count
 from mixlab.vision_mm.mop.losses import MoPXLoss
 from mixlab.vision_mm.mop.model import PrivilegedMLLM
 
@@ -134,8 +135,7 @@ def fit(
 
     from accelerate import Accelerator
 
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
+    check_count(steps, "steps", minimum=0)
     accelerator = Accelerator()
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.01)
