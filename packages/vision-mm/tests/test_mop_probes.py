@@ -116,7 +116,7 @@ def test_scenes_are_seeded_paired_and_answerable():
     assert a.images["rgb"].shape == (40, 3, 32, 32)
     assert a.images["depth"].shape == (40, 1, 32, 32)
     assert a.types[:4] == list(QUESTION_TYPES)
-    assert {"colour"} == set(ANSWERABLE["rgb"]) - set(ANSWERABLE["depth"])
+    assert set(ANSWERABLE["rgb"]) ^ set(ANSWERABLE["depth"]) == {"colour", "depth"}
     # depth maps carry no colour: one channel; RGB has colour where the shapes are
     assert (a.images["rgb"].std(1) > 0.1).any()
     assert a.answers[3] in ("leftmost", "rightmost")

@@ -1,8 +1,10 @@
-"""The experiment's base encoder (issue 28, in progress): the shared toy ViT pre-trained on both
-modalities, unpaired, on one generic label (how many shapes), then frozen as in OneLLM.
+"""The experiment's bases: the shared toy ViT pre-trained on both modalities, unpaired, on one
+generic label, then frozen as in OneLLM; and the toy Llama pre-trained on the question–answer text.
 
-Each step draws a batch of one modality (alternating), so the trunk sees RGB and depth scenes but
-never a pair; a linear head on the class token predicts the count. The head is dropped after.
+The encoder's label is dense and says nothing about the questions' relations: the kind of shape
+visible at each patch's centre (background, circle, square, triangle), read by a linear head from
+every patch token of the last layer. Each step draws a batch of one modality (alternating), so the
+trunk sees RGB and depth scenes but never a pair. The head is dropped after.
 """
 
 from __future__ import annotations
@@ -15,11 +17,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from mixlab.vision_mm.mop.encoder import SharedEncoder, toy_trunk
-from mixlab.vision_mm.mop.scenes import MODALITY_CHANNELS, make_scenes
+from mixlab.vision_mm.mop.scenes import MODALITY_CHANNELS, SHAPES, make_scenes
 
-__all__ = ["EncoderSpec", "LMSpec", "count_labels", "pretrain_encoder", "pretrain_lm", "toy_lm"]
-
-COUNTS = (2, 3, 4)
+__all__ = [
+    "EncoderSpec",
+    "LMSpec",
+    "depth_order_cnn",
+    "patch_labels",
+    "pretrain_encoder",
+    "pretrain_lm",
+    "toy_lm",
+]
 
 
 @dataclass(frozen=True)
@@ -36,28 +44,31 @@ class EncoderSpec:
     steps: int = 1500
     batch_size: int = 64
     lr: float = 1e-3
+    modalities: tuple[str, ...] = ("rgb", "depth")
     seed: int = 0
 
     def build(self) -> SharedEncoder:
-        modalities = {m: (c, self.size, self.patch) for m, c in MODALITY_CHANNELS.items()}
+        modalities = {m: (MODALITY_CHANNELS[m], self.size, self.patch) for m in self.modalities}
         return SharedEncoder(toy_trunk(self.dim, self.depth, self.heads), modalities)
 
 
-def count_labels(questions_scenes) -> np.ndarray:
-    """Shape counts (as class indices) of scenes drawn with ``types=("count",)``."""
-    return np.array([COUNTS.index(int(a)) for a in questions_scenes.answers])
+def patch_labels(segmentation: np.ndarray, patch: int) -> np.ndarray:
+    """[M, S, S] visible kinds to [M, (S/patch)²]: the kind at each patch's centre."""
+    centre = patch // 2
+    return segmentation[:, centre::patch, centre::patch].reshape(len(segmentation), -1)
 
 
 def pretrain_encoder(spec: EncoderSpec) -> tuple[SharedEncoder, dict[str, float]]:
-    """Train the trunk and both tokenizers on unpaired count labels; returns the encoder (trunk
-    frozen) and the held-out count accuracy per modality."""
+    """Train the trunk and both tokenizers on unpaired per-patch kind labels; returns the encoder
+    (trunk frozen) and the held-out per-patch accuracy per modality."""
     torch.manual_seed(spec.seed)
     encoder = spec.build()
-    head = nn.Linear(encoder.dim, len(COUNTS))
+    head = nn.Linear(encoder.dim, 1 + len(SHAPES))
     data = {}
-    for k, modality in enumerate(MODALITY_CHANNELS):  # a separate draw per modality: unpaired
-        scenes = make_scenes(spec.scenes, spec.seed * 10 + k, size=spec.size, types=("count",))
-        data[modality] = (torch.tensor(scenes.images[modality]), torch.tensor(count_labels(scenes)))
+    for k, modality in enumerate(spec.modalities):  # a separate draw per modality: unpaired
+        scenes = make_scenes(spec.scenes, spec.seed * 10 + k, size=spec.size)
+        labels = patch_labels(scenes.segmentation, spec.patch)
+        data[modality] = (torch.tensor(scenes.images[modality]), torch.tensor(labels))
     parameters = [*encoder.parameters(), *head.parameters()]
     optimizer = torch.optim.AdamW(parameters, lr=spec.lr, weight_decay=0.05)
     schedule = torch.optim.lr_scheduler.OneCycleLR(
@@ -69,8 +80,8 @@ def pretrain_encoder(spec: EncoderSpec) -> tuple[SharedEncoder, dict[str, float]
         modality = modalities[step % len(modalities)]
         images, labels = data[modality]
         rows = torch.randint(len(labels), (spec.batch_size,), generator=generator)
-        logits = head(encoder.hidden_states(modality, images[rows])[-1][:, 0])
-        loss = F.cross_entropy(logits, labels[rows])
+        logits = head(encoder.hidden_states(modality, images[rows])[-1][:, 1:])
+        loss = F.cross_entropy(logits.flatten(0, 1), labels[rows].flatten())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -78,11 +89,12 @@ def pretrain_encoder(spec: EncoderSpec) -> tuple[SharedEncoder, dict[str, float]
     accuracy = {}
     with torch.no_grad():
         for k, modality in enumerate(modalities):
-            test = make_scenes(spec.test_scenes, 10_000 + k, size=spec.size, types=("count",))
+            test = make_scenes(spec.test_scenes, 10_000 + k, size=spec.size)
             logits = head(
-                encoder.hidden_states(modality, torch.tensor(test.images[modality]))[-1][:, 0]
+                encoder.hidden_states(modality, torch.tensor(test.images[modality]))[-1][:, 1:]
             )
-            accuracy[modality] = float((logits.argmax(-1).numpy() == count_labels(test)).mean())
+            hits = logits.argmax(-1).numpy() == patch_labels(test.segmentation, spec.patch)
+            accuracy[modality] = float(hits.mean())
     for parameter in encoder.trunk.parameters():
         parameter.requires_grad_(False)
     return encoder, accuracy
@@ -146,3 +158,35 @@ def pretrain_lm(spec: LMSpec) -> tuple[torch.nn.Module, object, float]:
     with torch.no_grad():
         logits = lm(input_ids=held.input_ids, attention_mask=held.attention_mask).logits
     return lm, tokenizer, float(answer_hits(logits, held.labels).float().mean())
+
+
+def depth_order_cnn(
+    scenes: int, test_scenes: int, *, size: int = 32, steps: int = 3000, batch_size: int = 64,
+    seed: int = 0, test_seed: int = 2026,
+) -> float:  # fmt: skip
+    """The information check: a small CNN trained on RGB alone to say whether the leftmost shape
+    is nearer than the rightmost, on ``scenes`` scenes; its held-out accuracy (is the depth cue
+    in RGB's pixels at all?)."""
+    torch.manual_seed(seed)
+    train = make_scenes(scenes, seed + 7_000, size=size, types=("depth",))
+    test = make_scenes(test_scenes, test_seed, size=size, types=("depth",))
+    x, xt = torch.tensor(train.images["rgb"]), torch.tensor(test.images["rgb"])
+    y = torch.tensor([a == "leftmost" for a in train.answers], dtype=torch.float32)
+    yt = np.array([a == "leftmost" for a in test.answers])
+    net = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.Flatten(),
+        nn.Linear(64 * (size // 4) ** 2, 128), nn.ReLU(), nn.Linear(128, 1),
+    )  # fmt: skip
+    optimizer = torch.optim.Adam(net.parameters(), 1e-3)
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        rows = torch.randint(len(y), (batch_size,), generator=generator)
+        loss = F.binary_cross_entropy_with_logits(net(x[rows])[:, 0], y[rows])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        predicted = torch.cat([net(xt[i : i + 256])[:, 0] for i in range(0, len(xt), 256)]) > 0
+    return float((predicted.numpy() == yt).mean())

@@ -114,6 +114,10 @@ class MoPXLoss:
     lambda_x: float = 1.0
     lambda_d: float = 0.1
     gamma: float = 1.0
+    aligned: tuple[int, ...] | None = None
+    """the probes aligned (indices; ``None``: all). Aligning every probe to a modality that
+    lacks something (depth has no colour) pulls that information out of the deployed one's
+    probes; leaving some probes free keeps it."""
 
     def __post_init__(self) -> None:
         for name in ("lambda_x", "lambda_d", "gamma"):
@@ -131,7 +135,10 @@ class MoPXLoss:
         total = sum(task_losses.values())
         logs = {f"task/{m}": float(v.detach()) for m, v in task_losses.items()}
         if self.lambda_x and pairs:
-            align = sum(alignment_loss(probes[a], probes[b]) for a, b in pairs) / len(pairs)
+            keep = slice(None) if self.aligned is None else list(self.aligned)
+            align = sum(
+                alignment_loss(probes[a][:, keep], probes[b][:, keep]) for a, b in pairs
+            ) / len(pairs)
             total = total + self.lambda_x * align
             logs["align"] = float(align.detach())
         if self.lambda_d:

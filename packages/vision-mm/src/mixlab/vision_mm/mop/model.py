@@ -29,8 +29,8 @@ class MLLMOutput:
 
 
 class PrivilegedMLLM(nn.Module):
-    """``encoder`` (frozen unless ``train_encoder``: OneLLM freezes it; the tokenizers always
-    train), ``connector`` (:class:`~.probes.MixtureOfProbes` or a baseline) and ``lm`` (a
+    """``encoder`` (frozen unless ``train_encoder``: OneLLM freezes it and trains the tokenizers
+    unless ``train_tokenizers=False``), ``connector`` (:class:`~.probes.MixtureOfProbes` or a baseline) and ``lm`` (a
     transformers causal LM), joined by LLaVA's two-layer MLP projector."""
 
     def __init__(
@@ -40,6 +40,7 @@ class PrivilegedMLLM(nn.Module):
         lm: nn.Module,
         *,
         train_encoder: bool = False,
+        train_tokenizers: bool = True,
     ):
         super().__init__()
         self.encoder, self.connector, self.lm = encoder, connector, lm
@@ -49,29 +50,51 @@ class PrivilegedMLLM(nn.Module):
         )
         for parameter in encoder.trunk.parameters():
             parameter.requires_grad_(train_encoder)
+        for parameter in encoder.tokenizers.parameters():
+            parameter.requires_grad_(train_encoder or train_tokenizers)
 
     @property
     def modalities(self) -> list[str]:
         return list(self.encoder.tokenizers)
 
     def visual_prefix(
-        self, modality: str, images: torch.Tensor
+        self, modality: str, images: torch.Tensor | None, *, features: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, ProbeOutput]:
-        """The projected prefix [B, T, H] of ``images`` of one ``modality`` and the probes' output."""
-        probes = self.connector(self.encoder.hidden_states(modality, images))
+        """The projected prefix [B, T, H] of ``images`` of one ``modality`` and the probes' output;
+        ``features``: the frozen encoder's stacked hidden states [B, L + 1, N, D] (see
+        :meth:`encode`) in place of the images."""
+        if features is None:
+            states = self.encoder.hidden_states(modality, images)
+        else:
+            if modality not in self.encoder.tokenizers:
+                raise ValueError(f"modality must be one of {self.modalities}, got {modality!r}")
+            states = features.transpose(0, 1)
+        probes = self.connector(states)
         return self.projector(probes.prefix), probes
 
+    @torch.no_grad()
+    def encode(self, modality: str, images: torch.Tensor, batch_size: int = 256) -> torch.Tensor:
+        """The encoder's hidden states [B, L + 1, N, D] of ``images``, for training the connector
+        and LM on cached features when the encoder and tokenizers are frozen."""
+        chunks = [
+            torch.stack(self.encoder.hidden_states(modality, images[i : i + batch_size]), 1)
+            for i in range(0, len(images), batch_size)
+        ]
+        return torch.cat(chunks)
+
     def forward(
-        self, modality: str, images: torch.Tensor, input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+        self, modality: str, images: torch.Tensor | None, input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None, labels: torch.Tensor | None = None, *,
+        features: torch.Tensor | None = None,
     ) -> MLLMOutput:  # fmt: skip
         """The LM on [visual prefix; tokens] of one modality; ``labels`` as in transformers
-        (``-100`` ignored; the prefix is never a label)."""
-        if len(images) != len(input_ids):
+        (``-100`` ignored; the prefix is never a label); ``features`` as in :meth:`visual_prefix`."""
+        rows = len(images if features is None else features)
+        if rows != len(input_ids):
             raise ValueError(
-                f"images ({len(images)}) and input_ids ({len(input_ids)}) must have one row per sample"
+                f"images ({rows}) and input_ids ({len(input_ids)}) must have one row per sample"
             )
-        prefix, probes = self.visual_prefix(modality, images)
+        prefix, probes = self.visual_prefix(modality, images, features=features)
         tokens = self.lm.get_input_embeddings()(input_ids)
         embeds = torch.cat([prefix.to(tokens.dtype), tokens], 1)
         ones = torch.ones(prefix.shape[:2], dtype=torch.long, device=tokens.device)

@@ -84,13 +84,18 @@ class MixtureOfProbes(nn.Module):
 
     ``layers``: one HF-style index per probe (negative from the end), or ``"soft"`` for a learned
     softmax mix over every layer per probe. Default: K layers spread evenly over the second half.
+    ``combine``: the prefix is the router-weighted sum of the probes (T tokens) or, ``"concat"``,
+    every probe's tokens scaled by its weight (K·T tokens, spec §4a's concatenation).
     """
 
     def __init__(
         self, dim: int, num_layers: int, *, num_probes: int = 4, queries: int = 8, heads: int = 4,
-        layers: Sequence[int] | str | None = None, router_hidden: int = 64,
+        layers: Sequence[int] | str | None = None, router_hidden: int = 64, combine: str = "sum",
     ) -> None:  # fmt: skip
         super().__init__()
+        if combine not in ("sum", "concat"):
+            raise ValueError(f"combine must be 'sum' or 'concat', got {combine!r}")
+        self.combine = combine
         for name, value in (("dim", dim), ("num_layers", num_layers), ("num_probes", num_probes),
                             ("queries", queries), ("heads", heads)):  # fmt: skip
             check_count(value, name)
@@ -137,7 +142,10 @@ class MixtureOfProbes(nn.Module):
             inputs = states[list(self.layers)]
         probes = torch.stack([probe(x) for probe, x in zip(self.probes, inputs, strict=True)], 1)
         weights = self.router(states[-1].mean(1)).softmax(-1)  # [B, K]
-        prefix = torch.einsum("bk,bktd->btd", weights, probes)
+        if self.combine == "sum":
+            prefix = torch.einsum("bk,bktd->btd", weights, probes)
+        else:  # every probe's tokens, each scaled by K·w_k (1 for a uniform router)
+            prefix = (probes * (self.num_probes * weights)[:, :, None, None]).flatten(1, 2)
         return ProbeOutput(prefix, probes, weights)
 
 

@@ -31,8 +31,9 @@ COLOURS = {name: SHARED_COLOURS[name] for name in ("red", "green", "blue", "yell
 """the shared renderer's RGB colours (0–255)"""
 QUESTION_TYPES = ("colour", "shape", "count", "depth")
 MODALITY_CHANNELS = {"rgb": 3, "depth": 1}
-ANSWERABLE = {"rgb": ("colour", "shape", "count", "depth"), "depth": ("shape", "count", "depth")}
-"""question types a modality carries (RGB's depth order only through weak cues)"""
+ANSWERABLE = {"rgb": ("colour", "shape", "count"), "depth": ("shape", "count", "depth")}
+"""question types a modality answers plainly (RGB carries depth order only through weak cues:
+the privileged modality's part to transfer)"""
 
 __all__ = [
     "ANSWERABLE",
@@ -69,16 +70,20 @@ class Scene:
 
 
 def _draw_scene(rng: np.random.Generator) -> Scene:
+    """The leftmost shape in the left fifth band, the rightmost in the right one and the 0–2
+    others in the middle (one above the other), so "leftmost" and "rightmost" name places an
+    attention probe can find; neighbours may still overlap (the occlusion cue)."""
     count = int(rng.integers(2, 5))
-    while True:  # centres apart enough in x that "leftmost" and "rightmost" are clear
-        centres = rng.uniform(0.2, 0.8, (count, 2))
-        xs = np.sort(centres[:, 0])
-        if (np.diff(xs) > 0.08).all():
-            break
+    xs = [rng.uniform(0.12, 0.3), rng.uniform(0.7, 0.88)]
+    ys = list(rng.uniform(0.2, 0.8, 2))
+    middle_ys = (rng.uniform(0.15, 0.4), rng.uniform(0.6, 0.85))
+    for k in range(count - 2):
+        xs.append(rng.uniform(0.42, 0.58))
+        ys.append(middle_ys[k] if count == 4 else rng.uniform(0.2, 0.8))
     return Scene(
         kinds=[SHAPES[i] for i in rng.integers(len(SHAPES), size=count)],
         colours=[list(COLOURS)[i] for i in rng.integers(len(COLOURS), size=count)],
-        centres=centres,
+        centres=np.stack([xs, ys], 1),
         radii=rng.uniform(0.10, 0.16, count),
         depths=rng.permutation(
             np.linspace(0.0, 1.0, count) * rng.uniform(0.8, 1.0) + rng.uniform(0, 0.1)
@@ -87,9 +92,12 @@ def _draw_scene(rng: np.random.Generator) -> Scene:
 
 
 def render(scene: Scene, size: int = 32) -> dict[str, np.ndarray]:
-    """``{"rgb": [3, size, size], "depth": [1, size, size]}`` float32 in [0, 1]."""
+    """``{"rgb": [3, size, size], "depth": [1, size, size]}`` float32 in [0, 1], and
+    ``"segmentation"`` [size, size] int64: the visible shape's kind (1 + index in SHAPES, 0 for
+    the background), the encoder's generic pre-training label."""
     rgb = np.full((3, size, size), 0.5, dtype=np.float32)
     depth = np.zeros((1, size, size), dtype=np.float32)
+    segmentation = np.zeros((size, size), dtype=np.int64)
     for i in np.argsort(-scene.depths):  # far to near: nearer shapes paint over
         scale = 1.25 - 0.5 * scene.depths[i]  # nearer looks bigger: the RGB depth cue
         centre = (scene.centres[i, 0] * size, scene.centres[i, 1] * size)
@@ -97,7 +105,8 @@ def render(scene: Scene, size: int = 32) -> dict[str, np.ndarray]:
         mask = shape_mask(scene.kinds[i], centre, scene.radii[i] * scale * size, angle, size)
         rgb[:, mask] = np.asarray(COLOURS[scene.colours[i]], dtype=np.float32)[:, None] / 255
         depth[0, mask] = 1.0 - 0.8 * scene.depths[i]
-    return {"rgb": rgb, "depth": depth}
+        segmentation[mask] = 1 + SHAPES.index(scene.kinds[i])
+    return {"rgb": rgb, "depth": depth, "segmentation": segmentation}
 
 
 def question_answer(scene: Scene, kind: str) -> tuple[str, str]:
@@ -129,12 +138,14 @@ def vocabulary() -> list[str]:
 
 @dataclass
 class Scenes:
-    """A rendered split: ``images[modality]`` [M, C, S, S] float32, one question per sample."""
+    """A rendered split: ``images[modality]`` [M, C, S, S] float32, one question per sample, and
+    the visible kind per pixel ``segmentation`` [M, S, S]."""
 
     images: dict[str, np.ndarray]
     questions: list[str]
     answers: list[str]
     types: list[str]
+    segmentation: np.ndarray
 
     def __len__(self) -> int:
         return len(self.questions)
@@ -151,14 +162,17 @@ def make_scenes(
         raise ValueError(f"types must be names from {list(QUESTION_TYPES)}, got {list(types)}")
     rng = np.random.default_rng(seed)
     images: dict[str, list[np.ndarray]] = {m: [] for m in MODALITY_CHANNELS}
-    questions, answers, kinds = [], [], []
+    questions, answers, kinds, segmentation = [], [], [], []
     for i in range(count):
         scene = _draw_scene(rng)
-        for modality, image in render(scene, size).items():
-            images[modality].append(image)
+        rendered = render(scene, size)
+        for modality in MODALITY_CHANNELS:
+            images[modality].append(rendered[modality])
+        segmentation.append(rendered["segmentation"])
         kind = types[i % len(types)]
         question, answer = question_answer(scene, kind)
         questions.append(question)
         answers.append(answer)
         kinds.append(kind)
-    return Scenes({m: np.stack(v) for m, v in images.items()}, questions, answers, kinds)
+    images_ = {m: np.stack(v) for m, v in images.items()}
+    return Scenes(images_, questions, answers, kinds, np.stack(segmentation))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from mixlab.shared.checks import check_count
+from mixlab.shared.checks import check_count, check_number
 from mixlab.vision_mm.mop.losses import MoPXLoss
 from mixlab.vision_mm.mop.model import PrivilegedMLLM
 
@@ -56,9 +56,12 @@ class SystemSpec:
 
 def system_spec(
     name: str, modalities: tuple[str, ...], *, deploy: str, privileged: str,
-    lambda_x: float = 1.0, lambda_d: float = 0.1,
+    lambda_x: float = 1.0, lambda_d: float = 0.1, aligned: tuple[int, ...] | None = None,
+    symmetric: bool = False,
 ) -> SystemSpec:  # fmt: skip
-    """The objective of system ``name``; ``unimodal`` trains ``deploy`` only."""
+    """The objective of system ``name``; ``unimodal`` and ``distill`` train ``deploy`` only.
+    MoP-X aligns ``deploy``'s probes to ``privileged``'s, or with ``symmetric`` every modality's
+    to every other's (each a stop-gradient target), when each will be served alone."""
     if name not in SYSTEMS:
         raise ValueError(f"system must be one of {list(SYSTEMS)}, got {name!r}")
     for label, modality in (("deploy", deploy), ("privileged", privileged)):
@@ -68,6 +71,8 @@ def system_spec(
             )
     plain = MoPXLoss(lambda_x=0.0, lambda_d=0.0)
     align = ((deploy, privileged),)
+    if symmetric:
+        align = tuple((a, b) for a in modalities for b in modalities if a != b)
     if name == "unimodal":
         return SystemSpec(name, (deploy,), plain)
     if name == "dropout":
@@ -77,31 +82,46 @@ def system_spec(
     if name == "distill":
         return SystemSpec(name, (deploy,), plain, distill_temperature=2.0)
     lambda_d = 0.0 if name in ("mop-nodis", "resampler") else lambda_d
-    return SystemSpec(name, tuple(modalities), MoPXLoss(lambda_x, lambda_d), align)
+    aligned = None if name == "resampler" else aligned  # K = 1: its one probe
+    return SystemSpec(name, tuple(modalities), MoPXLoss(lambda_x, lambda_d, aligned=aligned), align)
+
+
+def _forward(model: PrivilegedMLLM, batch: dict, modality: str, rows=slice(None), *, labels=True):
+    """``model`` on one modality of ``batch`` (its ``images``, or cached ``features``)."""
+    mask = batch.get("attention_mask")
+    args = (batch["input_ids"][rows], None if mask is None else mask[rows],
+            batch["labels"][rows] if labels else None)  # fmt: skip
+    if "features" in batch:
+        return model(modality, None, *args, features=batch["features"][modality][rows])
+    return model(modality, batch["images"][modality][rows], *args)
 
 
 def training_loss(
     model: PrivilegedMLLM, batch: dict, spec: SystemSpec, *, generator: torch.Generator | None = None,
     teacher: PrivilegedMLLM | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
-    """The loss of ``spec`` on one batch, and its parts for logging."""
-    images, ids, labels = batch["images"], batch["input_ids"], batch["labels"]
-    mask = batch.get("attention_mask")
-    missing = [m for m in spec.trains_on if m not in images]
+    """The loss of ``spec`` on one batch, and its parts for logging. ``batch`` holds
+    ``input_ids``, ``attention_mask``, ``labels`` and, per modality, ``images`` or the frozen
+    encoder's ``features``."""
+    inputs, ids, labels = (
+        batch.get("features", batch.get("images", {})),
+        batch["input_ids"],
+        batch["labels"],
+    )
+    missing = [m for m in spec.trains_on if m not in inputs]
     if missing:
-        raise ValueError(f"the batch has no images of {missing}; it has {list(images)}")
+        raise ValueError(f"the batch has no images of {missing}; it has {list(inputs)}")
     if spec.dropout:  # each sample keeps one modality, drawn uniformly
         choice = torch.randint(len(spec.trains_on), (len(ids),), generator=generator)
         task, probes = {}, {}
         for k, modality in enumerate(spec.trains_on):
             rows = (choice == k).nonzero()[:, 0]
             if len(rows):
-                out = model(modality, images[modality][rows], ids[rows],
-                            None if mask is None else mask[rows], labels[rows])  # fmt: skip
+                out = _forward(model, batch, modality, rows)
                 task[modality] = out.loss * len(rows) / len(ids)
                 probes[modality] = out.probes.probes
         return spec.loss(task, probes)
-    outputs = {m: model(m, images[m], ids, mask, labels) for m in spec.trains_on}
+    outputs = {m: _forward(model, batch, m) for m in spec.trains_on}
     task = {m: out.loss for m, out in outputs.items()}
     probes = {m: out.probes.probes for m, out in outputs.items()}
     total, logs = spec.loss(task, probes, spec.pairs)
@@ -109,9 +129,9 @@ def training_loss(
         if teacher is None:
             raise ValueError("distill needs a teacher model trained on the privileged modality")
         (student_modality,) = spec.trains_on
-        privileged = next(m for m in images if m != student_modality)
+        privileged = next(m for m in inputs if m != student_modality)
         with torch.no_grad():
-            target = teacher(privileged, images[privileged], ids, mask, labels).logits
+            target = _forward(teacher, batch, privileged).logits
         t = spec.distill_temperature
         answer = labels != -100  # distil on the answer positions (logits predict the next token)
         answer = torch.cat([answer[:, 1:], torch.zeros_like(answer[:, :1])], 1)
@@ -124,21 +144,32 @@ def training_loss(
 
 
 def fit(
-    model: PrivilegedMLLM, batches, spec: SystemSpec, steps: int, *, lr: float = 1e-3, seed: int = 0,
+    model: PrivilegedMLLM, batches, spec: SystemSpec, steps: int, *, lr: float = 3e-3,
+    lm_lr: float | None = 1e-3, seed: int = 0,
     teacher: PrivilegedMLLM | None = None, checkpoint: str | None = None, checkpoint_every: int = 100,
+    callback=None,
 ) -> list[dict[str, float]]:  # fmt: skip
     """``steps`` AdamW steps of ``spec``'s loss on ``batches(step)`` (a function of the step, so
     a resumed run sees the same data) with accelerate; ``checkpoint``: a folder for
     ``Accelerator.save_state`` every ``checkpoint_every`` steps, resumed from when present.
-    Returns the logged parts per step run."""
+    ``lr`` is the step size of the connector, projector and tokenizers, ``lm_lr`` the LM's
+    (default ``lr``): the probes must learn where to look from scratch and need a larger step than
+    a pre-trained LM tolerates (LLaVA's projector/LM split). ``callback(step, model)`` runs after each step (and before that step's checkpoint). Returns
+    the logged parts per step run."""
     from pathlib import Path
 
     from accelerate import Accelerator
 
     check_count(steps, "steps", minimum=0)
     accelerator = Accelerator()
+    check_number(lr, "lr", lr > 0, "a finite number > 0")
+    lm_lr = lr if lm_lr is None else lm_lr
+    check_number(lm_lr, "lm_lr", lm_lr > 0, "a finite number > 0")
+    in_lm = {id(p) for p in model.lm.parameters()}
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.01)
+    groups = [{"params": [p for p in trainable if id(p) not in in_lm], "lr": lr},
+              {"params": [p for p in trainable if id(p) in in_lm], "lr": lm_lr}]  # fmt: skip
+    optimizer = torch.optim.AdamW([g for g in groups if g["params"]], weight_decay=0.01)
     model, optimizer = accelerator.prepare(model, optimizer)
     done = 0
     progress = None if checkpoint is None else Path(checkpoint) / "step.txt"
@@ -156,22 +187,28 @@ def fit(
         accelerator.backward(loss)
         optimizer.step()
         history.append({"loss": float(loss.detach()), **logs})
+        if callback is not None:
+            callback(step, model)
+            model.train()
         if progress is not None and ((step + 1) % checkpoint_every == 0 or step + 1 == steps):
             accelerator.save_state(checkpoint)
             progress.write_text(str(step + 1))
     return history
 
 
-def paired_batches(images: dict[str, torch.Tensor], encoded, batch_size: int, seed: int):
+def paired_batches(
+    inputs: dict[str, torch.Tensor], encoded, batch_size: int, seed: int, *, key: str = "images"
+):
     """``batches(step)`` for :func:`fit`: ``batch_size`` paired rows drawn from (``seed``, step),
-    so every system and a resumed run see the same batches."""
+    so every system and a resumed run see the same batches; ``inputs`` per modality are the
+    ``images`` or (``key="features"``) the frozen encoder's cached hidden states."""
     count = len(encoded.input_ids)
 
     def batch(step: int) -> dict:
         rows = torch.randint(
             count, (batch_size,), generator=torch.Generator().manual_seed(seed * 1_000_003 + step)
         )
-        return {"images": {m: x[rows] for m, x in images.items()}, "input_ids": encoded.input_ids[rows],
+        return {key: {m: x[rows] for m, x in inputs.items()}, "input_ids": encoded.input_ids[rows],
                 "attention_mask": encoded.attention_mask[rows], "labels": encoded.labels[rows]}  # fmt: skip
 
     return batch
@@ -181,19 +218,28 @@ def paired_batches(images: dict[str, torch.Tensor], encoded, batch_size: int, se
 def accuracy_by_type(
     model: PrivilegedMLLM,
     modality: str,
-    images: torch.Tensor,
+    images: torch.Tensor | None,
     encoded,
     types: list[str],
     batch_size: int = 256,
+    *,
+    features: torch.Tensor | None = None,
 ) -> dict[str, float]:
-    """Exact-match accuracy per question type of ``modality`` alone (and ``all``)."""
+    """Exact-match accuracy per question type of ``modality`` alone (and ``all``), from its
+    ``images`` or cached ``features``."""
     from mixlab.vision_mm.mop.text import answer_hits
 
     model.eval()
     hits = []
-    for start in range(0, len(images), batch_size):
+    for start in range(0, len(encoded.input_ids), batch_size):
         rows = slice(start, start + batch_size)
-        out = model(modality, images[rows], encoded.input_ids[rows], encoded.attention_mask[rows])
+        batch = {"input_ids": encoded.input_ids, "attention_mask": encoded.attention_mask,
+                 "labels": encoded.labels}  # fmt: skip
+        if features is None:
+            batch["images"] = {modality: images}
+        else:
+            batch["features"] = {modality: features}
+        out = _forward(model, batch, modality, rows, labels=False)
         hits.append(answer_hits(out.logits, encoded.labels[rows]))
     hits = torch.cat(hits).float()
     kinds = sorted(set(types))

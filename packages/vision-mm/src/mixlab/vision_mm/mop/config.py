@@ -1,0 +1,157 @@
+"""The MoP experiment's Config and registry entry, importable without torch (``mixlab list`` reads
+:data:`METHOD`; :mod:`mixlab.vision_mm.mop.experiment` loads only when the method runs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from mixlab.shared.config import ExperimentConfig, is_count, require
+from mixlab.shared.registry import Method
+
+EXPERIMENT_SYSTEMS = ("unimodal", "dropout", "resampler", "mop-nodis", "mop-x", "distill", "onellm")
+"""every system of :data:`~.training.SYSTEMS` (repeated here so the config needs no torch)"""
+EXPERIMENT_MODALITIES = ("rgb", "depth", "edge")
+
+
+@dataclass
+class Config(ExperimentConfig):
+    """Defaults are the quick profile (3 seeds × 5 systems on 32² scenes, about ten minutes on 2
+    CPU cores once the bases are cached); full is the issue's GPU run."""
+
+    n_seeds: int = 3
+    """training seeds per system: seed, seed + 1, ... (the bases use ``seed``)"""
+    systems: tuple[str, ...] = ("unimodal", "dropout", "resampler", "mop-nodis", "mop-x")
+    modalities: tuple[str, ...] = ("rgb", "depth")
+    """paired modalities; every system is tested on each alone"""
+    size: int = 32
+    """image side in pixels"""
+    patch: int = 4
+    train_scenes: int = 3000
+    """paired training scenes, one question each (few enough that RGB alone is starved of depth)"""
+    test_scenes: int = 1000
+    information_scale: int = 10
+    """the information check's RGB-only model trains on this many times ``train_scenes``"""
+    information_steps: int = 3000
+    encoder_dim: int = 64
+    encoder_layers: int = 6
+    encoder_heads: int = 4
+    encoder_scenes: int = 4000
+    """unpaired pre-training scenes per modality"""
+    encoder_steps: int = 800
+    lm_width: int = 64
+    lm_layers: int = 2
+    lm_steps: int = 600
+    num_probes: int = 4
+    queries: int = 8
+    probe_layers: tuple[int, ...] = (0, 2, 4, 6)
+    """the hidden state each probe reads (0: the tokenizer's output)"""
+    aligned_probes: tuple[int, ...] = (2, 3)
+    """the probes MoP-X aligns across modalities (the deeper ones; the rest keep what only one
+    modality has, such as colour)"""
+    steps: int = 600
+    batch_size: int = 64
+    lr: float = 3e-3
+    """AdamW step of the probes and projector"""
+    lm_lr: float = 1e-3
+    """AdamW step of the pre-trained LM"""
+    lambda_x: float = 1.0
+    lambda_d: float = 0.1
+    diagnostics_every: int = 100
+    """steps between probe diagnostics (cosine, effective rank) on held-out scenes"""
+    answerable: float = 0.9
+    """regime: each unimodal model's least accuracy over the questions its modality answers"""
+    blind_margin: float = 0.3
+    """regime: ... and its lead over the blind (question-only) LM"""
+    information: float = 0.8
+    """regime: the RGB-only model on ``information_scale``× scenes on depth order"""
+    room: float = 0.1
+    """regime: the unimodal RGB model's depth-order accuracy at least this much below that"""
+    workers: int = 2
+    """processes that train systems side by side (one torch thread each)"""
+
+    PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
+        "quick": {},
+        "full": {
+            "n_seeds": 5,
+            "systems": EXPERIMENT_SYSTEMS,
+            "modalities": EXPERIMENT_MODALITIES,
+            "size": 64,
+            "patch": 8,
+            "train_scenes": 6000,
+            "test_scenes": 2000,
+            "encoder_dim": 128,
+            "encoder_layers": 8,
+            "encoder_scenes": 20_000,
+            "encoder_steps": 5000,
+            "lm_width": 128,
+            "lm_layers": 4,
+            "lm_steps": 2000,
+            "probe_layers": (0, 3, 6, 8),
+            "steps": 3000,
+        },
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        counts = ("n_seeds", "size", "patch", "train_scenes", "test_scenes", "information_scale", "information_steps",
+                  "encoder_dim", "encoder_layers", "encoder_heads", "encoder_scenes", "encoder_steps",
+                  "lm_width", "lm_layers", "lm_steps", "num_probes", "queries", "steps", "batch_size",
+                  "diagnostics_every", "workers")  # fmt: skip
+        for name in counts:
+            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
+        require(
+            self.size % self.patch == 0, "patch", f"a divisor of size = {self.size}", self.patch
+        )
+        for name, width in (("encoder_dim", self.encoder_heads), ("lm_width", 4)):
+            value = getattr(self, name)
+            require(value % width == 0, name, f"a multiple of {width}", value)
+        for name, allowed in (
+            ("systems", EXPERIMENT_SYSTEMS),
+            ("modalities", EXPERIMENT_MODALITIES),
+        ):
+            value = getattr(self, name)
+            ok = (
+                isinstance(value, tuple | list) and len(value) > 0 and len(set(value)) == len(value)
+            )
+            require(ok and all(v in allowed for v in value), name, f"distinct names from {list(allowed)}",
+                    value)  # fmt: skip
+        require("rgb" in self.modalities and "depth" in self.modalities, "modalities",
+                "names including rgb and depth", self.modalities)  # fmt: skip
+        require("unimodal" in self.systems and "mop-x" in self.systems, "systems",
+                "names including unimodal and mop-x", self.systems)  # fmt: skip
+        ok = (
+            isinstance(self.probe_layers, tuple | list)
+            and len(self.probe_layers) == self.num_probes
+        )
+        ok = ok and all(is_count(k, 0) and k <= self.encoder_layers for k in self.probe_layers)
+        require(ok, "probe_layers", f"{self.num_probes} (num_probes) indices in [0, {self.encoder_layers}]",
+                self.probe_layers)  # fmt: skip
+        ok = isinstance(self.aligned_probes, tuple | list) and len(self.aligned_probes) > 0
+        ok = ok and all(is_count(k, 0) and k < self.num_probes for k in self.aligned_probes)
+        require(
+            ok,
+            "aligned_probes",
+            f"probe indices in [0, {self.num_probes - 1}]",
+            self.aligned_probes,
+        )
+        for name in ("lr", "lm_lr", "lambda_x"):
+            value = getattr(self, name)
+            require(value > 0, name, "a finite number > 0", value)
+        require(self.lambda_d >= 0, "lambda_d", "a finite number >= 0", self.lambda_d)
+        for name in ("answerable", "blind_margin", "information", "room"):
+            value = getattr(self, name)
+            require(0 <= value <= 1, name, "a number in [0, 1]", value)
+
+
+METHOD = Method(
+    name="mop",
+    domain="vision-mm",
+    paper="MoP: Mixture of Probes and cross-modal probe training (MoP-X) for MLLMs with a privileged modality (reconstructed; paper not found)",
+    claim="Training the probes of a shared frozen encoder on every modality alone, aligned across paired modalities and kept apart, makes each modality served alone more accurate than unimodal or modality-dropout training, and lets a modality present only in training help the deployed one",
+    config=Config,
+    run="mixlab.vision_mm.mop.experiment:run",
+    headline_plot="accuracy.png",
+)
+
+__all__ = ["EXPERIMENT_MODALITIES", "EXPERIMENT_SYSTEMS", "METHOD", "Config"]

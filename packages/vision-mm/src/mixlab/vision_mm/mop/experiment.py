@@ -1,0 +1,487 @@
+"""MoP-X against unimodal, modality-dropout, K = 1 and no-L_dis training (``mixlab run mop``).
+
+Bases, trained once and cached (:mod:`~.bases`): the shared toy ViT pre-trained on both
+modalities unpaired on per-patch shape kinds, then frozen with its tokenizers, and the toy Llama
+pre-trained on the question–answer text. Every system trains the probes, the projector and the
+LM on the frozen encoder's cached hidden states, with the same steps, batches and seeds, and is
+tested on each modality alone on held-out scenes. Cells:
+
+- ``system``: per (system, seed) (and per deployed modality for ``unimodal`` and ``distill``):
+  train, then the accuracy per question type of each modality alone, and the probe diagnostics on
+  held-out scenes every ``diagnostics_every`` steps;
+- ``information``: a CNN trained on RGB alone on ``information_scale``× the scenes answers depth
+  order (cached): the cue is in the pixels.
+
+Regime (fixed before any run): each unimodal model's mean accuracy over the question types its
+modality answers (:data:`~.scenes.ANSWERABLE`) is >= ``answerable`` and >= the blind LM's on the
+same questions + ``blind_margin``; the information CNN reaches ``information`` on RGB depth
+order and the unimodal RGB model is >= ``room`` below it. Claims, on differences paired by seed
+that hold when mean − sd clears the threshold: (1) MoP-X's accuracy (mean over question types)
+beats unimodal and modality dropout by >= 3 points on each modality alone; (2) RGB-alone depth
+order >= 5 points above unimodal RGB; (3) MoP-X beats the K = 1 last-layer resampler (same
+objective) by >= 2 points (mean over modalities); (4) without L_dis the mean pairwise probe cosine
+is >= 0.2 higher and the effective rank >= 1 lower (final diagnostics, mean over modalities).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mixlab.shared import Claim, Result, mean_std, run_cells
+from mixlab.shared.files import write_json_atomic
+from mixlab.shared.paths import cache_dir
+from mixlab.vision_mm.mop.config import METHOD, Config
+
+TEST_SEED = 2026
+TRAIN_SEED = 1
+BEATS_BASELINES = 0.03
+PRIVILEGED_GAIN = 0.05
+BEATS_FINAL_LAYER = 0.02
+COSINE_GAP = 0.2
+RANK_GAP = 1.0
+DIAGNOSTIC_SAMPLES = 256
+
+__all__ = ["METHOD", "Config", "bases", "claims", "regime", "run", "summarise"]
+
+
+# ------------------------------------------------------------------------------------ bases
+def _digest(values: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def _encoder_spec(config: Config):
+    from mixlab.vision_mm.mop.bases import EncoderSpec
+
+    return EncoderSpec(
+        size=config.size, patch=config.patch, dim=config.encoder_dim, depth=config.encoder_layers,
+        heads=config.encoder_heads, scenes=config.encoder_scenes, steps=config.encoder_steps,
+        modalities=tuple(config.modalities), seed=config.seed,
+    )  # fmt: skip
+
+
+def _lm_spec(config: Config):
+    from mixlab.vision_mm.mop.bases import LMSpec
+
+    return LMSpec(
+        width=config.lm_width, depth=config.lm_layers, steps=config.lm_steps, seed=config.seed
+    )
+
+
+def _bases_folder(config: Config) -> Path:
+    recipe = {"encoder": asdict(_encoder_spec(config)), "lm": asdict(_lm_spec(config))}
+    return cache_dir("mop", "bases") / f"{config.size}px-{_digest(recipe)}"
+
+
+def bases(config: Config) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """(encoder, LM, tokenizer, facts): trained on the first call and cached after; facts hold
+    the encoder's held-out per-patch accuracy and both trainings' seconds."""
+    from safetensors.torch import load_model, save_model
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from mixlab.vision_mm.mop.bases import pretrain_encoder, pretrain_lm
+
+    folder = _bases_folder(config)
+    spec = _encoder_spec(config)
+    if not (folder / "bases.json").is_file():
+        started = time.perf_counter()
+        encoder, patch_accuracy = pretrain_encoder(spec)
+        encoder_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        lm, tokenizer, _ = pretrain_lm(_lm_spec(config))
+        lm_seconds = time.perf_counter() - started
+        folder.mkdir(parents=True, exist_ok=True)
+        save_model(encoder, folder / "encoder.safetensors")
+        lm.save_pretrained(folder / "lm")
+        tokenizer.save_pretrained(folder / "lm")
+        facts = {"patch_accuracy": patch_accuracy, "encoder_seconds": encoder_seconds,
+                 "lm_seconds": lm_seconds}  # fmt: skip
+        write_json_atomic(folder / "bases.json", facts)  # last: its presence marks the bases done
+    facts = json.loads((folder / "bases.json").read_text())
+    encoder = spec.build()
+    load_model(encoder, folder / "encoder.safetensors")
+    encoder.requires_grad_(False)
+    lm = LlamaForCausalLM.from_pretrained(folder / "lm")
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(folder / "lm")
+    return encoder, lm, tokenizer, facts
+
+
+def _split(config: Config, split: str) -> dict[str, Any]:
+    """The train or test scenes as the frozen encoder's hidden states per modality (float16,
+    cached beside the bases), the questions' token ids and their types."""
+    from mixlab.vision_mm.mop.scenes import make_scenes
+    from mixlab.vision_mm.mop.text import encode_qa
+
+    count, seed = (
+        (config.train_scenes, TRAIN_SEED) if split == "train" else (config.test_scenes, TEST_SEED)
+    )
+    folder = _bases_folder(config) / f"{split}-{count}-seed{seed + config.seed}"
+    encoder, _, tokenizer, _ = bases(config)
+    if not (folder / "questions.json").is_file():
+        scenes = make_scenes(count, seed + config.seed, size=config.size)
+        folder.mkdir(parents=True, exist_ok=True)
+        with torch.no_grad():
+            for modality in config.modalities:
+                images = torch.tensor(scenes.images[modality])
+                states = [torch.stack(encoder.hidden_states(modality, images[i : i + 256]), 1)
+                          for i in range(0, count, 256)]  # fmt: skip
+                np.save(folder / f"{modality}.npy", torch.cat(states).half().numpy())
+        questions = {
+            "questions": scenes.questions,
+            "answers": scenes.answers,
+            "types": scenes.types,
+        }
+        write_json_atomic(folder / "questions.json", questions)
+    qa = json.loads((folder / "questions.json").read_text())
+    features = {
+        m: torch.from_numpy(np.load(folder / f"{m}.npy")).float() for m in config.modalities
+    }
+    encoded = encode_qa(tokenizer, qa["questions"], qa["answers"])
+    return {"features": features, "encoded": encoded, "types": qa["types"]}
+
+
+# ------------------------------------------------------------------------------------ cells
+def _cells(config: Config) -> list[dict[str, Any]]:
+    cells: list[dict[str, Any]] = [{"task": "information"}]
+    for seed in range(config.seed, config.seed + config.n_seeds):
+        for system in config.systems:
+            deploys = config.modalities if system in ("unimodal",) else (None,)
+            if system == "distill":
+                deploys = [m for m in config.modalities if m != "depth"]
+            cells += [
+                {"task": "system", "system": system, "deploy": d, "seed": seed} for d in deploys
+            ]
+    return cells
+
+
+def _connector(config: Config, system: str, num_layers: int):
+    from mixlab.vision_mm.mop.probes import MixtureOfProbes, Resampler, RoutedResamplers
+    from mixlab.vision_mm.mop.training import CONNECTORS
+
+    kind = CONNECTORS[system]
+    tokens = config.queries * config.num_probes  # every connector hands the LM as many tokens
+    if kind == "resampler":
+        return Resampler(config.encoder_dim, queries=tokens, heads=config.encoder_heads)
+    if kind == "routed":
+        return RoutedResamplers(config.encoder_dim, queries=tokens, heads=config.encoder_heads)
+    return MixtureOfProbes(config.encoder_dim, num_layers, num_probes=config.num_probes,
+                           queries=config.queries, heads=config.encoder_heads,
+                           layers=config.probe_layers, combine="concat")  # fmt: skip
+
+
+def _train(config: Config, system: str, deploy: str | None, seed: int, train: dict, test: dict,
+           checkpoint: Path | None, teacher=None) -> tuple[Any, list[dict[str, Any]], float]:  # fmt: skip
+    """One system trained on ``train``'s cached features; (model, diagnostics over training,
+    seconds)."""
+    from mixlab.vision_mm.mop.losses import probe_diagnostics
+    from mixlab.vision_mm.mop.model import PrivilegedMLLM
+    from mixlab.vision_mm.mop.training import fit, paired_batches, system_spec
+
+    encoder, lm, _, _ = bases(config)
+    torch.manual_seed(seed)
+    model = PrivilegedMLLM(encoder, _connector(config, system, encoder.num_hidden_states),
+                           copy.deepcopy(lm), train_tokenizers=False)  # fmt: skip
+    others = [m for m in config.modalities if m != (deploy or "rgb")]
+    spec = system_spec(system, tuple(config.modalities), deploy=deploy or "rgb", privileged=others[0],
+                       lambda_x=config.lambda_x, lambda_d=config.lambda_d,
+                       aligned=tuple(config.aligned_probes), symmetric=True)  # fmt: skip
+    log = None if checkpoint is None else checkpoint / "diagnostics.json"
+    diagnostics = json.loads(log.read_text()) if log is not None and log.is_file() else []
+
+    def record(step: int, model: PrivilegedMLLM) -> None:
+        if (step + 1) % config.diagnostics_every and step + 1 != config.steps:
+            return
+        model.eval()
+        row: dict[str, Any] = {"step": step + 1}
+        with torch.no_grad():
+            for modality in spec.trains_on:
+                features = test["features"][modality][:DIAGNOSTIC_SAMPLES]
+                _, probes = model.visual_prefix(modality, None, features=features)
+                for key, value in probe_diagnostics(probes.probes, probes.weights).items():
+                    row[f"{modality}/{key}"] = value
+        diagnostics[:] = [d for d in diagnostics if d["step"] < step + 1] + [row]
+        if log is not None:
+            write_json_atomic(log, diagnostics)
+
+    started = time.perf_counter()
+    batches = paired_batches(
+        train["features"], train["encoded"], config.batch_size, seed, key="features"
+    )
+    fit(model, batches, spec, config.steps, lr=config.lr, lm_lr=config.lm_lr, seed=seed, teacher=teacher,
+        checkpoint=None if checkpoint is None else str(checkpoint),
+        checkpoint_every=config.diagnostics_every, callback=record)  # fmt: skip
+    return model.eval(), diagnostics, time.perf_counter() - started
+
+
+def _system_cell(config: Config, cell: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    from mixlab.vision_mm.mop.training import accuracy_by_type
+
+    train, test = _split(config, "train"), _split(config, "test")
+    name = "-".join(str(cell[k]) for k in ("system", "deploy", "seed") if cell[k] is not None)
+    checkpoint = out_dir / "training" / name
+    teacher = None
+    if cell["system"] == "distill":  # the teacher: unimodal on the privileged modality, same seed
+        teacher, _, _ = _train(config, "unimodal", "depth", cell["seed"], train, test,
+                               out_dir / "training" / f"{name}-teacher")  # fmt: skip
+    model, diagnostics, seconds = _train(config, cell["system"], cell["deploy"], cell["seed"], train,
+                                         test, checkpoint, teacher)  # fmt: skip
+    tested = [cell["deploy"]] if cell["system"] in ("unimodal", "distill") else config.modalities
+    accuracy = {
+        m: accuracy_by_type(
+            model, m, None, test["encoded"], test["types"], features=test["features"][m]
+        )
+        for m in tested
+    }
+    return {"accuracy": accuracy, "diagnostics": diagnostics, "train_seconds": seconds}
+
+
+def _information_cell(config: Config, cell: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    from mixlab.vision_mm.mop.bases import depth_order_cnn
+
+    count = config.information_scale * config.train_scenes
+    folder = cache_dir("mop", "information")
+    path = (
+        folder / f"{config.size}px-{count}-steps{config.information_steps}-seed{config.seed}.json"
+    )
+    if not path.is_file():
+        started = time.perf_counter()
+        accuracy = depth_order_cnn(count, config.test_scenes, size=config.size, seed=config.seed,
+                                   steps=config.information_steps, test_seed=TEST_SEED)  # fmt: skip
+        write_json_atomic(path, {"accuracy": accuracy, "seconds": time.perf_counter() - started})
+    return json.loads(path.read_text())
+
+
+def _blind(config: Config) -> dict[str, float]:
+    """The pre-trained LM alone (no visual prefix) on the test questions, per type."""
+    from mixlab.vision_mm.mop.text import answer_hits
+
+    _, lm, _, _ = bases(config)
+    test = _split(config, "test")
+    encoded = test["encoded"]
+    with torch.no_grad():
+        logits = lm(input_ids=encoded.input_ids, attention_mask=encoded.attention_mask).logits
+    hits = answer_hits(logits, encoded.labels).float().numpy()
+    types = np.asarray(test["types"])
+    return {
+        **{t: float(hits[types == t].mean()) for t in sorted(set(types))},
+        "all": float(hits.mean()),
+    }
+
+
+def run_cell(config: Config, out_dir: Path, cell: dict[str, Any]) -> dict[str, Any]:
+    torch.set_num_threads(1)  # two workers side by side on 2 cores
+    torch.set_flush_denormal(True)
+    started = time.perf_counter()
+    task = {"system": _system_cell, "information": _information_cell}[cell["task"]]
+    return {**cell, **task(config, cell, out_dir), "seconds": time.perf_counter() - started}
+
+
+def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    _, _, _, facts = bases(config)  # once, before the workers share them
+    for split in ("train", "test"):
+        _split(config, split)
+    setup_seconds = time.perf_counter() - started
+    done = run_cells(
+        out_dir, config, _cells(config), functools.partial(run_cell, config, out_dir),
+        resume=resume, label="mop", workers=config.workers,
+    )  # fmt: skip
+    write_json_atomic(out_dir / "cells.json", done, indent=1)
+    blind = _blind(config)
+    metrics = summarise(done, blind, config)
+    _plot(metrics, done, config, out_dir)
+    found = claims(done, config)
+    information = next(c for c in done if c["task"] == "information")
+    env = {**facts, "setup_seconds": setup_seconds, "information_seconds": information["seconds"]}
+    return Result(metrics=metrics, claims=found, regime=regime(metrics, config), env=env)
+
+
+# ---------------------------------------------------------------------------------- summary
+QUESTION_KEYS = ("colour", "shape", "count", "depth", "all")
+ROW_KEYS = (*QUESTION_KEYS, "all_std", "depth_std", "probe_cosine", "effective_rank",
+            "router_entropy", "seeds")  # fmt: skip
+
+
+def _system_name(cell: dict[str, Any]) -> str:
+    return cell["system"] if cell["deploy"] is None else f"{cell['system']}@{cell['deploy']}"
+
+
+def per_seed(done: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, float]]]:
+    """(system, modality) → the accuracy per question type of each seed, plus that seed's final
+    diagnostics on the modality, in seed order."""
+    out: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for cell in sorted((c for c in done if c["task"] == "system"), key=lambda c: c["seed"]):
+        for modality, accuracy in cell["accuracy"].items():
+            final = cell["diagnostics"][-1] if cell["diagnostics"] else {}
+            extra = {
+                k.split("/", 1)[1]: v for k, v in final.items() if k.startswith(f"{modality}/")
+            }
+            out.setdefault((cell["system"], modality), []).append({**accuracy, **extra})
+    return out
+
+
+def summarise(
+    done: list[dict[str, Any]], blind: dict[str, float], config: Config
+) -> dict[str, dict[str, Any]]:
+    """Rows ``<modality>/<system>`` (means over seeds, sd of ``all`` and ``depth``, final probe
+    diagnostics), ``text/blind`` (the LM without images) and ``rgb/information`` (the RGB CNN on
+    10× the scenes, depth order only)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for (system, modality), seeds in per_seed(done).items():
+        row: dict[str, Any] = {k: None for k in ROW_KEYS}
+        for key in (*QUESTION_KEYS, "probe_cosine", "effective_rank", "router_entropy"):
+            values = [s[key] for s in seeds if key in s]
+            if values:
+                row[key] = float(np.mean(values))
+        row["all_std"] = mean_std([s["all"] for s in seeds])[1]
+        row["depth_std"] = mean_std([s["depth"] for s in seeds])[1]
+        row["seeds"] = len(seeds)
+        rows[f"{modality}/{system}"] = row
+    rows["text/blind"] = {**{k: None for k in ROW_KEYS}, **blind, "seeds": 1}
+    information = next(c for c in done if c["task"] == "information")
+    rows["rgb/information"] = {
+        **{k: None for k in ROW_KEYS},
+        "depth": information["accuracy"],
+        "seeds": 1,
+    }
+    return dict(sorted(rows.items()))
+
+
+def _paired(
+    done: list[dict[str, Any]], a: tuple[str, str], b: tuple[str, str], key: str
+) -> np.ndarray:
+    seeds = per_seed(done)
+    return np.array([x[key] - y[key] for x, y in zip(seeds[a], seeds[b], strict=True)])
+
+
+def _clears(text: str, d: np.ndarray, threshold: float, label: str) -> Claim:
+    low = float(d.mean() - d.std(ddof=1)) if len(d) > 1 else float("nan")
+    return Claim.compare(text, low, ">=", threshold, value_label=f"mean − sd over seeds of {label}")
+
+
+def claims(done: list[dict[str, Any]], config: Config) -> list[Claim]:
+    """The issue's claims (1)–(4) on differences paired by seed."""
+    systems = set(config.systems)
+    found = []
+    parts = [
+        _clears(f"{m}: MoP-X vs {ref}", _paired(done, ("mop-x", m), (ref, m), "all"), BEATS_BASELINES,
+                f"MoP-X − {ref} accuracy on {m} alone")
+        for m in config.modalities
+        for ref in ("unimodal", "dropout") if ref in systems
+    ]  # fmt: skip
+    found.append(Claim.all_of(
+        f"(1) MoP-X beats unimodal and modality-dropout training on each modality alone by >= "
+        f"{100 * BEATS_BASELINES:g} points (mean over question types)", parts,
+    ))  # fmt: skip
+    d = _paired(done, ("mop-x", "rgb"), ("unimodal", "rgb"), "depth")
+    found.append(_clears(
+        f"(2) Privileged gain: RGB-alone depth-order accuracy >= {100 * PRIVILEGED_GAIN:g} points above "
+        "unimodal RGB", d, PRIVILEGED_GAIN, "MoP-X − unimodal RGB depth-order accuracy",
+    ))  # fmt: skip
+    if "resampler" in systems:
+        d = np.mean(
+            [_paired(done, ("mop-x", m), ("resampler", m), "all") for m in config.modalities], 0
+        )
+        found.append(_clears(
+            f"(3) Intermediate-layer probes beat final-layer alignment (K = 1) by >= {100 * BEATS_FINAL_LAYER:g} "
+            "points", d, BEATS_FINAL_LAYER, "MoP-X − resampler accuracy (mean over modalities)",
+        ))  # fmt: skip
+    if "mop-nodis" in systems:
+        cosine = np.mean([_paired(done, ("mop-nodis", m), ("mop-x", m), "probe_cosine")
+                          for m in config.modalities], 0)  # fmt: skip
+        rank = np.mean([_paired(done, ("mop-x", m), ("mop-nodis", m), "effective_rank")
+                        for m in config.modalities], 0)  # fmt: skip
+        found.append(Claim.all_of(
+            f"(4) Without L_dis the mean pairwise probe cosine is >= {COSINE_GAP:g} higher and the "
+            f"effective rank >= {RANK_GAP:g} lower",
+            [_clears("cosine", cosine, COSINE_GAP, "no-L_dis − MoP-X probe cosine"),
+             _clears("rank", rank, RANK_GAP, "MoP-X − no-L_dis effective rank")],
+        ))  # fmt: skip
+    return found
+
+
+def _answered(row: dict[str, Any], modality: str) -> float:
+    from mixlab.vision_mm.mop.scenes import ANSWERABLE
+
+    return float(np.mean([row[t] for t in ANSWERABLE[modality]]))
+
+
+def regime(metrics: dict[str, Any], config: Config) -> list[Claim]:
+    """The unimodal models learned what their modality shows, well above the blind LM, and RGB
+    holds a depth cue that unimodal training leaves room to use."""
+    checks = []
+    blind = metrics["text/blind"]
+    for modality in config.modalities:
+        row = metrics[f"{modality}/unimodal"]
+        checks.append(Claim.all_of(
+            f"Unimodal {modality} answers its modality's questions: mean accuracy >= {config.answerable:g} "
+            f"and >= the blind LM's + {config.blind_margin:g}",
+            [Claim.compare("accuracy", _answered(row, modality), ">=", config.answerable,
+                           value_label=f"unimodal {modality} accuracy"),
+             Claim.compare("blind", _answered(row, modality), ">=", _answered(blind, modality) + config.blind_margin,
+                           value_label=f"unimodal {modality} accuracy", reference_label="blind + margin")],
+        ))  # fmt: skip
+    information = metrics["rgb/information"]["depth"]
+    checks.append(Claim.all_of(
+        f"RGB holds the depth cue (a CNN on {config.information_scale}× the scenes >= {config.information:g}) "
+        f"and unimodal RGB leaves >= {config.room:g} of it",
+        [Claim.compare("information", information, ">=", config.information, value_label="RGB CNN depth order"),
+         Claim.compare("room", metrics["rgb/unimodal"]["depth"], "<=", information - config.room,
+                       value_label="unimodal RGB depth order", reference_label=f"CNN − {config.room:g}")],
+    ))  # fmt: skip
+    return checks
+
+
+# ------------------------------------------------------------------------------------- plot
+def _plot(
+    metrics: dict[str, Any], done: list[dict[str, Any]], config: Config, out_dir: Path
+) -> None:
+    from matplotlib.figure import Figure
+
+    from mixlab.shared import save_figure
+
+    figure = Figure(figsize=(6 * len(config.modalities), 3.8), layout="constrained")
+    axes = np.atleast_1d(figure.subplots(1, len(config.modalities)))
+    for ax, modality in zip(axes, config.modalities, strict=True):
+        systems = [s for s in config.systems if f"{modality}/{s}" in metrics]
+        x = np.arange(len(QUESTION_KEYS))
+        width = 0.8 / len(systems)
+        for k, system in enumerate(systems):
+            row = metrics[f"{modality}/{system}"]
+            ax.bar(x + width * (k - (len(systems) - 1) / 2), [row[q] for q in QUESTION_KEYS], width,
+                   label=system)  # fmt: skip
+        ax.set_xticks(x, QUESTION_KEYS)
+        ax.set(ylim=(0, 1), ylabel="accuracy", title=f"{modality} alone (mean over seeds)")
+        ax.legend(fontsize=7, ncol=2)
+    save_figure(figure, out_dir / "accuracy.png")
+
+    figure = Figure(figsize=(10, 3.6), layout="constrained")
+    cosine_ax, rank_ax = figure.subplots(1, 2)
+    for system in ("mop-x", "mop-nodis"):
+        runs = [c["diagnostics"] for c in done if c["task"] == "system" and c["system"] == system]
+        if not runs:
+            continue
+        steps = [row["step"] for row in runs[0]]
+        for ax, key in ((cosine_ax, "probe_cosine"), (rank_ax, "effective_rank")):
+            values = [
+                [np.mean([row[f"{m}/{key}"] for m in config.modalities]) for row in run]
+                for run in runs
+            ]
+            ax.plot(steps, np.mean(values, 0), marker="o", ms=3, label=system)
+    cosine_ax.set(
+        xlabel="step", ylabel="mean pairwise probe cosine", title="probe cosine (held out)"
+    )
+    rank_ax.set(xlabel="step", ylabel="effective rank", title="effective rank of the K probes")
+    for ax in (cosine_ax, rank_ax):
+        ax.legend(fontsize=8)
+    save_figure(figure, out_dir / "probes.png")

@@ -1,0 +1,76 @@
+"""The MoP experiment end to end at a tiny size (bases, cells, regime and claims), and its resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mixlab.vision_mm.mop.config import Config
+
+TINY = dict(n_seeds=2, systems=("unimodal", "dropout", "resampler", "mop-nodis", "mop-x"),
+            train_scenes=24, test_scenes=16, information_scale=1, information_steps=2,
+            encoder_dim=16, encoder_layers=2, encoder_heads=2, encoder_scenes=16, encoder_steps=2,
+            lm_width=16, lm_layers=1, lm_steps=2, num_probes=2, queries=2, probe_layers=(0, 2),
+            aligned_probes=(1,), steps=4, batch_size=8, diagnostics_every=2, workers=1)  # fmt: skip
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
+    return tmp_path
+
+
+def test_experiment_runs_and_gates_claims_on_the_regime(cache):
+    from mixlab.vision_mm.mop.experiment import run
+
+    result = run(Config(**TINY), cache / "run")
+    rows = result.metrics
+    assert {"rgb/unimodal", "depth/unimodal", "rgb/mop-x", "text/blind", "rgb/information"} <= set(
+        rows
+    )
+    assert len({tuple(sorted(r)) for r in rows.values()}) == 1  # every row has the same keys
+    assert rows["rgb/mop-x"]["seeds"] == 2
+    assert 0 <= rows["rgb/mop-x"]["all"] <= 1
+    # at this size nothing is learned: the regime fails and every claim is untested
+    assert not all(check.holds for check in result.regime)
+    assert [c.text[:3] for c in result.claims] == ["(1)", "(2)", "(3)", "(4)"]
+    assert (cache / "run" / "accuracy.png").is_file()
+    assert (cache / "run" / "probes.png").is_file()
+
+
+def test_killed_mid_training_resumes_to_the_same_numbers(cache, monkeypatch):
+    from mixlab.vision_mm.mop import experiment, training
+
+    config = Config(**{**TINY, "n_seeds": 1, "systems": ("unimodal", "mop-x")})
+    whole = experiment.run(config, cache / "whole")
+    real = training.paired_batches
+
+    def dies_at_step_three(*args, **kwargs):
+        batches = real(*args, **kwargs)
+
+        def batch(step):
+            if step == 3:  # after the checkpoint of step 2
+                raise KeyboardInterrupt
+            return batches(step)
+
+        return batch
+
+    monkeypatch.setattr(training, "paired_batches", dies_at_step_three)
+    with pytest.raises(KeyboardInterrupt):
+        experiment.run(config, cache / "killed")
+    assert (cache / "killed" / "training" / "unimodal-rgb-0" / "step.txt").read_text() == "2"
+    monkeypatch.setattr(training, "paired_batches", real)
+    resumed = experiment.run(config, cache / "killed", resume=True)
+    assert json.dumps(resumed.metrics, sort_keys=True) == json.dumps(whole.metrics, sort_keys=True)
+
+
+def test_config_refuses_bad_values():
+    with pytest.raises(ValueError, match="probe_layers must be"):
+        Config(probe_layers=(0, 2, 4, 9))
+    with pytest.raises(ValueError, match="aligned_probes must be"):
+        Config(aligned_probes=(4,))
+    with pytest.raises(ValueError, match="systems must be"):
+        Config(systems=("unimodal", "mop-x", "clip"))
+    with pytest.raises(ValueError, match="patch must be"):
+        Config(patch=5)
