@@ -132,17 +132,17 @@ def test_every_system_trains_one_step_on_the_same_batch(system):
     torch.manual_seed(0)
     model = _tiny_mllm(CONNECTORS[system])
     teacher = _tiny_mllm() if system == "distill" else None
-    ids = torch.randint(0, 50, (4, 5))
+    ids = torch.randint(0, 50, (8, 5))
     labels = torch.full_like(ids, -100)
     labels[:, -1] = ids[:, -1]
-    batch = {"images": {"rgb": torch.rand(4, 3, 32, 32), "depth": torch.rand(4, 1, 32, 32)},
+    batch = {"images": {"rgb": torch.rand(8, 3, 32, 32), "depth": torch.rand(8, 1, 32, 32)},
              "input_ids": ids, "labels": labels}  # fmt: skip
     spec = system_spec(system, ("rgb", "depth"), deploy="rgb", privileged="depth")
     called = []
     for name, tokenizer in model.encoder.tokenizers.items():
         tokenizer.register_forward_hook(lambda *_, name=name: called.append(name))
     loss, logs = training_loss(
-        model, batch, spec, generator=torch.Generator().manual_seed(0), teacher=teacher
+        model, batch, spec, generator=torch.Generator().manual_seed(1), teacher=teacher
     )
     loss.backward()
     assert torch.isfinite(loss)
@@ -212,3 +212,57 @@ def test_paired_batches_are_a_function_of_the_step_and_accuracy_is_per_type():
     )
     assert set(scores) == {"a", "b", "all"}
     assert scores["all"] == pytest.approx((scores["a"] + scores["b"]) / 2)
+
+
+@pytest.mark.parametrize("trunk", ["toy", "clip"])
+def test_save_pretrained_round_trips_every_part(tmp_path, trunk):
+    from mixlab.vision_mm.mop.model import PrivilegedMLLM
+
+    torch.manual_seed(0)
+    encoder = SharedEncoder(toy_trunk(32, depth=3) if trunk == "toy" else _tiny_clip(), MODALITIES)
+    connector = MixtureOfProbes(32, 4, num_probes=2, queries=3, layers=[1, 3], combine="concat")
+    model = PrivilegedMLLM(encoder, connector, _tiny_lm("llama")).eval()
+    model.save_pretrained(tmp_path / "model")
+    loaded = PrivilegedMLLM.from_pretrained(tmp_path / "model")
+    ids = torch.randint(0, 50, (2, 5))
+    images = torch.rand(2, 1, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            loaded("depth", images, ids).logits, model("depth", images, ids).logits
+        )
+    assert loaded.connector.layers == (1, 3)
+    with pytest.raises(FileNotFoundError, match="no mop.json"):
+        PrivilegedMLLM.from_pretrained(tmp_path)
+
+
+def test_samples_train_only_the_modalities_they_have():
+    from mixlab.vision_mm.mop.training import system_spec, training_loss
+
+    torch.manual_seed(0)
+    model = _tiny_mllm()
+    ids = torch.randint(0, 50, (4, 5))
+    labels = torch.full_like(ids, -100)
+    labels[:, -1] = ids[:, -1]
+    present = {
+        "rgb": torch.tensor([True, True, True, False]),
+        "depth": torch.tensor([False, True, True, True]),
+    }
+    batch = {"images": {"rgb": torch.rand(4, 3, 32, 32), "depth": torch.rand(4, 1, 32, 32)},
+             "input_ids": ids, "labels": labels, "present": present}  # fmt: skip
+    seen = []
+    model.encoder.tokenizers["rgb"].register_forward_hook(
+        lambda _m, args, _o: seen.append(len(args[0]))
+    )
+    for system in ("mop-x", "dropout"):
+        spec = system_spec(
+            system, ("rgb", "depth"), deploy="rgb", privileged="depth", symmetric=True
+        )
+        loss, _ = training_loss(model, batch, spec, generator=torch.Generator().manual_seed(0))
+        assert torch.isfinite(loss)
+    assert seen[0] == 3  # MoP-X: the three samples with RGB
+    assert seen[1] <= 3  # dropout never picks a modality a sample lacks
+    nothing = {**batch, "present": {m: torch.zeros(4, dtype=torch.bool) for m in present}}
+    with pytest.raises(ValueError, match="no sample of the batch"):
+        training_loss(
+            model, nothing, system_spec("mop-x", ("rgb", "depth"), deploy="rgb", privileged="depth")
+        )

@@ -92,8 +92,8 @@ def write_samples(folder: str | Path, scenes: Scenes) -> Path:
         files = {}
         for modality, images in scenes.images.items():
             (folder / modality).mkdir(parents=True, exist_ok=True)
-            files[modality] = f"{modality}/{i:05d}.npy"
-            np.save(folder / files[modality], images[i])
+            files[modality] = f"{modality}/{scenes.scene[i]:05d}.npy"
+            np.save(folder / files[modality], images[scenes.scene[i]])
         lines.append(json.dumps({"modalities": files, "question": scenes.questions[i],
                                  "answer": scenes.answers[i], "type": scenes.types[i]}))  # fmt: skip
     (folder / "data.jsonl").write_text("\n".join(lines) + "\n")

@@ -58,6 +58,7 @@ def toy_trunk(dim: int = 64, depth: int = 6, heads: int = 4) -> nn.Module:
     trunk.pre_layrnorm = nn.LayerNorm(dim)
     trunk.layers = nn.ModuleList(_ToyLayer(dim, heads) for _ in range(depth))
     trunk.hidden_size = dim
+    trunk.toy_config = {"dim": dim, "depth": depth, "heads": heads}
     return trunk
 
 

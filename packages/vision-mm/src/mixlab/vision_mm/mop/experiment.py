@@ -124,10 +124,13 @@ def _split(config: Config, split: str) -> dict[str, Any]:
     count, seed = (
         (config.train_scenes, TRAIN_SEED) if split == "train" else (config.test_scenes, TEST_SEED)
     )
-    folder = _bases_folder(config) / f"{split}-{count}-seed{seed + config.seed}"
+    folder = _bases_folder(config) / f"{split}-{count}-seed{seed + config.seed}-v2"
     encoder, _, tokenizer, _ = bases(config)
     if not (folder / "questions.json").is_file():
-        scenes = make_scenes(count, seed + config.seed, size=config.size)
+        # training scenes carry a question of every type; test scenes one each, in turn
+        scenes = make_scenes(
+            count, seed + config.seed, size=config.size, every_type=split == "train"
+        )
         folder.mkdir(parents=True, exist_ok=True)
         with torch.no_grad():
             for modality in config.modalities:
@@ -139,6 +142,7 @@ def _split(config: Config, split: str) -> dict[str, Any]:
             "questions": scenes.questions,
             "answers": scenes.answers,
             "types": scenes.types,
+            "scene": scenes.scene.tolist(),
         }
         write_json_atomic(folder / "questions.json", questions)
     qa = json.loads((folder / "questions.json").read_text())
@@ -146,7 +150,8 @@ def _split(config: Config, split: str) -> dict[str, Any]:
         m: torch.from_numpy(np.load(folder / f"{m}.npy")).float() for m in config.modalities
     }
     encoded = encode_qa(tokenizer, qa["questions"], qa["answers"])
-    return {"features": features, "encoded": encoded, "types": qa["types"]}
+    return {"features": features, "encoded": encoded, "types": qa["types"],
+            "scene": torch.tensor(qa["scene"])}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------ cells
@@ -213,9 +218,8 @@ def _train(config: Config, system: str, deploy: str | None, seed: int, train: di
             write_json_atomic(log, diagnostics)
 
     started = time.perf_counter()
-    batches = paired_batches(
-        train["features"], train["encoded"], config.batch_size, seed, key="features"
-    )
+    batches = paired_batches(train["features"], train["encoded"], config.batch_size, seed,
+                             key="features", scene=train["scene"])  # fmt: skip
     fit(model, batches, spec, config.steps, lr=config.lr, lm_lr=config.lm_lr, seed=seed, teacher=teacher,
         checkpoint=None if checkpoint is None else str(checkpoint),
         checkpoint_every=config.diagnostics_every, callback=record)  # fmt: skip

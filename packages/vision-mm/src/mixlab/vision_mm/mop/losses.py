@@ -74,11 +74,16 @@ def disentanglement_loss(
     return loss + variance_hinge(probes, gamma) if hinge else loss
 
 
-def alignment_loss(probes: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """mean_k [1 − cos(z̄_k, sg(target z̄_k))]: ``target`` (the paired modality's probes) gets
-    no gradient."""
+def alignment_loss(
+    probes: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """mean_k [1 − cos(z̄_k, sg(target z̄_k))] over the samples of ``mask`` (default all):
+    ``target`` (the paired modality's probes) gets no gradient."""
     z, t = _pooled(probes), _pooled(target).detach()
-    return (1 - F.cosine_similarity(z, t, dim=-1)).mean()
+    distance = 1 - F.cosine_similarity(z, t, dim=-1)  # [B, K]
+    if mask is None:
+        return distance.mean()
+    return distance[mask].mean() if mask.any() else distance.sum() * 0
 
 
 def participation_ratio(matrix: torch.Tensor) -> torch.Tensor:
@@ -128,21 +133,28 @@ class MoPXLoss:
 
     def __call__(
         self, task_losses: dict[str, torch.Tensor], probes: dict[str, torch.Tensor],
-        pairs: tuple[tuple[str, str], ...] = (),
+        pairs: tuple[tuple[str, str], ...] = (), present: dict[str, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
         """``task_losses`` and ``probes`` per modality (paired samples in the same order);
-        ``pairs``: (student, teacher) modalities aligned, e.g. (("rgb", "depth"),)."""
+        ``pairs``: (student, teacher) modalities aligned, e.g. (("rgb", "depth"),); ``present``:
+        per modality, the samples that have it (default all)."""
         total = sum(task_losses.values())
         logs = {f"task/{m}": float(v.detach()) for m, v in task_losses.items()}
+        pairs = tuple((a, b) for a, b in pairs if a in probes and b in probes)
         if self.lambda_x and pairs:
             keep = slice(None) if self.aligned is None else list(self.aligned)
+            both = {(a, b): None if present is None else present[a] & present[b] for a, b in pairs}
             align = sum(
-                alignment_loss(probes[a][:, keep], probes[b][:, keep]) for a, b in pairs
+                alignment_loss(probes[a][:, keep], probes[b][:, keep], both[(a, b)])
+                for a, b in pairs
             ) / len(pairs)
             total = total + self.lambda_x * align
             logs["align"] = float(align.detach())
         if self.lambda_d:
-            dis = sum(disentanglement_loss(z, self.gamma) for z in probes.values()) / len(probes)
+            dis = sum(
+                disentanglement_loss(z if present is None else z[present[m]], self.gamma)
+                for m, z in probes.items()
+            ) / len(probes)
             total = total + self.lambda_d * dis
             logs["dis"] = float(dis.detach())
         return total, logs

@@ -8,7 +8,9 @@ comes first and is never a label.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -56,6 +58,64 @@ class PrivilegedMLLM(nn.Module):
     @property
     def modalities(self) -> list[str]:
         return list(self.encoder.tokenizers)
+
+    def save_pretrained(self, folder: str | Path, tokenizer=None) -> Path:
+        """``folder/mop.json`` (the layout), ``parts.safetensors`` (tokenizers, connector,
+        projector and a toy trunk), ``encoder/`` (a CLIP trunk, ``save_pretrained``) and ``lm/``
+        (the LM and ``tokenizer``, ``save_pretrained``): :meth:`from_pretrained` reads it back."""
+        from safetensors.torch import save_model
+
+        from mixlab.vision_mm.mop.probes import connector_kind
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        trunk = self.encoder.trunk
+        toy = getattr(trunk, "toy_config", None)
+        parts = nn.ModuleDict({"tokenizers": self.encoder.tokenizers, "connector": self.connector,
+                               "projector": self.projector})  # fmt: skip
+        if toy is None:
+            trunk.save_pretrained(folder / "encoder")
+        else:
+            parts["trunk"] = trunk
+        save_model(parts, str(folder / "parts.safetensors"))
+        self.lm.save_pretrained(folder / "lm")
+        if tokenizer is not None:
+            tokenizer.save_pretrained(folder / "lm")
+        modalities = {
+            m: [t.channels, t.size, t.proj.kernel_size[0]]
+            for m, t in self.encoder.tokenizers.items()
+        }
+        layout = {"format": "mixlab-mop/1", "toy_trunk": toy, "modalities": modalities,
+                  "connector": {"kind": connector_kind(self.connector), "config": self.connector.config}}  # fmt: skip
+        (folder / "mop.json").write_text(json.dumps(layout, indent=1) + "\n")
+        return folder
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path) -> PrivilegedMLLM:
+        """A model saved by :meth:`save_pretrained` (its LM loaded with ``AutoModelForCausalLM``)."""
+        from safetensors.torch import load_model
+        from transformers import AutoModelForCausalLM, CLIPVisionModel
+
+        from mixlab.vision_mm.mop.encoder import toy_trunk
+        from mixlab.vision_mm.mop.probes import build_connector
+
+        folder = Path(folder)
+        if not (folder / "mop.json").is_file():
+            raise FileNotFoundError(
+                f"{folder} has no mop.json: not a model saved by save_pretrained"
+            )
+        layout = json.loads((folder / "mop.json").read_text())
+        toy = layout["toy_trunk"]
+        trunk = toy_trunk(**toy) if toy else CLIPVisionModel.from_pretrained(folder / "encoder")
+        encoder = SharedEncoder(trunk, {m: tuple(v) for m, v in layout["modalities"].items()})
+        connector = build_connector(layout["connector"]["kind"], layout["connector"]["config"])
+        model = cls(encoder, connector, AutoModelForCausalLM.from_pretrained(folder / "lm"))
+        parts = nn.ModuleDict({"tokenizers": encoder.tokenizers, "connector": connector,
+                               "projector": model.projector})  # fmt: skip
+        if toy:
+            parts["trunk"] = trunk
+        load_model(parts, str(folder / "parts.safetensors"))
+        return model.eval()
 
     def visual_prefix(
         self, modality: str, images: torch.Tensor | None, *, features: torch.Tensor | None = None

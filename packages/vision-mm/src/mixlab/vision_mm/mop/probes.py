@@ -16,6 +16,8 @@ layer), so layer indices follow HF: 0 is the embedding output, -1 the last layer
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,7 +26,15 @@ from torch import nn
 
 from mixlab.shared.checks import check_count
 
-__all__ = ["MixtureOfProbes", "ProbeOutput", "Resampler", "RoutedResamplers"]
+__all__ = [
+    "CONNECTOR_KINDS",
+    "MixtureOfProbes",
+    "ProbeOutput",
+    "Resampler",
+    "RoutedResamplers",
+    "build_connector",
+    "connector_kind",
+]
 
 
 @dataclass
@@ -37,8 +47,36 @@ class ProbeOutput:
     weights: torch.Tensor
 
 
+@functools.cache
+def grid_positions(tokens: int, dim: int) -> torch.Tensor:
+    """Fixed 2D sine–cosine positions [tokens, dim] of a ViT sequence: a class token (zeros) and a
+    g × g patch grid when ``tokens`` − 1 or ``tokens`` is a square, else 1D positions. Added to
+    the probes' keys as in Qwen-VL's position-aware adapter, so a query can ask for a place even
+    when the frozen encoder's own position embeddings are faint."""
+    grid = math.isqrt(tokens - 1)
+    has_cls = grid * grid == tokens - 1
+    if not has_cls:
+        grid = math.isqrt(tokens)
+    quarter = dim // 4
+    frequencies = 1.0 / 100.0 ** (torch.arange(quarter) / max(quarter, 1))
+    if grid * grid == tokens - has_cls and quarter:
+        ys, xs = torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")
+        parts = [
+            f(c.flatten()[:, None].float() * frequencies)
+            for c in (xs, ys)
+            for f in (torch.sin, torch.cos)
+        ]
+        table = torch.cat(parts, 1)
+    else:
+        angle = torch.arange(tokens - has_cls)[:, None].float() * frequencies
+        table = torch.cat([angle.sin(), angle.cos()] * 2, 1)
+    table = torch.nn.functional.pad(table, (0, dim - table.shape[1]))
+    return torch.cat([torch.zeros(int(has_cls), dim), table]) if has_cls else table
+
+
 class CrossAttentionBlock(nn.Module):
-    """Queries [B, T, D] attend to a [B, N, D] sequence (pre-norm), then a residual feed-forward."""
+    """Queries [B, T, D] attend to a [B, N, D] sequence (pre-norm; fixed grid positions added to
+    the keys), then a residual feed-forward."""
 
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
@@ -48,8 +86,9 @@ class CrossAttentionBlock(nn.Module):
                                           nn.Linear(2 * dim, dim))  # fmt: skip
 
     def forward(self, queries: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
-        keys = self.norm(states)
-        z = queries + self.attention(queries, keys, keys, need_weights=False)[0]
+        values = self.norm(states)
+        keys = values + grid_positions(states.shape[1], states.shape[2]).to(values)
+        z = queries + self.attention(queries, keys, values, need_weights=False)[0]
         return z + self.feed_forward(z)
 
 
@@ -93,6 +132,9 @@ class MixtureOfProbes(nn.Module):
         layers: Sequence[int] | str | None = None, router_hidden: int = 64, combine: str = "sum",
     ) -> None:  # fmt: skip
         super().__init__()
+        self.config = {"dim": dim, "num_layers": num_layers, "num_probes": num_probes,
+                       "queries": queries, "heads": heads, "router_hidden": router_hidden,
+                       "combine": combine, "layers": layers if isinstance(layers, str | None) else list(layers)}  # fmt: skip
         if combine not in ("sum", "concat"):
             raise ValueError(f"combine must be 'sum' or 'concat', got {combine!r}")
         self.combine = combine
@@ -154,6 +196,7 @@ class Resampler(nn.Module):
 
     def __init__(self, dim: int, *, queries: int = 8, heads: int = 4) -> None:
         super().__init__()
+        self.config = {"dim": dim, "queries": queries, "heads": heads}
         self.probe = CrossAttentionProbe(dim, queries, heads)
 
     def forward(self, hidden_states: Sequence[torch.Tensor] | torch.Tensor) -> ProbeOutput:
@@ -168,6 +211,8 @@ class RoutedResamplers(nn.Module):
     def __init__(self, dim: int, *, experts: int = 3, queries: int = 8, heads: int = 4, depth: int = 2,
                  router_hidden: int = 64) -> None:  # fmt: skip
         super().__init__()
+        self.config = {"dim": dim, "experts": experts, "queries": queries, "heads": heads,
+                       "depth": depth, "router_hidden": router_hidden}  # fmt: skip
         check_count(experts, "experts")
         check_count(depth, "depth")
         self.experts = nn.ModuleList(
@@ -182,3 +227,26 @@ class RoutedResamplers(nn.Module):
         gates = torch.sigmoid(self.router(last.mean(1)))
         weights = gates / gates.sum(-1, keepdim=True)
         return ProbeOutput(torch.einsum("bk,bktd->btd", weights, probes), probes, weights)
+
+
+CONNECTOR_KINDS = {"mop": MixtureOfProbes, "resampler": Resampler, "routed": RoutedResamplers}
+
+
+def connector_kind(connector: nn.Module) -> str:
+    """The :data:`CONNECTOR_KINDS` name of ``connector``."""
+    for kind, cls in CONNECTOR_KINDS.items():
+        if type(connector) is cls:
+            return kind
+    raise ValueError(f"connector must be one of {[c.__name__ for c in CONNECTOR_KINDS.values()]}, "
+                     f"got {type(connector).__name__}")  # fmt: skip
+
+
+def build_connector(kind: str, config: dict) -> nn.Module:
+    """A fresh connector of ``kind`` from its ``.config`` (as :meth:`PrivilegedMLLM.save_pretrained`
+    stores it)."""
+    if kind not in CONNECTOR_KINDS:
+        raise ValueError(f"connector kind must be one of {list(CONNECTOR_KINDS)}, got {kind!r}")
+    config = dict(config)
+    return CONNECTOR_KINDS[kind](
+        config.pop("dim"), *([config.pop("num_layers")] if kind == "mop" else []), **config
+    )

@@ -138,41 +138,45 @@ def vocabulary() -> list[str]:
 
 @dataclass
 class Scenes:
-    """A rendered split: ``images[modality]`` [M, C, S, S] float32, one question per sample, and
-    the visible kind per pixel ``segmentation`` [M, S, S]."""
+    """A rendered split: ``images[modality]`` [M, C, S, S] float32, the visible kind per pixel
+    ``segmentation`` [M, S, S], and questions with the row of their scene in ``scene`` (one
+    question per scene, or one of every type)."""
 
     images: dict[str, np.ndarray]
     questions: list[str]
     answers: list[str]
     types: list[str]
     segmentation: np.ndarray
+    scene: np.ndarray
 
     def __len__(self) -> int:
         return len(self.questions)
 
 
 def make_scenes(
-    count: int, seed: int, *, size: int = 32, types: tuple[str, ...] = QUESTION_TYPES
-) -> Scenes:
+    count: int, seed: int, *, size: int = 32, types: tuple[str, ...] = QUESTION_TYPES,
+    every_type: bool = False,
+) -> Scenes:  # fmt: skip
     """``count`` scenes, each rendered in both modalities with one question of a type drawn in
-    turn from ``types``."""
+    turn from ``types`` (``every_type``: one question of each type)."""
     check_count(count, "count")
     unknown = [t for t in types if t not in QUESTION_TYPES]
     if unknown or not types:
         raise ValueError(f"types must be names from {list(QUESTION_TYPES)}, got {list(types)}")
     rng = np.random.default_rng(seed)
     images: dict[str, list[np.ndarray]] = {m: [] for m in MODALITY_CHANNELS}
-    questions, answers, kinds, segmentation = [], [], [], []
+    questions, answers, kinds, segmentation, rows = [], [], [], [], []
     for i in range(count):
         scene = _draw_scene(rng)
         rendered = render(scene, size)
         for modality in MODALITY_CHANNELS:
             images[modality].append(rendered[modality])
         segmentation.append(rendered["segmentation"])
-        kind = types[i % len(types)]
-        question, answer = question_answer(scene, kind)
-        questions.append(question)
-        answers.append(answer)
-        kinds.append(kind)
+        for kind in types if every_type else (types[i % len(types)],):
+            question, answer = question_answer(scene, kind)
+            questions.append(question)
+            answers.append(answer)
+            kinds.append(kind)
+            rows.append(i)
     images_ = {m: np.stack(v) for m, v in images.items()}
-    return Scenes(images_, questions, answers, kinds, np.stack(segmentation))
+    return Scenes(images_, questions, answers, kinds, np.stack(segmentation), np.array(rows))

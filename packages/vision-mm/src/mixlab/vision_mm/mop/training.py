@@ -102,44 +102,48 @@ def training_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
     """The loss of ``spec`` on one batch, and its parts for logging. ``batch`` holds
     ``input_ids``, ``attention_mask``, ``labels`` and, per modality, ``images`` or the frozen
-    encoder's ``features``."""
-    inputs, ids, labels = (
-        batch.get("features", batch.get("images", {})),
-        batch["input_ids"],
-        batch["labels"],
-    )
+    encoder's ``features``; optionally ``present`` per modality, a bool per sample (a sample
+    trains each modality it has; alignment and distillation use the samples with both)."""
+    inputs, ids = batch.get("features", batch.get("images", {})), batch["input_ids"]
     missing = [m for m in spec.trains_on if m not in inputs]
     if missing:
         raise ValueError(f"the batch has no images of {missing}; it has {list(inputs)}")
-    if spec.dropout:  # each sample keeps one modality, drawn uniformly
-        choice = torch.randint(len(spec.trains_on), (len(ids),), generator=generator)
-        task, probes = {}, {}
-        for k, modality in enumerate(spec.trains_on):
-            rows = (choice == k).nonzero()[:, 0]
-            if len(rows):
-                out = _forward(model, batch, modality, rows)
-                task[modality] = out.loss * len(rows) / len(ids)
-                probes[modality] = out.probes.probes
-        return spec.loss(task, probes)
-    outputs = {m: _forward(model, batch, m) for m in spec.trains_on}
-    task = {m: out.loss for m, out in outputs.items()}
-    probes = {m: out.probes.probes for m, out in outputs.items()}
-    total, logs = spec.loss(task, probes, spec.pairs)
+    everywhere = torch.ones(len(ids), dtype=torch.bool, device=ids.device)
+    present = {m: batch.get("present", {}).get(m, everywhere) for m in inputs}
+    if spec.dropout:  # each sample keeps one of the modalities it has, drawn uniformly
+        draw = torch.rand(len(ids), len(spec.trains_on), generator=generator).to(ids.device)
+        draw = draw.masked_fill(~torch.stack([present[m] for m in spec.trains_on], 1), -1.0)
+        choice = draw.argmax(1)
+        present = {m: present[m] & (choice == k) for k, m in enumerate(spec.trains_on)}
+    task, probes, outputs = {}, {}, {}
+    for modality in spec.trains_on:
+        rows = present[modality].nonzero()[:, 0]
+        if not len(rows):
+            continue
+        outputs[modality] = out = _forward(model, batch, modality, rows)
+        task[modality] = out.loss * len(rows) / len(ids)
+        probes[modality] = out.probes.probes.new_zeros(len(ids), *out.probes.probes.shape[1:])
+        probes[modality] = probes[modality].index_put((rows,), out.probes.probes)
+    if not task:
+        raise ValueError(f"no sample of the batch has any of the modalities {list(spec.trains_on)}")
+    total, logs = spec.loss(task, probes, spec.pairs, present={m: present[m] for m in probes})
     if spec.distill_temperature is not None:
         if teacher is None:
             raise ValueError("distill needs a teacher model trained on the privileged modality")
         (student_modality,) = spec.trains_on
         privileged = next(m for m in inputs if m != student_modality)
-        with torch.no_grad():
-            target = _forward(teacher, batch, privileged).logits
-        t = spec.distill_temperature
-        answer = labels != -100  # distil on the answer positions (logits predict the next token)
-        answer = torch.cat([answer[:, 1:], torch.zeros_like(answer[:, :1])], 1)
-        student = outputs[student_modality].logits[answer] / t
-        kl = F.kl_div(student.log_softmax(-1), (target[answer] / t).log_softmax(-1), log_target=True,
-                      reduction="batchmean") * t * t  # fmt: skip
-        total = total + kl
-        logs["distill"] = float(kl.detach())
+        both = (present[student_modality] & present[privileged]).nonzero()[:, 0]
+        if len(both):
+            with torch.no_grad():
+                target = _forward(teacher, batch, privileged, both).logits
+            student = _forward(model, batch, student_modality, both).logits
+            t = spec.distill_temperature
+            answer = batch["labels"][both] != -100  # the positions that predict answer tokens
+            answer = torch.cat([answer[:, 1:], torch.zeros_like(answer[:, :1])], 1)
+            kl = F.kl_div((student[answer] / t).log_softmax(-1), (target[answer] / t).log_softmax(-1),
+                          log_target=True, reduction="batchmean") * t * t  # fmt: skip
+            total = total + kl * len(both) / len(ids)
+            logs["distill"] = float(kl.detach())
     return total, logs
 
 
@@ -197,18 +201,21 @@ def fit(
 
 
 def paired_batches(
-    inputs: dict[str, torch.Tensor], encoded, batch_size: int, seed: int, *, key: str = "images"
-):
+    inputs: dict[str, torch.Tensor], encoded, batch_size: int, seed: int, *, key: str = "images",
+    scene: torch.Tensor | None = None,
+):  # fmt: skip
     """``batches(step)`` for :func:`fit`: ``batch_size`` paired rows drawn from (``seed``, step),
     so every system and a resumed run see the same batches; ``inputs`` per modality are the
-    ``images`` or (``key="features"``) the frozen encoder's cached hidden states."""
+    ``images`` or (``key="features"``) the frozen encoder's cached hidden states, row
+    ``scene[i]`` for question ``i`` (default: row ``i``)."""
     count = len(encoded.input_ids)
 
     def batch(step: int) -> dict:
         rows = torch.randint(
             count, (batch_size,), generator=torch.Generator().manual_seed(seed * 1_000_003 + step)
         )
-        return {key: {m: x[rows] for m, x in inputs.items()}, "input_ids": encoded.input_ids[rows],
+        where = rows if scene is None else scene[rows]
+        return {key: {m: x[where] for m, x in inputs.items()}, "input_ids": encoded.input_ids[rows],
                 "attention_mask": encoded.attention_mask[rows], "labels": encoded.labels[rows]}  # fmt: skip
 
     return batch
