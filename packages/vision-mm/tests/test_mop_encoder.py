@@ -173,23 +173,28 @@ def test_fit_resumes_from_its_checkpoint_to_the_same_weights(tmp_path):
     assert len(history) == 4
     torch.manual_seed(0)
     killed = _tiny_mllm()
-    fit(killed, batches, spec, 2, seed=1, checkpoint=str(tmp_path / "ckpt"), checkpoint_every=2)
+
+    def dies_at_step_two(step):
+        if step == 2:
+            raise KeyboardInterrupt
+        return batches(step)
+
+    with pytest.raises(KeyboardInterrupt):
+        fit(
+            killed,
+            dies_at_step_two,
+            spec,
+            4,
+            seed=1,
+            checkpoint=str(tmp_path / "ckpt"),
+            checkpoint_every=2,
+        )
     torch.manual_seed(0)
     resumed = _tiny_mllm()
-    assert (
-        len(
-            fit(
-                resumed,
-                batches,
-                spec,
-                4,
-                seed=1,
-                checkpoint=str(tmp_path / "ckpt"),
-                checkpoint_every=2,
-            )
-        )
-        == 2
+    resumed_history = fit(
+        resumed, batches, spec, 4, seed=1, checkpoint=str(tmp_path / "ckpt"), checkpoint_every=2
     )
+    assert len(resumed_history) == 2
     for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, msg=name)
 

@@ -200,3 +200,14 @@ def test_the_toy_lm_learns_the_answer_format_from_text():
     assert lm.config.vocab_size == len(tokenizer)
     # the blind prior: counts and depth order guessed, colours and shapes at chance (about 1/3 overall)
     assert 0.2 < blind < 0.6
+
+
+def test_benchmark_connectors_hand_the_lm_the_same_tokens():
+    from mixlab.vision_mm.mop.profile import CONNECTORS, build, hidden_states, time_connectors
+
+    states = hidden_states("toy", 2)
+    prefixes = {kind: build(kind, "toy")(states).prefix.shape for kind in CONNECTORS}
+    assert set(prefixes.values()) == {(2, 32, 64)}
+    times = time_connectors("toy", 1, backward=True, repeats=1)
+    assert set(times) == set(CONNECTORS)
+    assert all(t > 0 for t in times.values())

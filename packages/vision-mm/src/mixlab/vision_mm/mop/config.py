@@ -46,10 +46,13 @@ class Config(ExperimentConfig):
     queries: int = 8
     probe_layers: tuple[int, ...] = (0, 2, 4, 6)
     """the hidden state each probe reads (0: the tokenizer's output)"""
+    combine: str = "sum"
+    """the LM's prefix: the router-weighted sum of the probes (``queries`` tokens) or ``concat``
+    (``num_probes`` × ``queries``); the resampler baselines get as many queries"""
     aligned_probes: tuple[int, ...] = (2, 3)
     """the probes MoP-X aligns across modalities (the deeper ones; the rest keep what only one
     modality has, such as colour)"""
-    steps: int = 600
+    steps: int = 1200
     batch_size: int = 64
     lr: float = 3e-3
     """AdamW step of the probes and projector"""
@@ -69,6 +72,14 @@ class Config(ExperimentConfig):
     """regime: the unimodal RGB model's depth-order accuracy at least this much below that"""
     workers: int = 2
     """processes that train systems side by side (one torch thread each)"""
+
+    ALLOWED_EDGE_VALUES: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "seed": (0,),
+        "lambda_d": (0, 0.0),
+        "blind_margin": (0, 0.0),
+        "room": (0, 0.0),
+    }
+    """λ_d = 0 is MoP without L_dis; a zero margin compares with no slack"""
 
     PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {},
@@ -139,7 +150,10 @@ class Config(ExperimentConfig):
             value = getattr(self, name)
             require(value > 0, name, "a finite number > 0", value)
         require(self.lambda_d >= 0, "lambda_d", "a finite number >= 0", self.lambda_d)
-        for name in ("answerable", "blind_margin", "information", "room"):
+        for name in ("answerable", "information"):
+            value = getattr(self, name)
+            require(0 < value <= 1, name, "a number in (0, 1]", value)
+        for name in ("blind_margin", "room"):
             value = getattr(self, name)
             require(0 <= value <= 1, name, "a number in [0, 1]", value)
 

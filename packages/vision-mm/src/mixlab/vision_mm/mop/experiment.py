@@ -77,41 +77,48 @@ def _lm_spec(config: Config):
     )
 
 
-def _bases_folder(config: Config) -> Path:
-    recipe = {"encoder": asdict(_encoder_spec(config)), "lm": asdict(_lm_spec(config))}
-    return cache_dir("mop", "bases") / f"{config.size}px-{_digest(recipe)}"
+def _encoder_folder(config: Config) -> Path:
+    return (
+        cache_dir("mop", "encoders") / f"{config.size}px-{_digest(asdict(_encoder_spec(config)))}"
+    )
+
+
+def _lm_folder(config: Config) -> Path:
+    return cache_dir("mop", "lms") / f"llama-{_digest(asdict(_lm_spec(config)))}"
 
 
 def bases(config: Config) -> tuple[Any, Any, Any, dict[str, Any]]:
-    """(encoder, LM, tokenizer, facts): trained on the first call and cached after; facts hold
-    the encoder's held-out per-patch accuracy and both trainings' seconds."""
+    """(encoder, LM, tokenizer, facts), each base trained on the first call and cached after
+    (apart, so changing one keeps the other); facts hold the encoder's held-out per-patch
+    accuracy, the blind LM's accuracy and both trainings' seconds."""
     from safetensors.torch import load_model, save_model
     from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
     from mixlab.vision_mm.mop.bases import pretrain_encoder, pretrain_lm
 
-    folder = _bases_folder(config)
     spec = _encoder_spec(config)
-    if not (folder / "bases.json").is_file():
+    encoder_folder, lm_folder = _encoder_folder(config), _lm_folder(config)
+    if not (encoder_folder / "facts.json").is_file():
         started = time.perf_counter()
         encoder, patch_accuracy = pretrain_encoder(spec)
-        encoder_seconds = time.perf_counter() - started
+        encoder_folder.mkdir(parents=True, exist_ok=True)
+        save_model(encoder, encoder_folder / "encoder.safetensors")
+        facts = {"patch_accuracy": patch_accuracy, "encoder_seconds": time.perf_counter() - started}
+        write_json_atomic(encoder_folder / "facts.json", facts)  # last: marks the base done
+    if not (lm_folder / "facts.json").is_file():
         started = time.perf_counter()
-        lm, tokenizer, _ = pretrain_lm(_lm_spec(config))
-        lm_seconds = time.perf_counter() - started
-        folder.mkdir(parents=True, exist_ok=True)
-        save_model(encoder, folder / "encoder.safetensors")
-        lm.save_pretrained(folder / "lm")
-        tokenizer.save_pretrained(folder / "lm")
-        facts = {"patch_accuracy": patch_accuracy, "encoder_seconds": encoder_seconds,
-                 "lm_seconds": lm_seconds}  # fmt: skip
-        write_json_atomic(folder / "bases.json", facts)  # last: its presence marks the bases done
-    facts = json.loads((folder / "bases.json").read_text())
+        lm, tokenizer, blind = pretrain_lm(_lm_spec(config))
+        lm.save_pretrained(lm_folder)
+        tokenizer.save_pretrained(lm_folder)
+        facts = {"lm_blind_accuracy": blind, "lm_seconds": time.perf_counter() - started}
+        write_json_atomic(lm_folder / "facts.json", facts)
+    facts = {**json.loads((encoder_folder / "facts.json").read_text()),
+             **json.loads((lm_folder / "facts.json").read_text())}  # fmt: skip
     encoder = spec.build()
-    load_model(encoder, folder / "encoder.safetensors")
+    load_model(encoder, encoder_folder / "encoder.safetensors")
     encoder.requires_grad_(False)
-    lm = LlamaForCausalLM.from_pretrained(folder / "lm")
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(folder / "lm")
+    lm = LlamaForCausalLM.from_pretrained(lm_folder)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(lm_folder)
     return encoder, lm, tokenizer, facts
 
 
@@ -124,7 +131,7 @@ def _split(config: Config, split: str) -> dict[str, Any]:
     count, seed = (
         (config.train_scenes, TRAIN_SEED) if split == "train" else (config.test_scenes, TEST_SEED)
     )
-    folder = _bases_folder(config) / f"{split}-{count}-seed{seed + config.seed}-v2"
+    folder = _encoder_folder(config) / f"{split}-{count}-seed{seed + config.seed}"
     encoder, _, tokenizer, _ = bases(config)
     if not (folder / "questions.json").is_file():
         # training scenes carry a question of every type; test scenes one each, in turn
@@ -173,14 +180,15 @@ def _connector(config: Config, system: str, num_layers: int):
     from mixlab.vision_mm.mop.training import CONNECTORS
 
     kind = CONNECTORS[system]
-    tokens = config.queries * config.num_probes  # every connector hands the LM as many tokens
+    # every connector hands the LM as many tokens
+    tokens = config.queries * (config.num_probes if config.combine == "concat" else 1)
     if kind == "resampler":
         return Resampler(config.encoder_dim, queries=tokens, heads=config.encoder_heads)
     if kind == "routed":
         return RoutedResamplers(config.encoder_dim, queries=tokens, heads=config.encoder_heads)
     return MixtureOfProbes(config.encoder_dim, num_layers, num_probes=config.num_probes,
                            queries=config.queries, heads=config.encoder_heads,
-                           layers=config.probe_layers, combine="concat")  # fmt: skip
+                           layers=config.probe_layers, combine=config.combine)  # fmt: skip
 
 
 def _train(config: Config, system: str, deploy: str | None, seed: int, train: dict, test: dict,

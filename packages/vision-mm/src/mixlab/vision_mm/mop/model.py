@@ -142,6 +142,23 @@ class PrivilegedMLLM(nn.Module):
         ]
         return torch.cat(chunks)
 
+    @torch.no_grad()
+    def generate(
+        self, modality: str, images: torch.Tensor | None, input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None, *, features: torch.Tensor | None = None, **kwargs,
+    ) -> torch.Tensor:  # fmt: skip
+        """The LM's ``generate`` on [visual prefix; tokens] of one modality (``kwargs`` pass
+        through); returns the new tokens only, as transformers does for ``inputs_embeds``. A
+        left-padded batch keeps its padding between the prefix and each row's tokens, masked."""
+        prefix, _ = self.visual_prefix(modality, images, features=features)
+        tokens = self.lm.get_input_embeddings()(input_ids)
+        ones = torch.ones(prefix.shape[:2], dtype=torch.long, device=tokens.device)
+        mask = torch.cat(
+            [ones, torch.ones_like(input_ids) if attention_mask is None else attention_mask], 1
+        )
+        embeds = torch.cat([prefix.to(tokens.dtype), tokens], 1)
+        return self.lm.generate(inputs_embeds=embeds, attention_mask=mask, **kwargs)
+
     def forward(
         self, modality: str, images: torch.Tensor | None, input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None, labels: torch.Tensor | None = None, *,

@@ -16,6 +16,7 @@ A batch holds ``images`` per modality (paired rows), ``input_ids``, ``attention_
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -156,6 +157,7 @@ def fit(
     """``steps`` AdamW steps of ``spec``'s loss on ``batches(step)`` (a function of the step, so
     a resumed run sees the same data) with accelerate; ``checkpoint``: a folder for
     ``Accelerator.save_state`` every ``checkpoint_every`` steps, resumed from when present.
+    The step sizes warm up linearly over the first 5 % of the steps, then follow a cosine to zero.
     ``lr`` is the step size of the connector, projector and tokenizers, ``lm_lr`` the LM's
     (default ``lr``): the probes must learn where to look from scratch and need a larger step than
     a pre-trained LM tolerates (LLaVA's projector/LM split). ``callback(step, model)`` runs after each step (and before that step's checkpoint). Returns
@@ -174,7 +176,15 @@ def fit(
     groups = [{"params": [p for p in trainable if id(p) not in in_lm], "lr": lr},
               {"params": [p for p in trainable if id(p) in in_lm], "lr": lm_lr}]  # fmt: skip
     optimizer = torch.optim.AdamW([g for g in groups if g["params"]], weight_decay=0.01)
-    model, optimizer = accelerator.prepare(model, optimizer)
+    warmup = max(1, round(0.05 * steps))
+
+    def factor(step: int) -> float:  # LLaVA's schedule: linear warm-up, then cosine to zero
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    model, optimizer, schedule = accelerator.prepare(model, optimizer, schedule)
     done = 0
     progress = None if checkpoint is None else Path(checkpoint) / "step.txt"
     if progress is not None and progress.is_file():
@@ -190,6 +200,7 @@ def fit(
         optimizer.zero_grad(set_to_none=True)
         accelerator.backward(loss)
         optimizer.step()
+        schedule.step()
         history.append({"loss": float(loss.detach()), **logs})
         if callback is not None:
             callback(step, model)
