@@ -32,6 +32,10 @@ def folders(tmp_path_factory):
     return root
 
 
+def _read(verb, model, data, modality):
+    return main(["mop", verb, "--model", str(model), "--data", str(data), "--modality", modality])
+
+
 def test_train_eval_and_probes_on_local_hf_models(folders, capsys):
     run = folders / "run"
     args = ["mop", "train", "--data", str(folders / "train"), "--encoder", str(folders / "clip"),
@@ -43,38 +47,10 @@ def test_train_eval_and_probes_on_local_hf_models(folders, capsys):
     assert "--resume" in capsys.readouterr().err
     assert main([*args, "--resume"]) == 0
     capsys.readouterr()
-    assert (
-        main(
-            [
-                "mop",
-                "eval",
-                "--model",
-                str(run / "model"),
-                "--data",
-                str(folders / "test"),
-                "--modality",
-                "depth",
-            ]
-        )
-        == 0
-    )
+    assert _read("eval", str(run / "model"), str(folders / "test"), "depth") == 0
     scores = json.loads(capsys.readouterr().out)
     assert set(scores) == {"colour", "shape", "count", "depth", "all"}
-    assert (
-        main(
-            [
-                "mop",
-                "probes",
-                "--model",
-                str(run / "model"),
-                "--data",
-                str(folders / "test"),
-                "--modality",
-                "rgb",
-            ]
-        )
-        == 0
-    )
+    assert _read("probes", str(run / "model"), str(folders / "test"), "rgb") == 0
     assert set(json.loads(capsys.readouterr().out)) == {
         "probe_cosine",
         "effective_rank",
@@ -134,21 +110,7 @@ def test_samples_without_a_modality_or_that_do_not_fit_are_refused(folders, tmp_
                  "--batch-size", "2", "--probes", "1", "--queries", "2"]) == 0  # fmt: skip
     write({"depth": "two.npy"})
     capsys.readouterr()
-    assert (
-        main(
-            [
-                "mop",
-                "eval",
-                "--model",
-                str(run / "model"),
-                "--data",
-                str(bad),
-                "--modality",
-                "depth",
-            ]
-        )
-        == 2
-    )
+    assert _read("eval", str(run / "model"), str(bad), "depth") == 2
     err = capsys.readouterr().err.strip()
     assert "input must be [batch, 1, 32, 32] for this tokenizer" in err
     assert "\n" not in err

@@ -133,8 +133,11 @@ def test_sample_folders_round_trip_and_refuse_bad_samples(tmp_path):
     from mixlab.vision_mm.mop.data import read_samples, write_samples
 
     scenes = make_scenes(6, seed=0)
-    back = read_samples(write_samples(tmp_path / "d", scenes), ("rgb", "depth"))
+    back = read_samples(write_samples(tmp_path / "d", scenes, ("rgb", "depth")), ("rgb", "depth"))
     assert back.answers == scenes.answers
+    everything = read_samples(write_samples(tmp_path / "e", scenes))
+    assert set(everything.images[0]) == {"rgb", "depth", "edge"}
+    assert everything.images[0]["edge"].max() == 1.0  # the outlines of the visible shapes
     np.testing.assert_array_equal(back.images[2]["depth"], scenes.images["depth"][2])
     # a user's folder: PNG files, one sample with RGB only
     Image.fromarray(np.zeros((32, 32, 3), dtype=np.uint8)).save(tmp_path / "a.png")

@@ -137,6 +137,9 @@ def _stacked(samples, modalities: tuple[str, ...]):
 def scenes(
     out: Annotated[Path, typer.Option(help="folder for data.jsonl and the .npy images")],
     count: Annotated[int, typer.Option(help="scenes (one question each)")] = 1000,
+    modalities: Annotated[
+        str, typer.Option(help="comma-separated: rgb, depth, edge")
+    ] = "rgb,depth",
     seed: int = 0,
     size: int = 32,
 ) -> None:
@@ -147,7 +150,8 @@ def scenes(
     require(is_count(count), "--count", "an integer >= 1", count)
     require(is_count(size, 8), "--size", "an integer >= 8", size)
     require(is_count(seed, 0) and seed < 2**32, "--seed", "an integer in [0, 2**32)", seed)
-    write_samples(out, make_scenes(count, seed, size=size))
+    names = _split_names(modalities, "--modalities")
+    write_samples(out, make_scenes(count, seed, size=size), names)
     typer.echo(f"wrote {count} samples to {out}")
 
 

@@ -84,13 +84,20 @@ def read_samples(folder: str | Path, modalities: tuple[str, ...] | None = None) 
     return samples
 
 
-def write_samples(folder: str | Path, scenes: Scenes) -> Path:
-    """Rendered ``scenes`` as a folder :func:`read_samples` reads (``.npy`` per modality)."""
+def write_samples(
+    folder: str | Path, scenes: Scenes, modalities: tuple[str, ...] | None = None
+) -> Path:
+    """Rendered ``scenes`` as a folder :func:`read_samples` reads (``.npy`` per modality; only
+    ``modalities`` when given)."""
     folder = Path(folder)
+    unknown = [m for m in modalities or () if m not in scenes.images]
+    if unknown:
+        raise ValueError(f"modalities must be names from {list(scenes.images)}, got {unknown}")
     lines = []
     for i in range(len(scenes)):
         files = {}
-        for modality, images in scenes.images.items():
+        for modality in modalities or tuple(scenes.images):
+            images = scenes.images[modality]
             (folder / modality).mkdir(parents=True, exist_ok=True)
             files[modality] = f"{modality}/{scenes.scene[i]:05d}.npy"
             np.save(folder / files[modality], images[scenes.scene[i]])

@@ -83,22 +83,23 @@ class SharedEncoder(nn.Module):
         if not modalities:
             raise ValueError("modalities must name at least one modality")
         self.trunk = trunk
-        self.pre_norm, self.layers, self.dim = _parts(trunk)
+        self.dim = _parts(trunk)[2]  # the trunk's modules are read through it, never re-registered
         self.tokenizers = nn.ModuleDict(
             {name: ModalityTokenizer(c, s, p, self.dim) for name, (c, s, p) in modalities.items()}
         )
 
     @property
     def num_hidden_states(self) -> int:
-        return len(self.layers) + 1
+        return len(_parts(self.trunk)[1]) + 1
 
     def hidden_states(self, modality: str, images: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Every hidden state of ``images`` of ``modality`` (only its tokenizer runs)."""
         if modality not in self.tokenizers:
             raise ValueError(f"modality must be one of {list(self.tokenizers)}, got {modality!r}")
-        h = self.pre_norm(self.tokenizers[modality](images))
+        pre_norm, layers, _ = _parts(self.trunk)
+        h = pre_norm(self.tokenizers[modality](images))
         states = [h]
-        for layer in self.layers:
+        for layer in layers:
             h = layer(h, None)
             states.append(h)
         return tuple(states)

@@ -78,9 +78,8 @@ def _lm_spec(config: Config):
 
 
 def _encoder_folder(config: Config) -> Path:
-    return (
-        cache_dir("mop", "encoders") / f"{config.size}px-{_digest(asdict(_encoder_spec(config)))}"
-    )
+    digest = _digest(asdict(_encoder_spec(config)))
+    return cache_dir("mop", "encoders") / f"{config.size}px-v2-{digest}"  # v2: no aliased modules
 
 
 def _lm_folder(config: Config) -> Path:

@@ -34,6 +34,7 @@ __all__ = [
     "RoutedResamplers",
     "build_connector",
     "connector_kind",
+    "grid_positions",
 ]
 
 

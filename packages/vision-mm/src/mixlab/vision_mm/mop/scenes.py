@@ -1,14 +1,16 @@
-"""Paired two-modality scenes for privileged-modality training (spec §4e).
+"""Paired multi-modality scenes for privileged-modality training (spec §4e).
 
 One latent scene of 2–4 shapes (circle, square, triangle) in colours, each at a depth in [0, 1]
-(0 nearest), renders two modalities:
+(0 nearest), renders three modalities:
 
 - ``rgb`` [3, S, S]: colour on a grey background, painted far to near so that nearer shapes
   occlude (masks from :func:`mixlab.shared.shapes.shape_mask`), each shape's size shrinking with
   depth: depth shows only through occlusion and a noisy size cue (every shape also has its own
   base size);
 - ``depth`` [1, S, S]: a distance rendering (brighter is nearer, background 0), with shape and
-  depth order plain to see and no colour.
+  depth order plain to see and no colour;
+- ``edge`` [1, S, S]: the outline sketch of the visible shapes (the full profile's third
+  modality): shape and count, depth only through occlusion, no colour.
 
 Questions, each about the leftmost and rightmost shapes (by centre x): ``colour`` (RGB only),
 ``shape`` and ``count`` (both), ``depth`` order ("which is nearer, the leftmost or the rightmost
@@ -30,8 +32,12 @@ SHAPES = ("circle", "square", "triangle")
 COLOURS = {name: SHARED_COLOURS[name] for name in ("red", "green", "blue", "yellow")}
 """the shared renderer's RGB colours (0–255)"""
 QUESTION_TYPES = ("colour", "shape", "count", "depth")
-MODALITY_CHANNELS = {"rgb": 3, "depth": 1}
-ANSWERABLE = {"rgb": ("colour", "shape", "count"), "depth": ("shape", "count", "depth")}
+MODALITY_CHANNELS = {"rgb": 3, "depth": 1, "edge": 1}
+ANSWERABLE = {
+    "rgb": ("colour", "shape", "count"),
+    "depth": ("shape", "count", "depth"),
+    "edge": ("shape", "count"),
+}
 """question types a modality answers plainly (RGB carries depth order only through weak cues:
 the privileged modality's part to transfer)"""
 
@@ -98,6 +104,7 @@ def render(scene: Scene, size: int = 32) -> dict[str, np.ndarray]:
     rgb = np.full((3, size, size), 0.5, dtype=np.float32)
     depth = np.zeros((1, size, size), dtype=np.float32)
     segmentation = np.zeros((size, size), dtype=np.int64)
+    instance = np.zeros((size, size), dtype=np.int64)
     for i in np.argsort(-scene.depths):  # far to near: nearer shapes paint over
         scale = 1.25 - 0.5 * scene.depths[i]  # nearer looks bigger: the RGB depth cue
         centre = (scene.centres[i, 0] * size, scene.centres[i, 1] * size)
@@ -106,7 +113,12 @@ def render(scene: Scene, size: int = 32) -> dict[str, np.ndarray]:
         rgb[:, mask] = np.asarray(COLOURS[scene.colours[i]], dtype=np.float32)[:, None] / 255
         depth[0, mask] = 1.0 - 0.8 * scene.depths[i]
         segmentation[mask] = 1 + SHAPES.index(scene.kinds[i])
-    return {"rgb": rgb, "depth": depth, "segmentation": segmentation}
+        instance[mask] = 1 + i
+    # the edge sketch: 1 where a pixel's visible shape differs from its right or lower neighbour's
+    edge = np.zeros((1, size, size), dtype=np.float32)
+    edge[0, :, :-1] = np.maximum(edge[0, :, :-1], instance[:, :-1] != instance[:, 1:])
+    edge[0, :-1, :] = np.maximum(edge[0, :-1, :], instance[:-1, :] != instance[1:, :])
+    return {"rgb": rgb, "depth": depth, "edge": edge, "segmentation": segmentation}
 
 
 def question_answer(scene: Scene, kind: str) -> tuple[str, str]:
