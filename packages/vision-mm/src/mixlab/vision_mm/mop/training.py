@@ -157,11 +157,12 @@ def fit(
     """``steps`` AdamW steps of ``spec``'s loss on ``batches(step)`` (a function of the step, so
     a resumed run sees the same data) with accelerate; ``checkpoint``: a folder for
     ``Accelerator.save_state`` every ``checkpoint_every`` steps, resumed from when present.
-    The step sizes warm up linearly over the first 5 % of the steps, then follow a cosine to zero.
+
     ``lr`` is the step size of the connector, projector and tokenizers, ``lm_lr`` the LM's
-    (default ``lr``): the probes must learn where to look from scratch and need a larger step than
-    a pre-trained LM tolerates (LLaVA's projector/LM split). ``callback(step, model)`` runs after each step (and before that step's checkpoint). Returns
-    the logged parts per step run."""
+    (``None``: ``lr``): the probes learn where to look from scratch and need a larger step than a
+    pre-trained LM tolerates (LLaVA's projector/LM split). Both warm up linearly over the first
+    5 % of the steps, then follow a cosine to zero. ``callback(step, model)`` runs after each
+    step, before that step's checkpoint. Returns the logged parts of each step run."""
     from pathlib import Path
 
     from accelerate import Accelerator
