@@ -179,6 +179,9 @@ def train(
     patch: Annotated[
         int | None, typer.Option(help="tokenizer patch size (default: CLIP's)")
     ] = None,
+    combine: Annotated[
+        str, typer.Option(help="the LM prefix: sum (--queries tokens) or concat")
+    ] = "sum",
     steps: int = 600,
     batch_size: int = 64,
     lr: float = 3e-3,
@@ -193,9 +196,8 @@ def train(
 
     from mixlab.vision_mm.mop.data import read_samples
     from mixlab.vision_mm.mop.model import PrivilegedMLLM
-    from mixlab.vision_mm.mop.probes import MixtureOfProbes, Resampler, RoutedResamplers
     from mixlab.vision_mm.mop.text import encode_qa
-    from mixlab.vision_mm.mop.training import fit, system_spec
+    from mixlab.vision_mm.mop.training import fit, system_connector, system_spec
 
     names = _split_names(modalities, "--modalities")
     require(system in SYSTEMS, "--system", f"one of {list(SYSTEMS)}", system)
@@ -203,6 +205,7 @@ def train(
                           ("--batch-size", batch_size)):  # fmt: skip
         require(is_count(value), option, "an integer >= 1", value)
     require(patch is None or is_count(patch), "--patch", "an integer >= 1", patch)
+    require(combine in ("sum", "concat"), "--combine", "'sum' or 'concat'", combine)
     require(is_count(seed, 0) and seed < 2**32, "--seed", "an integer in [0, 2**32)", seed)
     if system == "unimodal":
         require(
@@ -212,6 +215,8 @@ def train(
         require(len(names) >= 2, "--modalities", f"two or more names for {system}", modalities)
     probe_layers = None if layers is None else _layers(layers, probes)
     aligned_probes = None if aligned is None else tuple(_layers(aligned, len(aligned.split(","))))
+    require(aligned_probes is None or all(0 <= k < probes for k in aligned_probes), "--aligned",
+            f"probe indices in [0, {probes - 1}]", aligned)  # fmt: skip
     _folder(data, "--data")
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; it must be a folder")
@@ -224,15 +229,9 @@ def train(
     language_model, tokenizer = _lm(lm)
     encoded = encode_qa(tokenizer, samples.questions, samples.answers)
     torch.manual_seed(seed)
-    dim, states = shared.dim, shared.num_hidden_states
-    heads = next(h for h in (8, 4, 2, 1) if dim % h == 0)
-    if system == "resampler":
-        connector = Resampler(dim, queries=probes * queries, heads=heads)
-    elif system == "onellm":
-        connector = RoutedResamplers(dim, queries=probes * queries, heads=heads)
-    else:
-        connector = MixtureOfProbes(dim, states, num_probes=probes, queries=queries, heads=heads,
-                                    layers=probe_layers, combine="concat")  # fmt: skip
+    heads = next(h for h in (8, 4, 2, 1) if shared.dim % h == 0)
+    connector = system_connector(system, shared.dim, shared.num_hidden_states, num_probes=probes,
+                                 queries=queries, heads=heads, layers=probe_layers, combine=combine)  # fmt: skip
     model = PrivilegedMLLM(shared, connector, language_model)
     deployed = deploy or names[0]
     privileged = next((m for m in names if m != deployed), deployed)

@@ -103,3 +103,13 @@ class SharedEncoder(nn.Module):
             h = layer(h, None)
             states.append(h)
         return tuple(states)
+
+    @torch.no_grad()
+    def stacked_states(
+        self, modality: str, images: torch.Tensor, batch_size: int = 256
+    ) -> torch.Tensor:
+        """Every hidden state of ``images`` as one tensor [B, L + 1, N, D], ``batch_size`` images
+        at a time (the cached features of a frozen encoder)."""
+        chunks = [torch.stack(self.hidden_states(modality, images[i : i + batch_size]), 1)
+                  for i in range(0, len(images), batch_size)]  # fmt: skip
+        return torch.cat(chunks)

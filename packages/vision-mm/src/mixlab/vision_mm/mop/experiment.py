@@ -140,10 +140,8 @@ def _split(config: Config, split: str) -> dict[str, Any]:
         folder.mkdir(parents=True, exist_ok=True)
         with torch.no_grad():
             for modality in config.modalities:
-                images = torch.tensor(scenes.images[modality])
-                states = [torch.stack(encoder.hidden_states(modality, images[i : i + 256]), 1)
-                          for i in range(0, count, 256)]  # fmt: skip
-                np.save(folder / f"{modality}.npy", torch.cat(states).half().numpy())
+                states = encoder.stacked_states(modality, torch.tensor(scenes.images[modality]))
+                np.save(folder / f"{modality}.npy", states.half().numpy())
         questions = {
             "questions": scenes.questions,
             "answers": scenes.answers,
@@ -175,19 +173,11 @@ def _cells(config: Config) -> list[dict[str, Any]]:
 
 
 def _connector(config: Config, system: str, num_layers: int):
-    from mixlab.vision_mm.mop.probes import MixtureOfProbes, Resampler, RoutedResamplers
-    from mixlab.vision_mm.mop.training import CONNECTORS
+    from mixlab.vision_mm.mop.training import system_connector
 
-    kind = CONNECTORS[system]
-    # every connector hands the LM as many tokens
-    tokens = config.queries * (config.num_probes if config.combine == "concat" else 1)
-    if kind == "resampler":
-        return Resampler(config.encoder_dim, queries=tokens, heads=config.encoder_heads)
-    if kind == "routed":
-        return RoutedResamplers(config.encoder_dim, queries=tokens, heads=config.encoder_heads)
-    return MixtureOfProbes(config.encoder_dim, num_layers, num_probes=config.num_probes,
-                           queries=config.queries, heads=config.encoder_heads,
-                           layers=config.probe_layers, combine=config.combine)  # fmt: skip
+    return system_connector(system, config.encoder_dim, num_layers, num_probes=config.num_probes,
+                            queries=config.queries, heads=config.encoder_heads,
+                            layers=config.probe_layers, combine=config.combine)  # fmt: skip
 
 
 def _train(config: Config, system: str, deploy: str | None, seed: int, train: dict, test: dict,

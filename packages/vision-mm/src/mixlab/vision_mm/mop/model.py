@@ -136,11 +136,7 @@ class PrivilegedMLLM(nn.Module):
     def encode(self, modality: str, images: torch.Tensor, batch_size: int = 256) -> torch.Tensor:
         """The encoder's hidden states [B, L + 1, N, D] of ``images``, for training the connector
         and LM on cached features when the encoder and tokenizers are frozen."""
-        chunks = [
-            torch.stack(self.encoder.hidden_states(modality, images[i : i + batch_size]), 1)
-            for i in range(0, len(images), batch_size)
-        ]
-        return torch.cat(chunks)
+        return self.encoder.stacked_states(modality, images, batch_size)
 
     @torch.no_grad()
     def generate(

@@ -33,6 +33,7 @@ __all__ = [
     "accuracy_by_type",
     "fit",
     "paired_batches",
+    "system_connector",
     "system_spec",
     "training_loss",
 ]
@@ -42,6 +43,25 @@ CONNECTORS = {"unimodal": "mop", "dropout": "mop", "resampler": "resampler", "mo
               "mop-x": "mop", "distill": "mop", "onellm": "routed"}  # fmt: skip
 """the connector each system trains (unimodal, dropout and distillation use the same MoP as MoP-X,
 so only the objective differs)"""
+
+
+def system_connector(
+    system: str, dim: int, num_layers: int, *, num_probes: int = 4, queries: int = 8, heads: int = 4,
+    layers=None, combine: str = "sum",
+):  # fmt: skip
+    """The connector of ``system`` for an encoder of width ``dim`` with ``num_layers`` hidden
+    states; the resampler baselines get as many queries as MoP hands the LM tokens."""
+    from mixlab.vision_mm.mop.probes import MixtureOfProbes, Resampler, RoutedResamplers
+
+    if system not in CONNECTORS:
+        raise ValueError(f"system must be one of {list(SYSTEMS)}, got {system!r}")
+    tokens = queries * (num_probes if combine == "concat" else 1)
+    if CONNECTORS[system] == "resampler":
+        return Resampler(dim, queries=tokens, heads=heads)
+    if CONNECTORS[system] == "routed":
+        return RoutedResamplers(dim, queries=tokens, heads=heads)
+    return MixtureOfProbes(dim, num_layers, num_probes=num_probes, queries=queries, heads=heads,
+                           layers=layers, combine=combine)  # fmt: skip
 
 
 @dataclass(frozen=True)
