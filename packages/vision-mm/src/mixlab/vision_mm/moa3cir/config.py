@@ -1,0 +1,174 @@
+"""The MoA3CIR experiment's Config and registry entry, importable without torch (``mixlab list``
+reads :data:`METHOD`; :mod:`mixlab.vision_mm.moa3cir.experiment` loads only when the method runs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from mixlab.shared.config import ExperimentConfig, is_count, require
+from mixlab.shared.registry import Method
+
+EXPERIMENT_SYSTEMS = ("image-only", "text-only", "sum", "combiner", "moa3-dense", "moa3cir",
+                      "moa3cir-3tower", "moa3cir-noaug", "one-phase")  # fmt: skip
+"""every system the experiment knows (see :mod:`~.experiment`)"""
+
+
+@dataclass
+class Config(ExperimentConfig):
+    """Defaults are the quick profile (3 seeds on 32² catalogue images, minutes on 2 CPU cores
+    once the towers are cached); full is the issue's GPU run."""
+
+    n_seeds: int = 3
+    """phase-2 seeds per system: seed, seed + 1, ... (the towers use ``seed``)"""
+    systems: tuple[str, ...] = EXPERIMENT_SYSTEMS
+    one_phase_seeds: int = 0
+    """seeds of the one-phase ablation, which trains towers and head together per seed
+    (``tower_steps + steps`` steps through every tower: about 25 minutes a seed on one CPU core,
+    so the quick profile leaves it to the full one)"""
+    size: int = 32
+    patch: int = 4
+    clip_width: int = 128
+    clip_layers: int = 3
+    clip_heads: int = 4
+    embed_dim: int = 128
+    context_length: int = 24
+    tower_items: int = 6000
+    """phase-1 image–description pairs"""
+    tower_triplets: int = 6000
+    """phase-1 triplets for CLIP4Cir's sum fine-tuning"""
+    tower_steps: int = 1200
+    tower_lr: float = 5e-4
+    classifier_steps: int = 600
+    """the attribute classifier that checks controlled edits"""
+    train_triplets: int = 6000
+    """phase-2 natural triplets (with confounding)"""
+    augment: int = 3000
+    """phase-2 controlled-edit triplets (before the classifier's check)"""
+    confound: float = 0.3
+    """probability that a natural target also changes an unstated attribute"""
+    noise: float = 0.25
+    """probability that a description drops or garbles one attribute"""
+    test_queries: int = 1000
+    alignment_items: int = 500
+    """items of the phase-1 image→description check"""
+    steps: int = 500
+    batch_size: int = 64
+    lr: float = 1e-3
+    balance: float = 0.01
+    """weight of the router's load-balance loss"""
+    dim: int = 128
+    heads: int = 16
+    groups: int = 4
+    shared_heads: int = 4
+    depth: int = 1
+    temperature: float = 1.0
+    top_k: int = 0
+    """groups the router keeps (0: soft weights over all)"""
+    projection_dim: int = 512
+    """the combiner's projection; CLIP4Cir's are 4× (projection) and 8× (hidden) its features'
+    640 dimensions"""
+    hidden_dim: int = 1024
+    alignment: float = 0.5
+    """regime: phase-1 image→description R@1 over ``alignment_items`` items"""
+    combiner_margin: float = 0.15
+    """regime: the combiner's R@10 lead over image-only retrieval"""
+    workers: int = 2
+    """processes that train systems side by side (one torch thread each)"""
+
+    ALLOWED_EDGE_VALUES: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "seed": (0,),
+        "one_phase_seeds": (0,),
+        "augment": (0,),
+        "shared_heads": (0,),
+        "top_k": (0,),
+        "balance": (0, 0.0),
+        "confound": (0, 0.0),
+        "noise": (0, 0.0),
+        "combiner_margin": (0, 0.0),
+    }
+    """no one-phase run, no augmentation, no shared heads, soft routing, no balance loss, exact
+    triplets, clean descriptions, no margin"""
+
+    PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
+        "quick": {},
+        "full": {
+            "n_seeds": 5,
+            "one_phase_seeds": 5,
+            "size": 64,
+            "patch": 8,
+            "clip_width": 256,
+            "clip_layers": 6,
+            "clip_heads": 8,
+            "embed_dim": 256,
+            "tower_items": 20_000,
+            "tower_triplets": 20_000,
+            "tower_steps": 6000,
+            "train_triplets": 20_000,
+            "augment": 10_000,
+            "steps": 4000,
+            "dim": 256,
+            "projection_dim": 1024,
+            "hidden_dim": 2048,
+        },
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        counts = ("n_seeds", "size", "patch", "clip_width", "clip_layers", "clip_heads", "embed_dim",
+                  "context_length", "tower_items", "tower_triplets", "tower_steps", "classifier_steps",
+                  "train_triplets", "test_queries", "alignment_items", "steps", "batch_size", "dim",
+                  "heads", "groups", "depth", "projection_dim", "hidden_dim", "workers")  # fmt: skip
+        for name in counts:
+            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
+        for name in ("one_phase_seeds", "augment", "shared_heads", "top_k"):
+            require(is_count(getattr(self, name), 0), name, "an integer >= 0", getattr(self, name))
+        require(self.one_phase_seeds <= self.n_seeds, "one_phase_seeds", f"at most n_seeds = {self.n_seeds}",
+                self.one_phase_seeds)  # fmt: skip
+        require(self.size >= 16 and self.size % self.patch == 0, "patch",
+                f"a divisor of size = {self.size} (size >= 16)", self.patch)  # fmt: skip
+        require(self.clip_width % self.clip_heads == 0, "clip_width",
+                f"a multiple of clip_heads = {self.clip_heads}", self.clip_width)  # fmt: skip
+        require(self.dim % self.heads == 0, "heads", f"a divisor of dim = {self.dim}", self.heads)
+        require(self.shared_heads < self.heads and (self.heads - self.shared_heads) % self.groups == 0,
+                "groups", f"a divisor of heads − shared_heads = {self.heads - self.shared_heads}",
+                self.groups)  # fmt: skip
+        require(
+            self.top_k <= self.groups,
+            "top_k",
+            f"an integer in [0, groups = {self.groups}]",
+            self.top_k,
+        )
+        require(
+            self.context_length >= 16, "context_length", "an integer >= 16", self.context_length
+        )
+        require(self.alignment_items <= 576, "alignment_items",
+                "at most 576 (the catalogue's visible combinations)", self.alignment_items)  # fmt: skip
+        ok = isinstance(self.systems, tuple | list) and len(self.systems) > 0
+        ok = ok and len(set(self.systems)) == len(self.systems)
+        require(ok and all(s in EXPERIMENT_SYSTEMS for s in self.systems), "systems",
+                f"distinct names from {list(EXPERIMENT_SYSTEMS)}", self.systems)  # fmt: skip
+        needed = ("image-only", "combiner", "moa3cir")
+        require(all(s in self.systems for s in needed), "systems", f"names including {list(needed)}",
+                self.systems)  # fmt: skip
+        for name in ("tower_lr", "lr", "temperature"):
+            value = getattr(self, name)
+            require(value > 0, name, "a finite number > 0", value)
+        require(self.balance >= 0, "balance", "a finite number >= 0", self.balance)
+        for name in ("confound", "noise", "combiner_margin"):
+            value = getattr(self, name)
+            require(0 <= value <= 1, name, "a number in [0, 1]", value)
+        require(0 < self.alignment <= 1, "alignment", "a number in (0, 1]", self.alignment)
+
+
+METHOD = Method(
+    name="moa3cir",
+    domain="vision-mm",
+    paper="MoA3CIR: asymmetric five-tower composed image retrieval with item descriptions and Mixture of Attribute-Aware Attention (reconstructed; paper not found)",
+    claim="Adding the items' descriptions as towers on both sides and routing attention heads by the edited attribute retrieves the target more often than CLIP4Cir's combiner, most where pixels cannot show the edit",
+    config=Config,
+    run="mixlab.vision_mm.moa3cir.experiment:run",
+    headline_plot="recall.png",
+)
+
+__all__ = ["EXPERIMENT_SYSTEMS", "METHOD", "Config"]
