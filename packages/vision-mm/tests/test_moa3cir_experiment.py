@@ -15,12 +15,6 @@ TINY = dict(n_seeds=2, one_phase_seeds=1, size=16, clip_width=16, clip_layers=1,
             dim=16, heads=4, groups=2, shared_heads=2, projection_dim=32, hidden_dim=32, workers=1)  # fmt: skip
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
-    return tmp_path
-
-
 def test_experiment_runs_and_gates_claims_on_the_regime(cache):
     from mixlab.vision_mm.moa3cir.experiment import run
 

@@ -15,12 +15,6 @@ TINY = dict(n_seeds=2, systems=("unimodal", "dropout", "resampler", "mop-nodis",
             aligned_probes=(1,), steps=4, batch_size=8, diagnostics_every=2, workers=1)  # fmt: skip
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
-    return tmp_path
-
-
 def test_experiment_runs_and_gates_claims_on_the_regime(cache):
     from mixlab.vision_mm.mop.experiment import run
 

@@ -148,6 +148,21 @@ class Claim:
         return claim._gated(requires)
 
     @classmethod
+    def paired(
+        cls, text: str, differences: Any, threshold: float, *, label: str,
+        requires: list[Claim] | tuple[Claim, ...] = (),
+    ) -> Self:  # fmt: skip
+        """Differences paired by seed clear ``threshold`` with their spread: mean − sd (ddof 1)
+        >= threshold; one seed gives NaN, so the claim does not hold."""
+        values = [float(v) for v in differences]
+        low = float("nan")
+        if len(values) > 1:
+            mean = sum(values) / len(values)
+            low = mean - math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+        return cls.compare(text, low, ">=", threshold, value_label=f"mean − sd over seeds of {label}",
+                           requires=requires)  # fmt: skip
+
+    @classmethod
     def all_of(
         cls, text: str, parts: list[Claim], *, requires: list[Claim] | tuple[Claim, ...] = ()
     ) -> Self:

@@ -31,6 +31,8 @@ _MODULE_OF = {
     "TripletData": "training",
     "TripletFeatures": "training",
     "balance_loss": "attention",
+    "concat_features": "training",
+    "fit_two_phase": "training",
     "controlled_edits": "augment",
     "encode_triplets": "training",
     "info_nce": "training",

@@ -292,28 +292,14 @@ def make_head(config: Config, system: str):
                     top_k=config.top_k or None, descriptions=system != "moa3cir-3tower")  # fmt: skip
 
 
-def _concat(a, b):
-    """Two feature sets as one (the natural and the augmented triplets)."""
-    from mixlab.vision_mm.moa3cir.model import QueryFeatures
-    from mixlab.vision_mm.moa3cir.towers import Encoded
-    from mixlab.vision_mm.moa3cir.training import TripletFeatures
-
-    def join(x: Encoded, y: Encoded) -> Encoded:
-        return Encoded(torch.cat([x.pooled, y.pooled]), torch.cat([x.tokens, y.tokens]),
-                       None if x.padding is None else torch.cat([x.padding, y.padding]))  # fmt: skip
-
-    query = QueryFeatures(join(a.query.image, b.query.image), join(a.query.text, b.query.text),
-                          join(a.query.description, b.query.description))  # fmt: skip
-    return TripletFeatures(query, torch.cat([a.target_image, b.target_image]),
-                           torch.cat([a.target_description, b.target_description]))  # fmt: skip
-
-
 def _training_features(config: Config, system: str):
     natural, _ = split(config, "natural")
     augment, _ = split(config, "augment") if config.augment else (None, None)
     if system == "moa3cir-noaug" or augment is None:
         return natural
-    return _concat(natural, augment)
+    from mixlab.vision_mm.moa3cir.training import concat_features
+
+    return concat_features([natural, augment])
 
 
 def _one_phase(config: Config, seed: int, out_dir: Path):
@@ -503,26 +489,21 @@ def _paired(done: list[dict[str, Any]], a: str, b: str, key: str) -> np.ndarray:
     return np.array([x[key] - y[key] for x, y in zip(seeds[a][:n], seeds[b][:n], strict=True)])
 
 
-def _clears(text: str, d: np.ndarray, threshold: float, label: str) -> Claim:
-    low = float(d.mean() - d.std(ddof=1)) if len(d) > 1 else float("nan")
-    return Claim.compare(text, low, ">=", threshold, value_label=f"mean − sd over seeds of {label}")
-
-
 def claims(done: list[dict[str, Any]], config: Config) -> list[Claim]:
     """The issue's claims (1)–(4) on differences paired by seed."""
     from mixlab.vision_mm.moa3cir.catalogue import EDITABLE
 
     systems = set(config.systems)
-    found = [_clears(
+    found = [Claim.paired(
         f"(1) ECCIR-like: MoA3CIR's R@10 >= {100 * BEATS_COMBINER:g} points above the CLIP4Cir combiner's",
-        _paired(done, "moa3cir", "combiner", "R@10"), BEATS_COMBINER, "MoA3CIR − combiner R@10",
+        _paired(done, "moa3cir", "combiner", "R@10"), BEATS_COMBINER, label="MoA3CIR − combiner R@10",
     )]  # fmt: skip
     if "moa3cir-3tower" in systems:
         gains = {a: _paired(done, "moa3cir", "moa3cir-3tower", f"R@1_{a}").mean() for a in EDITABLE}
         found.append(Claim.all_of(
             "(2) Five towers beat three of the same model (R@1), with the largest gain on material edits",
-            [_clears("overall", _paired(done, "moa3cir", "moa3cir-3tower", "R@1"), 0.0,
-                     "five − three towers R@1"),
+            [Claim.paired("overall", _paired(done, "moa3cir", "moa3cir-3tower", "R@1"), 0.0,
+                          label="five − three towers R@1"),
              Claim.compare("material first", float(gains["material"]), ">=",
                            float(max(v for a, v in gains.items() if a != "material")),
                            value_label="mean R@1 gain on material edits",
@@ -533,16 +514,16 @@ def claims(done: list[dict[str, Any]], config: Config) -> list[Claim]:
         found.append(Claim.all_of(
             f"(3) Routed MoA³ beats dense MoA³ (R@10) and its top group tracks the edited attribute "
             f"(NMI >= {NMI_MIN:g})",
-            [_clears("routed vs dense", _paired(done, "moa3cir", "moa3-dense", "R@10"), 0.0,
-                     "routed − dense R@10"),
+            [Claim.paired("routed vs dense", _paired(done, "moa3cir", "moa3-dense", "R@10"), 0.0,
+                          label="routed − dense R@10"),
              Claim.compare("NMI", float(np.mean(nmi)), ">=", NMI_MIN,
                            value_label="mean NMI(top group, edited attribute) over seeds")],
         ))  # fmt: skip
     if "moa3cir-3tower" in systems:
-        found.append(_clears(
+        found.append(Claim.paired(
             f"(4) FashionIQ-like (no descriptions): MoA3CIR within {100 * -LEVEL_WITH_COMBINER:g} point of "
             "the combiner (R@10)", _paired(done, "moa3cir-3tower", "combiner", "R@10"),
-            LEVEL_WITH_COMBINER, "three-tower MoA3CIR − combiner R@10",
+            LEVEL_WITH_COMBINER, label="three-tower MoA3CIR − combiner R@10",
         ))  # fmt: skip
     return found
 

@@ -35,6 +35,7 @@ __all__ = [
     "CIR_SCALE",
     "TripletData",
     "TripletFeatures",
+    "concat_features",
     "encode_triplets",
     "fit_two_phase",
     "info_nce",
@@ -55,6 +56,17 @@ def info_nce(
 def _rows(count: int, batch_size: int, seed: int, step: int) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
     return torch.randperm(count, generator=generator)[:batch_size]
+
+
+def _clip_loss(
+    towers: ClipTowers, images: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor
+) -> torch.Tensor:
+    """CLIP's symmetric InfoNCE between item images and their descriptions, at the model's
+    learned ``logit_scale``."""
+    image = F.normalize(towers.image(images[rows], "target_image").pooled, dim=-1)
+    text = F.normalize(towers.text(ids[rows], "target_description").pooled, dim=-1)
+    scale = towers.model("target_image").logit_scale.exp()
+    return (info_nce(image, text, scale) + info_nce(text, image, scale)) / 2
 
 
 def _loop(
@@ -154,7 +166,6 @@ def train_towers(
     if described:
         reference_ids = towers.tokenize(triplets.reference_descriptions)
         target_ids = towers.tokenize(triplets.target_descriptions)
-    clip = towers.model("reference_image")
     # half the steps on CLIP's loss, as many on the sum fine-tuning (three towers and five in turn)
     objectives = {(True, True): ["clip", "sum", "clip", "five"], (True, False): ["clip", "sum"],
                   (False, True): ["sum", "five"], (False, False): ["sum"]}[aligned, described]  # fmt: skip
@@ -162,11 +173,7 @@ def train_towers(
     def loss_of_step(step: int) -> torch.Tensor:
         objective = objectives[step % len(objectives)]
         if objective == "clip":
-            rows = _rows(len(images), batch_size, seed, step)
-            image = F.normalize(towers.image(images[rows], "target_image").pooled, dim=-1)
-            text = F.normalize(towers.text(ids[rows], "target_description").pooled, dim=-1)
-            scale = clip.logit_scale.exp()
-            return (info_nce(image, text, scale) + info_nce(text, image, scale)) / 2
+            return _clip_loss(towers, images, ids, _rows(len(images), batch_size, seed, step))
         rows = _rows(len(triplets), batch_size, seed, step)
         query = towers.image(triplets.reference[rows], "reference_image").pooled
         query = query + towers.text(text_ids[rows], "modification").pooled
@@ -234,12 +241,26 @@ class TripletFeatures:
         return TripletFeatures(self.query.rows(index), self.target_image[index], description)
 
 
-def _cat(parts: list[Encoded | None], dtype: torch.dtype) -> Encoded | None:
+def _cat(parts: list[Encoded | None], dtype: torch.dtype | None) -> Encoded | None:
     if parts[0] is None:
         return None
     padding = None if parts[0].padding is None else torch.cat([p.padding for p in parts])
-    tokens = torch.cat([p.tokens for p in parts]).to(dtype)
-    return Encoded(torch.cat([p.pooled for p in parts]), tokens, padding)
+    tokens = torch.cat([p.tokens for p in parts])
+    return Encoded(
+        torch.cat([p.pooled for p in parts]), tokens if dtype is None else tokens.to(dtype), padding
+    )
+
+
+def concat_features(
+    parts: list[TripletFeatures], dtype: torch.dtype | None = None
+) -> TripletFeatures:
+    """Feature sets joined row-wise (tokens cast to ``dtype`` when given)."""
+    query = QueryFeatures(_cat([p.query.image for p in parts], dtype), _cat([p.query.text for p in parts], dtype),
+                          _cat([p.query.description for p in parts], dtype))  # fmt: skip
+    description = None
+    if parts[0].target_description is not None:
+        description = torch.cat([p.target_description for p in parts])
+    return TripletFeatures(query, torch.cat([p.target_image for p in parts]), description)
 
 
 def _slice(data: TripletData, rows) -> TripletData:
@@ -276,10 +297,7 @@ def encode_triplets(
     towers.eval()
     parts = [_encode(towers, _slice(data, range(start, min(start + batch_size, len(data)))))
              for start in range(0, len(data), batch_size)]  # fmt: skip
-    query = QueryFeatures(_cat([p.query.image for p in parts], dtype), _cat([p.query.text for p in parts], dtype),
-                          _cat([p.query.description for p in parts], dtype))  # fmt: skip
-    description = None if parts[0].target_description is None else torch.cat([p.target_description for p in parts])  # fmt: skip
-    return TripletFeatures(query, torch.cat([p.target_image for p in parts]), description)
+    return concat_features(parts, dtype)
 
 
 def _cir_loss(head: nn.Module, batch: TripletFeatures, balance: float) -> torch.Tensor:
@@ -332,17 +350,14 @@ def train_end_to_end(
     image–description loss, every step."""
     towers = model.towers
     ids = towers.tokenize(descriptions)
-    clip = towers.model("reference_image")
 
     def loss_of_step(step: int) -> torch.Tensor:
         batch = _slice(triplets, _rows(len(triplets), batch_size, seed, step).tolist())
         features = _encode(towers, batch)
         loss = _cir_loss(model.head, features, balance)
-        rows = _rows(len(images), batch_size, seed + 1, step)
-        image = F.normalize(towers.image(images[rows], "target_image").pooled, dim=-1)
-        text = F.normalize(towers.text(ids[rows], "target_description").pooled, dim=-1)
-        scale = clip.logit_scale.exp()
-        return loss + (info_nce(image, text, scale) + info_nce(text, image, scale)) / 2
+        return loss + _clip_loss(
+            towers, images, ids, _rows(len(images), batch_size, seed + 1, step)
+        )
 
     return _loop(
         model,

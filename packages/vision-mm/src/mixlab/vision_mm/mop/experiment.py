@@ -366,8 +366,7 @@ def _paired(
 
 
 def _clears(text: str, d: np.ndarray, threshold: float, label: str) -> Claim:
-    low = float(d.mean() - d.std(ddof=1)) if len(d) > 1 else float("nan")
-    return Claim.compare(text, low, ">=", threshold, value_label=f"mean − sd over seeds of {label}")
+    return Claim.paired(text, d, threshold, label=label)
 
 
 def claims(done: list[dict[str, Any]], config: Config) -> list[Claim]:
