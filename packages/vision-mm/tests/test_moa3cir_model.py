@@ -176,6 +176,19 @@ def test_moa3_head_starts_at_sum_fusion_and_uses_descriptions():
     )
 
 
+def test_five_tower_sum_adds_the_descriptions_on_both_sides():
+    f = _features()
+    head = SimpleHead("sum", descriptions=True)
+    expected = F.normalize(f.image.pooled + f.text.pooled + f.description.pooled, dim=-1)
+    assert torch.allclose(head.query(f), expected)
+    assert torch.allclose(
+        head.target(f.image.pooled, f.text.pooled),
+        F.normalize(f.image.pooled + f.text.pooled, dim=-1),
+    )
+    with pytest.raises(ValueError, match="descriptions go with kind 'sum'"):
+        SimpleHead("image", descriptions=True)
+
+
 # -------------------------------------------------------------------------------------- index
 def test_index_equals_per_query_target_embeddings_and_survives_saving(towers, tmp_path):
     torch.manual_seed(0)

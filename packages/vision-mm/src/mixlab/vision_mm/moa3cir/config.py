@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from mixlab.shared.config import ExperimentConfig, is_count, require
 from mixlab.shared.registry import Method
 
-EXPERIMENT_SYSTEMS = ("image-only", "text-only", "sum", "combiner", "moa3-dense", "moa3cir",
+EXPERIMENT_SYSTEMS = ("image-only", "text-only", "sum", "sum-5tower", "combiner", "moa3-dense", "moa3cir",
                       "moa3cir-3tower", "moa3cir-noaug", "one-phase")  # fmt: skip
 """every system the experiment knows (see :mod:`~.experiment`)"""
 

@@ -9,11 +9,12 @@ Cells, per (system, seed): train, then R@1/10/50 overall, per edited attribute a
 pairs, and the router's groups.
 
 Systems: ``image-only`` (the reference alone, blind to the edit), ``text-only``, ``sum``
-(CLIP4Cir's phase-1 fusion), ``combiner`` (CLIP4Cir), ``moa3-dense`` (one group, no router),
+(CLIP4Cir's phase-1 fusion), ``sum-5tower`` (phase 1's five-tower sum: what the descriptions give
+with no fusion learned), ``combiner`` (CLIP4Cir), ``moa3-dense`` (one group, no router),
 ``moa3cir`` (five towers, routed), and the ablations ``moa3cir-3tower`` (no descriptions: the
 FashionIQ/Shoes-like setting), ``moa3cir-noaug`` (no controlled edits) and ``one-phase`` (towers
-and head trained together from scratch; ``one_phase_seeds``, 0 in the quick profile). The first four, ``moa3cir-3tower`` and any system
-without descriptions never see one.
+and head trained together from scratch; ``one_phase_seeds``, 0 in the quick profile). Only
+:data:`DESCRIBED` systems read descriptions.
 
 Regime (fixed before any run): phase-1 image→description R@1 >= ``alignment`` over
 ``alignment_items`` items (distinct visible attributes; chance 1/items); the combiner's R@10 >=
@@ -46,7 +47,9 @@ TEST_SEED = 2026
 BEATS_COMBINER = 0.03
 LEVEL_WITH_COMBINER = -0.01
 NMI_MIN = 0.3
-SIMPLE = {"image-only": "image", "text-only": "text", "sum": "sum"}
+DESCRIBED = ("sum-5tower", "moa3-dense", "moa3cir", "moa3cir-noaug", "one-phase")
+"""the systems that read descriptions (the ECCIR-like setting)"""
+SIMPLE = {"image-only": "image", "text-only": "text", "sum": "sum", "sum-5tower": "sum"}
 
 __all__ = ["METHOD", "Config", "claims", "regime", "run", "summarise", "towers"]
 
@@ -282,7 +285,7 @@ def make_head(config: Config, system: str):
     from mixlab.vision_mm.moa3cir.model import Combiner, MoA3Head, SimpleHead
 
     if system in SIMPLE:
-        return SimpleHead(SIMPLE[system])
+        return SimpleHead(SIMPLE[system], descriptions=system == "sum-5tower")
     if system == "combiner":
         return Combiner(config.embed_dim, config.projection_dim, config.hidden_dim)
     dense = system == "moa3-dense"
@@ -472,7 +475,7 @@ def summarise(
                 row[key] = float(np.mean(values))
         row["R@1_std"] = mean_std([s["R@1"] for s in seeds])[1]
         row["R@10_std"] = mean_std([s["R@10"] for s in seeds])[1]
-        row["descriptions"] = int(system in ("moa3-dense", "moa3cir", "moa3cir-noaug", "one-phase"))
+        row["descriptions"] = int(system in DESCRIBED)
         row["seeds"] = len(seeds)
         rows[system] = row
     rows["towers/phase-1"] = {

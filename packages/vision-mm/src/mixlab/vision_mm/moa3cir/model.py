@@ -12,7 +12,7 @@ A head turns tower outputs into a query embedding (``query``) and a gallery embe
   targets are normalize(f_image).
 - :class:`SimpleHead`: no parameters: ``image`` (the reference alone, blind to the edit),
   ``text`` (the modification alone) or ``sum`` (normalize(f_image + f_text), CLIP4Cir's
-  fine-tuning objective).
+  fine-tuning objective; with descriptions, phase 1's five-tower sum).
 """
 
 from __future__ import annotations
@@ -66,28 +66,36 @@ class QueryFeatures:
 
 # ------------------------------------------------------------------------------------ heads
 class SimpleHead(nn.Module):
-    """The parameter-free baselines: ``image``, ``text`` or ``sum``."""
+    """The parameter-free baselines: ``image``, ``text`` or ``sum``; ``sum`` with
+    ``descriptions`` is phase 1's five-tower sum, normalize(f_T1 + f_T2 + f_T3) against
+    normalize(f_T4 + f_T5) (what the descriptions give before any fusion is learned)."""
 
     KINDS = ("image", "text", "sum")
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, descriptions: bool = False) -> None:
         super().__init__()
         if kind not in self.KINDS:
             raise ValueError(f"kind must be one of {list(self.KINDS)}, got {kind!r}")
+        if descriptions and kind != "sum":
+            raise ValueError(f"descriptions go with kind 'sum' only, got kind {kind!r}")
         self.kind = kind
-        self.uses_descriptions = False
+        self.uses_descriptions = descriptions
 
     def query(self, f: QueryFeatures) -> torch.Tensor:
         pooled = {"image": f.image.pooled, "text": f.text.pooled,
                   "sum": f.image.pooled + f.text.pooled}[self.kind]  # fmt: skip
+        if self.uses_descriptions and f.description is not None:
+            pooled = pooled + f.description.pooled
         return F.normalize(pooled, dim=-1)
 
     def target(self, image: torch.Tensor, description: torch.Tensor | None = None) -> torch.Tensor:
+        if self.uses_descriptions and description is not None:
+            image = image + description
         return F.normalize(image, dim=-1)
 
     @property
     def config(self) -> dict[str, Any]:
-        return {"head": "simple", "kind": self.kind}
+        return {"head": "simple", "kind": self.kind, "descriptions": self.uses_descriptions}
 
 
 class Combiner(nn.Module):
@@ -227,7 +235,7 @@ def build_head(config: dict[str, Any]) -> nn.Module:
     config = dict(config)
     kind = config.pop("head")
     if kind == "simple":
-        return SimpleHead(config["kind"])
+        return SimpleHead(config["kind"], config.get("descriptions", False))
     if kind == "combiner":
         return Combiner(**config)
     if kind == "moa3":
