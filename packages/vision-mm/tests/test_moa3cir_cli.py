@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from mixlab.vision_mm.cli import main
@@ -36,6 +37,17 @@ def test_fashioniq_folder_missing_a_split_is_refused(toy, tmp_path):
     (tmp_path / "captions").mkdir()
     with pytest.raises(ValueError, match="no image_splits/ folder"):
         load_fashioniq(tmp_path, "val")
+
+
+def test_image_files_read_rows_like_a_tensor(toy):
+    from mixlab.vision_mm.moa3cir.data import ImageFiles, load_images
+
+    paths = sorted((toy / "images").glob("*.png"))[:5]
+    files, stacked = ImageFiles(paths, 16), load_images(paths, 16)
+    assert len(files) == 5
+    assert (files[torch.tensor([3, 1])] == stacked[[3, 1]]).all()
+    assert (files[1:4] == stacked[1:4]).all()
+    assert (files[range(2)] == stacked[:2]).all()
 
 
 def test_shoes_loader(tmp_path):

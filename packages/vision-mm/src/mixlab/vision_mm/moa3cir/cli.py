@@ -211,14 +211,15 @@ def _train_toy(
 
 
 def _train_folder(model, dataset, tower_steps, steps, batch_size, tower_lr, lr, seed, out: Path):
-    from mixlab.vision_mm.moa3cir.data import load_images
+    from mixlab.vision_mm.moa3cir.data import ImageFiles
     from mixlab.vision_mm.moa3cir.training import TripletData, fit_two_phase
 
     size = model.towers.image_size
     references = [r for r, _, _ in dataset.triplets]
     targets = [t for _, _, t in dataset.triplets]
-    data = TripletData(load_images([dataset.paths[i] for i in references], size),
-                       load_images([dataset.paths[i] for i in targets], size), [t for _, t, _ in dataset.triplets],
+    # images are read batch by batch: a real training set does not fit in memory as one tensor
+    data = TripletData(ImageFiles([dataset.paths[i] for i in references], size),
+                       ImageFiles([dataset.paths[i] for i in targets], size), [t for _, t, _ in dataset.triplets],
                        dataset.description_list(references), dataset.description_list(targets))  # fmt: skip
     return fit_two_phase(model, data, tower_steps, steps, batch_size=batch_size, tower_lr=tower_lr, lr=lr,
                          seed=seed, checkpoint=out / "training")  # fmt: skip

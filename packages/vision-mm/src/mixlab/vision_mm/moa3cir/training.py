@@ -111,8 +111,9 @@ def _loop(
 # ---------------------------------------------------------------------------------- phase 1
 @dataclass
 class TripletData:
-    """Raw triplets: reference and target images ``[N, 3, S, S]`` in [0, 1], modification
-    texts, and the items' descriptions (None where there are none)."""
+    """Raw triplets: reference and target images ``[N, 3, S, S]`` in [0, 1] (a tensor, or
+    :class:`~.data.ImageFiles` that reads them per batch), modification texts, and the items'
+    descriptions (None where there are none)."""
 
     reference: torch.Tensor
     target: torch.Tensor
