@@ -17,15 +17,14 @@ description, the combiner its image; the tiny towers index 10^5 items in full, V
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from mixlab.shared import Claim
 from mixlab.shared.result import write_benchmark
+from mixlab.shared.stats import interleaved_median_seconds
 from mixlab.vision_mm.moa3cir.model import CIRModel, Combiner, MoA3CIR, RetrievalIndex
 from mixlab.vision_mm.moa3cir.towers import ClipTowers, tiny_clip
 
@@ -44,22 +43,6 @@ def _towers(name: str) -> ClipTowers:
     import open_clip
 
     return ClipTowers(open_clip.create_model("ViT-B-32", pretrained=None))
-
-
-def _interleaved(
-    calls: dict[str, Callable[[], object]], repeats: int, *, warmup: bool = True
-) -> dict[str, float]:
-    """Median seconds of each call, the calls alternating (after one warm-up call each)."""
-    for fn in calls.values():
-        if warmup:
-            fn()
-    times: dict[str, list[float]] = {k: [] for k in calls}
-    for _ in range(repeats):
-        for name, fn in calls.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -90,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
                 with torch.no_grad():
                     model.encode_query(images, texts, descriptions)
 
-            times = _interleaved(
+            times = interleaved_median_seconds(
                 {k: (lambda m=m: encode(m)) for k, m in models.items()}, args.repeats
             )
             for kind, seconds in times.items():
@@ -106,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
                 model.build_index(gallery[:n], None, descriptions[:n])
 
         # the query timings above warmed both models; a whole index is timed once
-        times = _interleaved(
+        times = interleaved_median_seconds(
             {k: (lambda m=m: index(m)) for k, m in models.items()}, 1, warmup=False
         )
         for kind, seconds in times.items():
@@ -116,7 +99,9 @@ def main(argv: list[str] | None = None) -> None:
     searched = RetrievalIndex(torch.nn.functional.normalize(torch.randn(GALLERY, 128), dim=-1),
                               [str(i) for i in range(GALLERY)])  # fmt: skip
     query = torch.nn.functional.normalize(torch.randn(1, 128), dim=-1)
-    seconds = _interleaved({"search": lambda: searched.search(query, 10)}, args.repeats)["search"]
+    seconds = interleaved_median_seconds(
+        {"search": lambda: searched.search(query, 10)}, args.repeats
+    )["search"]
     rows[f"tiny/search-{GALLERY}/both"] = {"ms_per_item": 1e3 * seconds, "vs_combiner": None}
     for name, row in rows.items():
         print(f"{name}: {row}")

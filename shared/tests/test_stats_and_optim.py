@@ -5,7 +5,7 @@ from itertools import pairwise
 import pytest
 import torch
 
-from mixlab.shared import mean_std, warmup_cosine
+from mixlab.shared import interleaved_median_seconds, mean_std, warmup_cosine
 
 
 def test_mean_std_is_the_sample_spread():
@@ -15,6 +15,20 @@ def test_mean_std_is_the_sample_spread():
     assert std == pytest.approx(1.0)  # ddof 1, not the population 0.816
     with pytest.raises(ValueError, match="at least one"):
         mean_std([])
+
+
+def test_interleaved_timing_alternates_the_order_and_warms_up():
+    order = []
+    calls = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
+    times = interleaved_median_seconds(calls, 3)
+    assert order == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warm-up, then a b / b a / a b
+    assert set(times) == {"a", "b"}
+    assert all(t >= 0 for t in times.values())
+    order.clear()
+    interleaved_median_seconds(calls, 1, warmup=False)
+    assert order == ["a", "b"]
+    with pytest.raises(ValueError, match="repeats must be"):
+        interleaved_median_seconds(calls, 0)
 
 
 def test_warmup_cosine_rises_then_decays_to_zero():

@@ -29,6 +29,7 @@ _MODULE_OF = {
     "added_peak_bytes": "memory",
     "measure_in_fresh_process": "memory",
     "cache_dir": "paths",
+    "interleaved_median_seconds": "stats",
     "mean_std": "stats",
     "median_seconds": "stats",
     "warmup_cosine": "optim",
@@ -61,6 +62,7 @@ __all__ = [
     "discover_methods",
     "ema_update",
     "get_method",
+    "interleaved_median_seconds",
     "is_count",
     "line_plot",
     "load_state",
@@ -99,4 +101,4 @@ if TYPE_CHECKING:
     from mixlab.shared.registry import DOMAINS, Method, discover_methods, get_method
     from mixlab.shared.result import Claim, Result
     from mixlab.shared.seeding import capture_rng_state, restore_rng_state, seed_everything
-    from mixlab.shared.stats import mean_std, median_seconds
+    from mixlab.shared.stats import interleaved_median_seconds, mean_std, median_seconds

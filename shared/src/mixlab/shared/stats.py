@@ -1,4 +1,4 @@
-"""Summaries over seeds, and the median wall time of a call."""
+"""Summaries over seeds, and the median wall time of a call (or of several, interleaved)."""
 
 from __future__ import annotations
 
@@ -28,3 +28,23 @@ def median_seconds(fn: Callable[[], object], repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def interleaved_median_seconds(
+    calls: dict[str, Callable[[], object]], repeats: int, *, warmup: bool = True
+) -> dict[str, float]:
+    """Median wall time of each of ``calls`` over ``repeats`` rounds in which every call runs
+    once, the order reversed every other round, so that drift in the machine's speed falls on
+    all of them alike (after one warm-up call each unless ``warmup`` is False)."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+    if warmup:
+        for fn in calls.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for r in range(repeats):
+        for name in calls if r % 2 == 0 else reversed(calls):
+            start = time.perf_counter()
+            calls[name]()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}

@@ -248,13 +248,11 @@ def index_files(model, paths: list[Path], ids: list[str], descriptions: list[str
     FashionIQ gallery does not fit in memory as one tensor)."""
     import torch
 
-    from mixlab.vision_mm.moa3cir.model import RetrievalIndex
+    from mixlab.vision_mm.moa3cir.model import RetrievalIndex, check_same_count
 
     if not paths:
         raise ValueError("the gallery is empty: give at least one image")
-    if descriptions is not None and len(descriptions) != len(paths):
-        raise ValueError(f"descriptions and images must have the same count, got {len(descriptions)} "
-                         f"and {len(paths)}")  # fmt: skip
+    check_same_count("descriptions", descriptions, paths)
     chunks = []
     for start in range(0, len(paths), batch_size):
         images = load_images(paths[start : start + batch_size], model.towers.image_size)

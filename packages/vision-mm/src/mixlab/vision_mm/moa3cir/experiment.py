@@ -345,9 +345,9 @@ def evaluate(head, test, gallery, facts: dict[str, Any]) -> dict[str, Any]:
         rows = torch.tensor([attribute in s for s in facts["stated"]])
         for k, value in recall_at_k(ranks[rows], (1, 10)).items():
             out[f"{k}_{attribute}"] = value
-    weights = getattr(head, "last_weights", [])
-    if weights and weights[0].shape[-1] > 1 and head.blocks[0].attention.router is not None:
-        first = weights[0] if weights[0].ndim == 2 else weights[0].mean(1)
+    if getattr(head, "routed", False):
+        weights = head.last_weights[0]
+        first = weights if weights.ndim == 2 else weights.mean(1)  # per token: mean over tokens
         single = [i for i, s in enumerate(facts["stated"]) if len(s) == 1]
         edited = [EDITABLE.index(facts["stated"][i][0]) for i in single]
         out["nmi"] = normalized_mutual_information(
@@ -387,11 +387,11 @@ def run_cell(config: Config, out_dir: Path, cell: dict[str, Any]) -> dict[str, A
     torch.set_flush_denormal(True)
     started = time.perf_counter()
     system, seed = cell["system"], cell["seed"]
-    _, facts = split(config, "test")
+    test, facts = split(config, "test")
     if system == "one-phase":
         test, gallery, head = _one_phase(config, seed, out_dir)
     else:
-        test, gallery = split(config, "test")[0], split(config, "gallery")[0]
+        gallery, _ = split(config, "gallery")
         torch.manual_seed(seed)
         head = make_head(config, system)
         train_head(head, _training_features(config, system), config.steps, batch_size=config.batch_size,

@@ -37,6 +37,7 @@ __all__ = [
     "QueryFeatures",
     "RetrievalIndex",
     "SimpleHead",
+    "check_same_count",
     "recall_at_k",
     "target_ranks",
 ]
@@ -62,6 +63,14 @@ class QueryFeatures:
             return None if e is None else Encoded(e.pooled.float(), e.tokens.float(), e.padding)
 
         return QueryFeatures(up(self.image), up(self.text), up(self.description))
+
+
+def check_same_count(name: str, values, images) -> None:
+    """``values`` (texts, descriptions, ids) has one entry per image."""
+    if values is not None and len(values) != len(images):
+        raise ValueError(
+            f"{name} and images must have the same count, got {len(values)} and {len(images)}"
+        )
 
 
 # ------------------------------------------------------------------------------------ heads
@@ -195,14 +204,19 @@ class MoA3Head(nn.Module):
         nn.init.zeros_(self.out.bias)
         self.gate = nn.Linear(2 * embed_dim, 1)
         nn.init.zeros_(self.gate.weight)
-        nn.init.constant_(
-            self.gate.bias, 4.0
-        )  # g ≈ 0.98: start at phase 1's normalize(f_image + f_description)
+        # g ≈ 0.98: start at phase 1's target, normalize(f_image + f_description)
+        nn.init.constant_(self.gate.bias, 4.0)
         self.last_weights: list[torch.Tensor] = []
+        """each block's group weights in the last :meth:`query` (the balance loss, statistics)"""
 
     @property
     def config(self) -> dict[str, Any]:
         return dict(self._config)
+
+    @property
+    def routed(self) -> bool:
+        """Whether a router weighs the head groups (False for dense MoA³)."""
+        return self.blocks[0].attention.router is not None
 
     def query(self, f: QueryFeatures) -> torch.Tensor:
         batch = f.image.pooled.shape[0]
@@ -255,13 +269,10 @@ class CIRModel(nn.Module):
     def query_features(
         self, images: torch.Tensor, texts: list[str], descriptions: list[str] | None = None
     ) -> QueryFeatures:
-        if len(texts) != len(images):
-            raise ValueError(f"texts and images must have the same count, got {len(texts)} and {len(images)}")  # fmt: skip
+        check_same_count("texts", texts, images)
         description = None
         if descriptions is not None and self.head.uses_descriptions:
-            if len(descriptions) != len(images):
-                raise ValueError(f"descriptions and images must have the same count, got "
-                                 f"{len(descriptions)} and {len(images)}")  # fmt: skip
+            check_same_count("descriptions", descriptions, images)
             description = self.towers.text(
                 self.towers.tokenize(descriptions), "reference_description"
             )
@@ -283,9 +294,7 @@ class CIRModel(nn.Module):
         image = self.towers.image(images, "target_image").pooled
         description = None
         if descriptions is not None and self.head.uses_descriptions:
-            if len(descriptions) != len(images):
-                raise ValueError(f"descriptions and images must have the same count, got "
-                                 f"{len(descriptions)} and {len(images)}")  # fmt: skip
+            check_same_count("descriptions", descriptions, images)
             ids = self.towers.tokenize(descriptions)
             description = self.towers.text(ids, "target_description").pooled
         return self.head.target(image, description)
@@ -302,11 +311,8 @@ class CIRModel(nn.Module):
         if len(images) == 0:
             raise ValueError("the gallery is empty: give at least one image")
         ids = [str(i) for i in range(len(images))] if ids is None else list(ids)
-        if len(ids) != len(images):
-            raise ValueError(f"ids and images must have the same count, got {len(ids)} and {len(images)}")  # fmt: skip
-        if descriptions is not None and len(descriptions) != len(images):
-            raise ValueError(f"descriptions and images must have the same count, got "
-                             f"{len(descriptions)} and {len(images)}")  # fmt: skip
+        check_same_count("ids", ids, images)
+        check_same_count("descriptions", descriptions, images)
         was_training = self.training
         self.eval()
         chunks = []

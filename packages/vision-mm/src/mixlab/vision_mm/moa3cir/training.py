@@ -25,7 +25,7 @@ from torch import nn
 
 from mixlab.shared import Checkpointer, warmup_cosine
 from mixlab.vision_mm.moa3cir.attention import balance_loss
-from mixlab.vision_mm.moa3cir.model import CIRModel, QueryFeatures
+from mixlab.vision_mm.moa3cir.model import CIRModel, QueryFeatures, check_same_count
 from mixlab.vision_mm.moa3cir.towers import ClipTowers, Encoded
 
 CIR_SCALE = 100.0
@@ -156,9 +156,8 @@ def train_towers(
     every material of a garment with the same image). Without descriptions every step is sum
     fine-tuning."""
     aligned = images is not None and descriptions is not None
-    if aligned and len(images) != len(descriptions):
-        raise ValueError(f"descriptions and images must have the same count, got {len(descriptions)} "
-                         f"and {len(images)}")  # fmt: skip
+    if aligned:
+        check_same_count("descriptions", descriptions, images)
     ids = towers.tokenize(descriptions) if aligned else None
     text_ids = towers.tokenize(triplets.texts)
     described = (
@@ -305,9 +304,10 @@ def _cir_loss(head: nn.Module, batch: TripletFeatures, balance: float) -> torch.
     queries = head.query(batch.query.float())
     targets = head.target(batch.target_image, batch.target_description)
     loss = info_nce(queries, targets)
-    weights = getattr(head, "last_weights", [])
-    if balance > 0 and weights and getattr(head.blocks[0].attention, "router", None) is not None:
-        loss = loss + balance * sum(balance_loss(w) for w in weights) / len(weights)
+    if balance > 0 and getattr(head, "routed", False):
+        loss = loss + balance * sum(balance_loss(w) for w in head.last_weights) / len(
+            head.last_weights
+        )
     return loss
 
 

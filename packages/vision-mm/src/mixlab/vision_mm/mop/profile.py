@@ -8,15 +8,15 @@ mixlab.vision_mm.mop.profile '<json list of specs>'`` to see the measurements.
 
 from __future__ import annotations
 
+import functools
 import json
-import statistics
 import sys
-import time
 from typing import Any
 
 import torch
 
 from mixlab.shared.memory import added_peak_bytes, measure_in_fresh_process
+from mixlab.shared.stats import interleaved_median_seconds
 from mixlab.vision_mm.mop.probes import MixtureOfProbes, Resampler, RoutedResamplers
 
 ENCODERS = {
@@ -66,15 +66,10 @@ def time_connectors(
     call each first, the order reversed every other round)."""
     states = hidden_states(encoder, batch)
     connectors = {kind: build(kind, encoder) for kind in CONNECTORS}
-    for connector in connectors.values():
-        run_once(connector, states, backward)
-    times: dict[str, list[float]] = {kind: [] for kind in connectors}
-    for r in range(repeats):
-        for kind in connectors if r % 2 == 0 else reversed(connectors):
-            start = time.perf_counter()
-            run_once(connectors[kind], states, backward)
-            times[kind].append(time.perf_counter() - start)
-    return {kind: statistics.median(values) for kind, values in times.items()}
+    calls = {
+        kind: functools.partial(run_once, c, states, backward) for kind, c in connectors.items()
+    }
+    return interleaved_median_seconds(calls, repeats)
 
 
 def peak_memory(specs: list[dict[str, Any]], *, timeout: float = 1800) -> list[int]:
