@@ -1,0 +1,409 @@
+"""Video detectors that share one interface: ``forward(video)`` on (B, T, C, H, W) floats in
+[0, 1] (or uint8) returns p(fake) per video and sets ``passes``, the image-encoder passes it spent
+per video; ``training_logits(video, rng)`` returns (V, B) logits of the V views a training step
+sees, with their (V, B, d) embeddings, for :class:`~.blend.BlendInvarianceLoss`.
+
+- :class:`MixForensicsDetector`: blend-then-encode, p averaged over R fixed blends (R passes);
+- :class:`FrameVoting`: encode-then-fuse, the CNNSpot recipe (end to end) or UnivFD's (a linear
+  head on a frozen encoder) with mean or majority voting (T passes);
+- :class:`MeanFrame` (the deterministic mean composite, 1 pass), :class:`FrameDifference`
+  (a CNN on consecutive differences, T − 1 passes), :class:`DeCoF` (frame consistency of a
+  frozen encoder's features, T passes) and :class:`TimeSformerDetector` (HF ``TimesformerModel``,
+  divided space-time attention, one pass over the whole clip).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mixlab.shared.checks import check_choice, check_count
+from mixlab.vision_mm.mixforensics.blend import StochasticFrameBlend, check_video, high_pass
+
+VOTES = ("mean", "majority")
+
+
+def as_float_video(video: torch.Tensor) -> torch.Tensor:
+    """uint8 videos to floats in [0, 1]; float videos unchanged (checked for shape)."""
+    check_video(video)
+    return video.float() / 255.0 if video.dtype == torch.uint8 else video
+
+
+def evenly_spaced(frames: int, count: int) -> torch.Tensor:
+    """``count`` frame indices spread over ``frames`` (the frame budget of an evaluation)."""
+    return torch.linspace(0, frames - 1, count).round().long()
+
+
+# ---------------------------------------------------------------------------------- backbones
+class SmallCNN(nn.Module):
+    """A forensic CNN of about 0.3 M parameters: three stages of two 3×3 conv–BN–ReLU layers
+    (32, 64, 128 channels), full resolution in the first stage so that pixel-level traces
+    survive, 2× average pooling between stages and global average pooling at the end."""
+
+    def __init__(self, in_channels: int = 3, widths: tuple[int, ...] = (32, 64, 128)) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        previous = in_channels
+        for i, width in enumerate(widths):
+            if i > 0:
+                layers.append(nn.AvgPool2d(2))
+            for _ in range(2):
+                layers += [nn.Conv2d(previous, width, 3, padding=1, bias=False), nn.BatchNorm2d(width),
+                           nn.ReLU(inplace=True)]  # fmt: skip
+                previous = width
+        self.features = nn.Sequential(*layers)
+        self.feature_dim = previous
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.features(images).mean((-2, -1))
+
+
+def build_backbone(name: str = "small-cnn", checkpoint: str | Path | None = None) -> nn.Module:
+    """An image backbone mapping (N, 3, H, W) to (N, d) with ``feature_dim = d``: ``small-cnn``,
+    a torchvision classifier name (``resnet18``, ``resnet50``, …) or a timm model name, always
+    built from its config (random weights) and then loaded from the local ``checkpoint`` file
+    (.safetensors, .pt or .pth state dict) when given; nothing is downloaded."""
+    if name == "small-cnn":
+        model: nn.Module = SmallCNN()
+    else:
+        import timm
+        import torchvision
+
+        if name in torchvision.models.list_models(module=torchvision.models):
+            model = torchvision.models.get_model(name, weights=None)
+            head = "fc" if hasattr(model, "fc") else "classifier"
+            old = getattr(model, head)
+            dim = old.in_features if isinstance(old, nn.Linear) else old[-1].in_features
+            setattr(model, head, nn.Identity())
+            model.feature_dim = dim
+        elif timm.is_model(name):
+            model = timm.create_model(name, pretrained=False, num_classes=0)
+            model.feature_dim = model.num_features
+        else:
+            raise ValueError(
+                f"backbone must be 'small-cnn', a torchvision classifier or a timm model name, got {name!r}"
+            )
+    if checkpoint is not None:
+        model.load_state_dict(_read_state(Path(checkpoint)), strict=False)
+    return model
+
+
+def _read_state(path: Path) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        raise ValueError(
+            f"checkpoint must be an existing .safetensors, .pt or .pth file, got {str(path)!r}"
+        )
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    return state.get("state_dict", state) if isinstance(state, dict) else state
+
+
+def _normalise(images: torch.Tensor) -> torch.Tensor:
+    return (images - 0.5) / 0.25
+
+
+# ---------------------------------------------------------------------------------- detectors
+class VideoDetector(nn.Module):
+    """Base of every detector: an image backbone, a linear head and the pass count."""
+
+    passes: int = 0
+
+    def __init__(self, backbone: nn.Module, feature_dim: int | None = None) -> None:
+        super().__init__()
+        self.backbone = backbone
+        dim = feature_dim if feature_dim is not None else getattr(backbone, "feature_dim", None)
+        if dim is None:
+            raise ValueError(
+                "feature_dim must be given for a backbone without a feature_dim attribute"
+            )
+        self.head = nn.Linear(dim, 1)
+
+    def encode(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits, embeddings) of (N, C, H, W) images in [0, 1] (or residuals)."""
+        z = self.backbone(_normalise(images))
+        return self.head(z).squeeze(-1), z
+
+    def forward(self, video: torch.Tensor) -> torch.Tensor:
+        return self.scores(as_float_video(video))
+
+    def scores(self, video: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def training_logits(self, video: torch.Tensor, rng: np.random.Generator):  # pragma: no cover
+        raise NotImplementedError
+
+
+class MixForensicsDetector(VideoDetector):
+    """Blend-then-encode: p(video) = mean over R fixed blends of σ(h(φ(x̃ᵣ))) (R passes), or
+    one uniform blend (``blends=0``: 1 pass). Training sees ``views`` random SFB blends per clip."""
+
+    def __init__(
+        self, backbone: nn.Module, feature_dim: int | None = None, *, blend: StochasticFrameBlend | None = None,
+        blends: int = 4, views: int = 2,
+    ) -> None:  # fmt: skip
+        super().__init__(backbone, feature_dim)
+        check_count(blends, "blends", minimum=0)
+        check_count(views, "views")
+        self.blend = blend if blend is not None else StochasticFrameBlend()
+        self.blends, self.views = blends, views
+
+    def scores(self, video: torch.Tensor) -> torch.Tensor:
+        if video.shape[1] == 1 or self.blends == 0:
+            composite = (video[:, 0] if video.shape[1] == 1 else video.mean(1))[:, None]
+            if self.blend.domain == "residual":
+                composite = high_pass(composite)
+        else:
+            composite = self.blend.fixed(video, self.blends)
+        batch, count = composite.shape[:2]
+        logits, _ = self.encode(composite.flatten(0, 1))
+        self.passes = count
+        return torch.sigmoid(logits.view(batch, count)).mean(1)
+
+    def training_logits(self, video, rng):
+        blended = torch.stack([self.blend(video, rng) for _ in range(self.views)])
+        logits, z = self.encode(blended.flatten(0, 1))
+        return logits.view(self.views, -1), z.view(self.views, video.shape[0], -1)
+
+
+class FrameVoting(VideoDetector):
+    """Encode-then-fuse: p(video) = mean of per-frame p (``vote="mean"``) or the share of frames
+    with p > 0.5 (``"majority"``), T passes. ``frozen=True`` freezes the backbone and trains only
+    the linear head (UnivFD's recipe on a frozen encoder); ``residual=True`` encodes high-pass
+    residuals (x − blur(x)) instead of pixels. Training sees ``views`` random frames per clip
+    (CNNSpot's per-image training, with the clip's label)."""
+
+    def __init__(
+        self, backbone: nn.Module, feature_dim: int | None = None, *, vote: str = "mean", frozen: bool = False,
+        residual: bool = False, views: int = 2,
+    ) -> None:  # fmt: skip
+        super().__init__(backbone, feature_dim)
+        check_choice(vote, "vote", VOTES)
+        self.vote, self.frozen, self.residual, self.views = vote, frozen, residual, views
+        if frozen:
+            self.backbone.requires_grad_(False)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if self.frozen:
+            self.backbone.eval()  # a frozen encoder keeps its batch-norm statistics
+        return self
+
+    def _frames(self, images: torch.Tensor) -> torch.Tensor:
+        return high_pass(images) if self.residual else images
+
+    def frame_probabilities(self, video: torch.Tensor) -> torch.Tensor:
+        """(B, T) per-frame p(fake)."""
+        logits, _ = self.encode(self._frames(video.flatten(0, 1)))
+        return torch.sigmoid(logits.view(video.shape[:2]))
+
+    def scores(self, video: torch.Tensor) -> torch.Tensor:
+        probabilities = self.frame_probabilities(video)
+        self.passes = video.shape[1]
+        return vote(probabilities, self.vote)
+
+    def training_logits(self, video, rng):
+        rows = torch.arange(video.shape[0])
+        frames = torch.from_numpy(rng.integers(video.shape[1], size=(self.views, video.shape[0])))
+        images = torch.stack([video[rows, f] for f in frames])
+        logits, z = self.encode(self._frames(images.flatten(0, 1)))
+        return logits.view(self.views, -1), z.view(self.views, video.shape[0], -1)
+
+
+def vote(probabilities: torch.Tensor, how: str = "mean") -> torch.Tensor:
+    """Video scores from (B, T) frame probabilities: their mean, or the share above 0.5."""
+    check_choice(how, "vote", VOTES)
+    return probabilities.mean(1) if how == "mean" else (probabilities > 0.5).float().mean(1)
+
+
+class MeanFrame(VideoDetector):
+    """The deterministic mean-frame composite, trained and tested on it (1 pass)."""
+
+    def scores(self, video):
+        self.passes = 1
+        return torch.sigmoid(self.encode(video.mean(1))[0])
+
+    def training_logits(self, video, rng):
+        logits, z = self.encode(video.mean(1))
+        return logits[None], z[None]
+
+
+class FrameDifference(VideoDetector):
+    """A CNN on consecutive frame differences fₜ₊₁ − fₜ (re-centred to [0, 1]), mean-voted over the
+    T − 1 differences (T − 1 passes); training sees ``views`` random differences per clip."""
+
+    def __init__(
+        self, backbone: nn.Module, feature_dim: int | None = None, *, views: int = 2
+    ) -> None:
+        super().__init__(backbone, feature_dim)
+        self.views = views
+
+    @staticmethod
+    def differences(video: torch.Tensor) -> torch.Tensor:
+        return (video[:, 1:] - video[:, :-1]) / 2 + 0.5
+
+    def scores(self, video):
+        if video.shape[1] < 2:
+            raise ValueError(
+                f"video must have at least 2 frames for frame differences, got {video.shape[1]}"
+            )
+        diffs = self.differences(video)
+        logits, _ = self.encode(diffs.flatten(0, 1))
+        self.passes = diffs.shape[1]
+        return torch.sigmoid(logits.view(diffs.shape[:2])).mean(1)
+
+    def training_logits(self, video, rng):
+        diffs = self.differences(video)
+        rows = torch.arange(video.shape[0])
+        picks = torch.from_numpy(rng.integers(diffs.shape[1], size=(self.views, video.shape[0])))
+        images = torch.stack([diffs[rows, p] for p in picks])
+        logits, z = self.encode(images.flatten(0, 1))
+        return logits.view(self.views, -1), z.view(self.views, video.shape[0], -1)
+
+
+class DeCoF(VideoDetector):
+    """DeCoF (Ma et al. 2024), frame consistency in a frozen encoder's space: per-frame features
+    zₜ (normalised), their steps Δₜ = zₜ₊₁ − zₜ, an MLP per step, mean over steps, a linear
+    head (T passes of the frozen encoder)."""
+
+    def __init__(
+        self, backbone: nn.Module, feature_dim: int | None = None, *, hidden: int = 128
+    ) -> None:
+        super().__init__(backbone, feature_dim)
+        self.backbone.requires_grad_(False)
+        dim = self.head.in_features
+        self.step = nn.Sequential(
+            nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim), nn.GELU()
+        )
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.backbone.eval()
+        return self
+
+    def _logits(self, video):
+        with torch.no_grad():
+            z = F.normalize(self.backbone(_normalise(video.flatten(0, 1))), dim=-1).view(
+                *video.shape[:2], -1
+            )
+        steps = (
+            self.step(z[:, 1:] - z[:, :-1]).mean(1)
+            if video.shape[1] > 1
+            else torch.zeros_like(z[:, 0])
+        )
+        return self.head(steps).squeeze(-1), steps
+
+    def scores(self, video):
+        self.passes = video.shape[1]
+        return torch.sigmoid(self._logits(video)[0])
+
+    def training_logits(self, video, rng):
+        logits, z = self._logits(video)
+        return logits[None], z[None]
+
+
+class TimeSformerDetector(nn.Module):
+    """HF ``TimesformerModel`` (divided space-time attention) built from a config, with a linear
+    head on the [CLS] token; one pass over the whole clip (its cost grows with T)."""
+
+    passes: int = 0
+
+    def __init__(self, *, image_size: int = 32, frames: int = 8, patch_size: int = 4, hidden_size: int = 80,
+                 layers: int = 3, heads: int = 4) -> None:  # fmt: skip
+        super().__init__()
+        from transformers import TimesformerConfig, TimesformerModel
+
+        config = TimesformerConfig(image_size=image_size, patch_size=patch_size, num_channels=3,
+                                   num_frames=frames, hidden_size=hidden_size, num_hidden_layers=layers,
+                                   num_attention_heads=heads, intermediate_size=4 * hidden_size,
+                                   attention_type="divided_space_time")  # fmt: skip
+        self.model = TimesformerModel(config)
+        self.head = nn.Linear(hidden_size, 1)
+        self.frames = frames
+
+    def _logits(self, video):
+        z = self.model(pixel_values=_normalise(video)).last_hidden_state[:, 0]
+        return self.head(z).squeeze(-1), z
+
+    def forward(self, video):
+        video = as_float_video(video)
+        self.passes = 1
+        return torch.sigmoid(self._logits(video)[0])
+
+    def scores(self, video):
+        self.passes = 1
+        return torch.sigmoid(self._logits(video)[0])
+
+    def training_logits(self, video, rng):
+        logits, z = self._logits(video)
+        return logits[None], z[None]
+
+
+# ------------------------------------------------------------------------------ build and save
+SYSTEMS = ("sfb-bir", "sfb", "voting", "voting-residual", "univfd", "decof", "frame-difference", "mean-frame",
+           "timesformer")  # fmt: skip
+"""detectors :func:`build_detector` makes (``sfb`` and ``sfb-bir`` differ only in their loss)"""
+
+
+def build_detector(
+    system: str = "sfb-bir", *, backbone: str = "small-cnn", frames: int = 8, size: int = 32, blends: int = 4,
+    n_max: int = 4, alpha: float = 1.0, domain: str = "residual", encoder: nn.Module | None = None,
+    timesformer_width: int = 80, checkpoint: str | Path | None = None,
+) -> nn.Module:  # fmt: skip
+    """A fresh detector of ``system`` on a ``backbone`` (see :func:`build_backbone`, loaded from
+    ``checkpoint`` when given); ``univfd`` and ``decof`` freeze ``encoder`` (default: the
+    backbone)."""
+    check_choice(system, "system", SYSTEMS)
+    if system == "timesformer":
+        return TimeSformerDetector(image_size=size, frames=frames, patch_size=max(1, size // 8),
+                                   hidden_size=timesformer_width)  # fmt: skip
+    if system in ("univfd", "decof"):
+        frozen = encoder if encoder is not None else build_backbone(backbone, checkpoint)
+        return FrameVoting(frozen, frozen=True) if system == "univfd" else DeCoF(frozen)
+    image = build_backbone(backbone, checkpoint)
+    if system in ("voting", "voting-residual"):
+        return FrameVoting(image, residual=system == "voting-residual")
+    if system == "frame-difference":
+        return FrameDifference(image)
+    if system == "mean-frame":
+        return MeanFrame(image)
+    return MixForensicsDetector(
+        image, blend=StochasticFrameBlend(n_max, alpha, domain=domain), blends=blends
+    )
+
+
+def save_detector(detector: nn.Module, folder: str | Path, spec: dict) -> Path:
+    """``folder/detector.json`` (``spec``: the :func:`build_detector` arguments, with frames and
+    size of the training clips) and ``folder/model.safetensors``."""
+    import json
+
+    from safetensors.torch import save_model
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_model(detector, str(folder / "model.safetensors"))
+    (folder / "detector.json").write_text(json.dumps(spec, indent=1))
+    return folder
+
+
+def load_detector(folder: str | Path) -> tuple[nn.Module, dict]:
+    """(detector in eval mode, spec) saved by :func:`save_detector`."""
+    import json
+
+    from safetensors.torch import load_model
+
+    folder = Path(folder)
+    if not (folder / "detector.json").is_file() or not (folder / "model.safetensors").is_file():
+        raise ValueError(
+            f"--model must be a folder saved by `train` (detector.json, model.safetensors), got {str(folder)!r}"
+        )
+    spec = json.loads((folder / "detector.json").read_text())
+    detector = build_detector(**spec)
+    load_model(detector, str(folder / "model.safetensors"))
+    return detector.eval(), spec
