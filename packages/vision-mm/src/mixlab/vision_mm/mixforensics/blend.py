@@ -45,10 +45,11 @@ def high_pass(images: torch.Tensor, sigma: float = 1.0) -> torch.Tensor:
     kernel = torch.exp(-(t**2) / (2 * sigma**2))
     kernel = kernel / kernel.sum()
     shape = images.shape
-    x = images.reshape(-1, 1, *shape[-2:])
+    x = images.reshape(1, -1, *shape[-2:])  # every image plane a channel: one depthwise conv
+    planes = x.shape[1]
     blurred = F.pad(x, (radius,) * 4, mode="reflect")
-    blurred = F.conv2d(blurred, kernel.view(1, 1, 1, -1))
-    blurred = F.conv2d(blurred, kernel.view(1, 1, -1, 1))
+    blurred = F.conv2d(blurred, kernel.view(1, 1, 1, -1).expand(planes, 1, 1, -1), groups=planes)
+    blurred = F.conv2d(blurred, kernel.view(1, 1, -1, 1).expand(planes, 1, -1, 1), groups=planes)
     return (x - blurred).reshape(shape)
 
 
@@ -62,7 +63,7 @@ class StochasticFrameBlend(nn.Module):
     """
 
     def __init__(
-        self, n_max: int = 4, alpha: float = 1.0, *, sampling: str = "random", domain: str = "pixel",
+        self, n_max: int = 4, alpha: float = 1.0, *, sampling: str = "random", domain: str = "residual",
         seed: int | None = None,
     ) -> None:  # fmt: skip
         super().__init__()
@@ -111,24 +112,33 @@ class StochasticFrameBlend(nn.Module):
         single = clips.ndim == 4
         video = clips[None] if single else clips
         check_video(video, "clips")
-        weights = self.sample_weights(video.shape[0], video.shape[1], rng)
-        x = high_pass(video) if self.domain == "residual" else video
-        out = torch.einsum("bt,btchw->bchw", weights.to(x), x)
+        out = self.combine(self.prepare(video), rng)
         return out[0] if single else out
+
+    def prepare(self, video: torch.Tensor) -> torch.Tensor:
+        """(B, T, C, H, W) frames in the blending domain: pixels, or high-pass residuals."""
+        return high_pass(video) if self.domain == "residual" else video
+
+    def combine(
+        self, prepared: torch.Tensor, rng: np.random.Generator | None = None
+    ) -> torch.Tensor:
+        """One random blend per clip of frames already in the blending domain (:meth:`prepare`):
+        residuals are linear, so blending them is the residual of the blend."""
+        weights = self.sample_weights(prepared.shape[0], prepared.shape[1], rng)
+        return torch.einsum("bt,btchw->bchw", weights.to(prepared), prepared)
 
     def uniform(self, clips: torch.Tensor) -> torch.Tensor:
         """The deterministic uniform blend (the frames' mean): it ignores frame order."""
         single = clips.ndim == 4
         video = clips[None] if single else clips
         check_video(video, "clips")
-        x = high_pass(video) if self.domain == "residual" else video
-        out = x.mean(1)
+        out = self.prepare(video).mean(1)
         return out[0] if single else out
 
     def fixed(self, clips: torch.Tensor, blends: int) -> torch.Tensor:
         """(B, R, C, H, W): the R fixed inference blends of :meth:`fixed_weights`."""
         check_count(blends, "blends")
-        x = high_pass(clips) if self.domain == "residual" else clips
+        x = self.prepare(clips)
         weights = self.fixed_weights(clips.shape[1], blends)
         return torch.einsum("rt,btchw->brchw", weights.to(x), x)
 

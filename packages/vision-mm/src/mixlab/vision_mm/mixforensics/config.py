@@ -51,6 +51,8 @@ class Config(ExperimentConfig):
     """μ of BIR's embedding MSE"""
     jpeg_quality: int = 75
     timesformer_width: int = 80
+    timesformer_patch: int = 8
+    """TimeSformer's patch side: 8 gives a 4 × 4 grid per 32² frame (4 px patches cost 5× the time)"""
     flicker: float = 0.05
     checker: float = 0.055
     checker_drift: float = 0.35
@@ -97,13 +99,16 @@ class Config(ExperimentConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         counts = ("n_seeds", "frames", "size", "train_clips", "test_real", "test_per_kind", "steps",
-                  "batch_size", "encoder_steps", "blends", "timesformer_width", "workers")  # fmt: skip
+                  "batch_size", "encoder_steps", "blends", "timesformer_width", "timesformer_patch",
+                  "workers")  # fmt: skip
         for name in counts:
             require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
         require(self.frames >= 2, "frames", "an integer >= 2", self.frames)
         require(self.size >= 16 and self.size % 4 == 0, "size", "a multiple of 4 >= 16", self.size)
         require(self.train_clips >= 6, "train_clips", "an integer >= 6", self.train_clips)
         require(is_count(self.n_max) and self.n_max >= 2, "n_max", "an integer >= 2", self.n_max)
+        require(self.size % self.timesformer_patch == 0, "timesformer_patch", f"a divisor of size = {self.size}",
+                self.timesformer_patch)  # fmt: skip
         require(self.timesformer_width % 4 == 0, "timesformer_width", "a multiple of 4 (4 heads)",
                 self.timesformer_width)  # fmt: skip
         require(is_count(self.jpeg_quality) and self.jpeg_quality <= 95, "jpeg_quality",

@@ -209,7 +209,8 @@ def make_detector(config: Config, system: str) -> torch.nn.Module:
     encoder = frozen_encoder(config) if system in ("univfd", "decof") else None
     return build_detector(system, backbone=config.backbone, frames=config.frames, size=config.size,
                           blends=config.blends, n_max=config.n_max, alpha=config.alpha, domain=config.domain,
-                          encoder=encoder, timesformer_width=config.timesformer_width)  # fmt: skip
+                          encoder=encoder, timesformer_width=config.timesformer_width,
+                          timesformer_patch=config.timesformer_patch)  # fmt: skip
 
 
 def _loss(config: Config, system: str):
@@ -243,11 +244,21 @@ def budgets(frames: int) -> list[int]:
 def evaluate(
     detector, test: dict[str, torch.Tensor], system: str, config: Config
 ) -> dict[str, Any]:
+    """AUC/AP/ACC per family and scenario, control and real false-positive rates, passes, and
+    (:data:`FRAME_SYSTEMS`) the seen-family AUC at every frame budget."""
     from mixlab.vision_mm.mixforensics.clips import FAMILIES, SEEN, UNSEEN
-    from mixlab.vision_mm.mixforensics.model import evenly_spaced, vote
-    from mixlab.vision_mm.mixforensics.training import predict
+    from mixlab.vision_mm.mixforensics.model import FrameVoting, evenly_spaced
+    from mixlab.vision_mm.mixforensics.training import frame_probabilities, predict
 
-    p = {name: predict(detector, clips) for name, clips in test.items()}
+    voter = isinstance(detector, FrameVoting)
+    if voter:  # every vote and budget from one pass over the frames
+        frames = {name: frame_probabilities(detector, clips) for name, clips in test.items()}
+        p = {
+            name: f.mean(1) if detector.vote == "mean" else (f > 0.5).mean(1)
+            for name, f in frames.items()
+        }
+    else:
+        p = {name: predict(detector, clips) for name, clips in test.items()}
     out: dict[str, Any] = {"passes": int(detector.passes)}
     for family in FAMILIES:
         for k, v in scores_metrics(p["real"], p[family]).items():
@@ -263,22 +274,20 @@ def evaluate(
             out[f"{k}_{kind}"] = v
     out["control_scored_fake"] = float(np.mean(p["control"] >= 0.5))
     out["real_scored_fake"] = float(np.mean(p["real"] >= 0.5))
-    if system == "voting":  # the majority vote of the same model
-        from mixlab.vision_mm.mixforensics.model import FrameVoting
 
-        assert isinstance(detector, FrameVoting)
-        with torch.no_grad():
-            majority = {n: vote(detector.frame_probabilities(test[n].float() / 255), "majority").numpy()
-                        for n in ("real", *SEEN)}  # fmt: skip
-        out["auc_seen_majority"] = float(
-            np.mean([scores_metrics(majority["real"], majority[f])["auc"] for f in SEEN])
-        )
+    def seen_auc(scores: dict[str, np.ndarray]) -> float:
+        return float(np.mean([scores_metrics(scores["real"], scores[f])["auc"] for f in SEEN]))
+
+    if system == "voting":  # the majority vote of the same model
+        out["auc_seen_majority"] = seen_auc({n: (frames[n] > 0.5).mean(1) for n in ("real", *SEEN)})
     if system in FRAME_SYSTEMS:
         for count in budgets(config.frames):
             rows = evenly_spaced(config.frames, count)
-            real = predict(detector, test["real"][:, rows])
-            out[f"auc_seen_{count}f"] = float(np.mean([scores_metrics(real, predict(detector, test[f][:, rows]))["auc"]
-                                                       for f in SEEN]))  # fmt: skip
+            if voter:
+                scores = {n: frames[n][:, rows.numpy()].mean(1) for n in ("real", *SEEN)}
+            else:
+                scores = {n: predict(detector, test[n][:, rows]) for n in ("real", *SEEN)}
+            out[f"auc_seen_{count}f"] = seen_auc(scores)
     return out
 
 

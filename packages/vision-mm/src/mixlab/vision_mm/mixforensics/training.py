@@ -83,3 +83,20 @@ def predict(detector: torch.nn.Module, clips: torch.Tensor, *, batch_size: int =
         video = video.float() / 255.0 if video.dtype == torch.uint8 else video
         out.append(detector.scores(video).float().cpu())
     return torch.cat(out).numpy() if out else np.zeros(0, dtype=np.float32)
+
+
+@torch.no_grad()
+def frame_probabilities(
+    detector: torch.nn.Module, clips: torch.Tensor, *, batch_size: int = 128
+) -> np.ndarray:
+    """(N, T) per-frame p(fake) of a :class:`~.model.FrameVoting` detector: every vote and frame
+    budget of the clips follows from these without encoding a frame twice."""
+    detector.eval()
+    device = next(detector.parameters()).device
+    out = []
+    for start in range(0, len(clips), batch_size):
+        video = clips[start : start + batch_size].to(device)
+        video = video.float() / 255.0 if video.dtype == torch.uint8 else video
+        out.append(detector.frame_probabilities(video).float().cpu())
+    detector.passes = clips.shape[1]
+    return torch.cat(out).numpy()
