@@ -130,7 +130,7 @@ def test_pass_counts_are_r_blends_and_t_frames():
     torch.manual_seed(0)
     video = _video(2, 8)
     cnn = lambda: SmallCNN(widths=(4, 8))  # noqa: E731
-    cases = [(MixForensicsDetector(cnn(), blends=4), 4), (MixForensicsDetector(cnn(), blends=0), 1),
+    cases = [(MixForensicsDetector(cnn(), blends=4), 4), (MixForensicsDetector(cnn(), uniform=True), 1),
              (FrameVoting(cnn()), 8), (MeanFrame(cnn()), 1), (FrameDifference(cnn()), 7), (DeCoF(cnn()), 8),
              (TimeSformerDetector(image_size=16, frames=8, patch_size=4, hidden_size=16, layers=1), 1)]  # fmt: skip
     for detector, passes in cases:
@@ -216,6 +216,8 @@ def test_bad_inputs_are_refused_by_name():
         StochasticFrameBlend(n_max=1)
     with pytest.raises(ValueError, match="blends must be"):
         StochasticFrameBlend().fixed(_video(), 0)
+    with pytest.raises(ValueError, match="blends must be"):
+        MixForensicsDetector(SmallCNN(widths=(4, 8)), blends=0)
     with pytest.raises(ValueError, match="backbone must be"):
         build_detector("sfb", backbone="no-such-net")
 

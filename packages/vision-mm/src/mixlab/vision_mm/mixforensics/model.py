@@ -143,25 +143,24 @@ class VideoDetector(nn.Module):
 
 
 class MixForensicsDetector(VideoDetector):
-    """Blend-then-encode: p(video) = mean over R fixed blends of σ(h(φ(x̃ᵣ))) (R passes), or
-    one uniform blend (``blends=0``: 1 pass). Training sees ``views`` random SFB blends per clip."""
+    """Blend-then-encode: p(video) = mean over R = ``blends`` fixed blends of σ(h(φ(x̃ᵣ)))
+    (R passes), or of one uniform blend (``uniform=True``: 1 pass). Training sees ``views``
+    random SFB blends per clip."""
 
     def __init__(
         self, backbone: nn.Module, feature_dim: int | None = None, *, blend: StochasticFrameBlend | None = None,
-        blends: int = 4, views: int = 2,
+        blends: int = 4, uniform: bool = False, views: int = 2,
     ) -> None:  # fmt: skip
         super().__init__(backbone, feature_dim)
-        check_count(blends, "blends", minimum=0)
+        check_count(blends, "blends")
         check_count(views, "views")
         self.blend = blend if blend is not None else StochasticFrameBlend()
-        self.blends, self.views = blends, views
+        self.blends, self.uniform, self.views = blends, uniform, views
 
     def scores(self, video: torch.Tensor) -> torch.Tensor:
-        if video.shape[1] == 1 or self.blends == 0:
-            composite = (video[:, 0] if video.shape[1] == 1 else video.mean(1))[:, None]
-            if self.blend.domain == "residual":
-                composite = high_pass(composite)
-        else:
+        if self.uniform:
+            composite = self.blend.prepare(video).mean(1, keepdim=True)
+        else:  # a one-frame budget is that frame (one blend of weight 1)
             composite = self.blend.fixed(video, self.blends)
         batch, count = composite.shape[:2]
         logits, _ = self.encode(composite.flatten(0, 1))
@@ -345,9 +344,7 @@ class TimeSformerDetector(nn.Module):
         return self.head(z).squeeze(-1), z
 
     def forward(self, video):
-        video = as_float_video(video)
-        self.passes = 1
-        return torch.sigmoid(self._logits(video)[0])
+        return self.scores(as_float_video(video))
 
     def scores(self, video):
         self.passes = 1
