@@ -45,9 +45,9 @@ TEST_PICTURES = ("chelsea", "rocket", "retina", "moon", "gravel", "cell", "clock
 class Traces:
     """Strength of each generator trace (in [0, 1] pixel units unless said otherwise)."""
 
-    flicker: float = 0.05
+    flicker: float = 0.06
     """A: standard deviation of the band-pass texture (times a per-frame |N(0, 1)| flicker)"""
-    checker: float = 0.055
+    checker: float = 0.065
     """B: amplitude of the period-2 grid"""
     checker_drift: float = 0.35
     """B: phase drift per frame (radians)"""
@@ -138,6 +138,20 @@ def _sprite(rng: np.random.Generator, frames: int, size: int):
     return torch.stack(alpha)[:, None], colour
 
 
+def camera_move(
+    canvas: torch.Tensor, rng: np.random.Generator, frames: int, size: int, *, warp: float = 0.0
+):
+    """(frames, 3, size, size) views of a (3, H, W) canvas along one smooth camera move (pan,
+    zoom, small rotation), each the mean of two sub-frame renders (motion blur); ``warp`` > 0
+    adds family E's non-rigid wobble to the sampling grid."""
+    grid = _camera(rng, frames, size, tuple(canvas.shape[-2:]))
+    if warp > 0:
+        grid = grid + _warp_field(rng, frames, size, warp)[:, None]
+    rendered = F.grid_sample(canvas[None].expand(frames * 2, -1, -1, -1), grid.view(frames * 2, size, size, 2),
+                             mode="bilinear", padding_mode="reflection", align_corners=False)  # fmt: skip
+    return rendered.view(frames, 2, 3, size, size).mean(1)
+
+
 def _scene(
     rng: np.random.Generator,
     frames: int,
@@ -151,12 +165,7 @@ def _scene(
     names = TRAIN_PICTURES if split == "train" else TEST_PICTURES
     name = names[rng.integers(len(names))]
     canvas = picture(name if source is None else source, 4 * size)
-    grid = _camera(rng, frames, size, tuple(canvas.shape[-2:]))
-    if warp > 0:
-        grid = grid + _warp_field(rng, frames, size, warp)[:, None]
-    rendered = F.grid_sample(canvas[None].expand(frames * 2, -1, -1, -1), grid.view(frames * 2, size, size, 2),
-                             mode="bilinear", padding_mode="reflection", align_corners=False)  # fmt: skip
-    clip = rendered.view(frames, 2, 3, size, size).mean(1)
+    clip = camera_move(canvas, rng, frames, size, warp=warp)
     gain = rng.uniform(0.8, 1.15)
     clip = clip * gain
     if rng.random() < 0.5:
