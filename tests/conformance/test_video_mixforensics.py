@@ -53,8 +53,10 @@ def test_backbones_load_from_local_files(name, suffix, tmp_path):
     torch.manual_seed(0)
     source = build_backbone(name)
     path = tmp_path / f"weights{suffix}"
-    if suffix == ".pth":
-        torch.save(source.state_dict(), path)
+    if suffix == ".pth":  # a classifier's checkpoint: its fc weights are dropped with the head
+        classifier = {**source.state_dict(), "fc.weight": torch.zeros(1000, source.feature_dim),
+                      "fc.bias": torch.zeros(1000)}  # fmt: skip
+        torch.save(classifier, path)
     else:
         save_file({k: v.contiguous() for k, v in source.state_dict().items()}, str(path))
     torch.manual_seed(1)  # other random weights, replaced by the file's
@@ -63,6 +65,8 @@ def test_backbones_load_from_local_files(name, suffix, tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(loaded.eval()(images), source.eval()(images))
         assert loaded(images).shape == (2, loaded.feature_dim)
+    with pytest.raises(ValueError, match="does not fit the backbone"):
+        build_backbone("small-cnn", path)  # another architecture's weights are refused
     detector = MixForensicsDetector(loaded, blends=2).eval()
     with torch.no_grad():
         assert detector(torch.rand(1, 4, 3, 32, 32)).shape == (1,)

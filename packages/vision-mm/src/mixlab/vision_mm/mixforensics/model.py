@@ -90,8 +90,26 @@ def build_backbone(name: str = "small-cnn", checkpoint: str | Path | None = None
                 f"backbone must be 'small-cnn', a torchvision classifier or a timm model name, got {name!r}"
             )
     if checkpoint is not None:
-        model.load_state_dict(_read_state(Path(checkpoint)), strict=False)
+        _load_backbone(model, Path(checkpoint))
     return model
+
+
+CLASSIFIER_KEYS = ("fc.", "classifier.", "head.", "head_dist.")
+"""state-dict prefixes of the classification heads a backbone drops (a classifier's checkpoint
+carries them)"""
+
+
+def _load_backbone(model: nn.Module, path: Path) -> None:
+    """Load a state dict into ``model``, allowing only the dropped classifier's weights to be
+    left over: a checkpoint of another architecture is refused, not half-loaded."""
+    state = {k.removeprefix("module."): v for k, v in _read_state(path).items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    unexpected = [k for k in unexpected if not k.startswith(CLASSIFIER_KEYS)]
+    if missing or unexpected:
+        raise ValueError(
+            f"checkpoint {str(path)!r} does not fit the backbone: {len(missing)} of its weights missing "
+            f"(e.g. {missing[:2]}), {len(unexpected)} unknown (e.g. {unexpected[:2]})"
+        )
 
 
 def _read_state(path: Path) -> dict[str, torch.Tensor]:
