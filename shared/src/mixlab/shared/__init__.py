@@ -15,6 +15,7 @@ from mixlab.shared.lazy import lazy_exports
 
 _MODULE_OF = {
     "Checkpointer": "checkpoint",
+    "checkpoint_spacing": "checkpoint",
     "load_state": "checkpoint",
     "run_cells": "checkpoint",
     "save_state": "checkpoint",
@@ -59,6 +60,7 @@ __all__ = [
     "bar_plot",
     "cache_dir",
     "capture_rng_state",
+    "checkpoint_spacing",
     "discover_methods",
     "ema_update",
     "get_method",

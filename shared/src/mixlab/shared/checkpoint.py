@@ -232,6 +232,11 @@ class Checkpointer:
         return steps[-1], load_state(self.path(steps[-1]), map_location=map_location)
 
 
+def checkpoint_spacing(steps: int) -> int:
+    """Steps between a training's checkpoints: every 100, or twice in a run shorter than 200."""
+    return max(1, min(100, steps // 2))
+
+
 def _recorded(config: ExperimentConfig) -> dict[str, Any]:
     """The config as a checkpoint stores it: JSON values (tuples as lists), without the device."""
     return json.loads(json.dumps({k: v for k, v in config.to_dict().items() if k != "device"}))

@@ -142,6 +142,7 @@ def train(
     """Train a detector; the model is saved to OUT/model."""
     import torch
 
+    from mixlab.shared.checkpoint import checkpoint_spacing
     from mixlab.vision_mm.mixforensics.blend import BlendInvarianceLoss
     from mixlab.vision_mm.mixforensics.model import build_detector, save_detector
     from mixlab.vision_mm.mixforensics.training import train_detector
@@ -180,7 +181,7 @@ def train(
         consistency if system == "sfb-bir" else 0.0, embedding if system == "sfb-bir" else 0.0
     )
     history = train_detector(detector, clips, labels, steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss,
-                             checkpoint=out / "training", checkpoint_every=max(1, min(100, steps // 2)))  # fmt: skip
+                             checkpoint=out / "training", checkpoint_every=checkpoint_spacing(steps))  # fmt: skip
     save_detector(detector, out / "model", spec)
     (out / "losses.json").write_text(json.dumps(history))
     typer.echo(

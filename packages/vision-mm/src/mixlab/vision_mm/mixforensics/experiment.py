@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mixlab.shared import Claim, Result, mean_std, run_cells
+from mixlab.shared import Claim, Result, checkpoint_spacing, mean_std, run_cells
 from mixlab.shared.files import write_json_atomic
 from mixlab.shared.paths import cache_dir
 from mixlab.vision_mm.mixforensics.config import METHOD, Config
@@ -315,10 +315,6 @@ def evaluate(
     return out
 
 
-def _every(steps: int) -> int:
-    return max(1, min(100, steps // 2))
-
-
 def run_cell(config: Config, out_dir: Path, cell: dict[str, Any]) -> dict[str, Any]:
     from mixlab.vision_mm.mixforensics.training import train_detector
 
@@ -330,7 +326,7 @@ def run_cell(config: Config, out_dir: Path, cell: dict[str, Any]) -> dict[str, A
     torch.manual_seed(seed)
     detector = make_detector(config, system)
     train_detector(detector, train["clips"], train["labels"], config.steps, batch_size=config.batch_size,
-                   lr=config.lr, seed=seed, loss=_loss(config, system), checkpoint_every=_every(config.steps),
+                   lr=config.lr, seed=seed, loss=_loss(config, system), checkpoint_every=checkpoint_spacing(config.steps),
                    checkpoint=out_dir / "training" / f"{system}-{seed}")  # fmt: skip
     trained = time.perf_counter() - started
     return {**cell, **evaluate(detector, dataset(config, "test"), system, config), "train_seconds": trained,
@@ -478,7 +474,7 @@ def _plot(metrics: dict[str, Any], config: Config, out_dir: Path) -> None:
 
     systems = [s for s in config.systems if s in metrics]
     groups = [*families(config), "jpeg", "splice", "continuation"]
-    figure = Figure(figsize=(13, 4.2), layout="constrained")
+    figure = Figure(figsize=(13, 4.6), layout="constrained")
     bars, budget = figure.subplots(1, 2, width_ratios=(2.2, 1))
     width = 0.8 / len(systems)
     for k, system in enumerate(systems):
@@ -498,9 +494,11 @@ def _plot(metrics: dict[str, Any], config: Config, out_dir: Path) -> None:
     ]
     bars.set_xticks(np.arange(len(groups)), labels)
     bars.set(
-        ylim=(0.3, 1.0), ylabel="AUC (mean over seeds)", title="AUC per family (* seen in training)"
+        ylim=(0, 1), ylabel="AUC (mean over seeds)", title="AUC per family (* seen in training)"
     )
-    bars.legend(fontsize=7, ncol=2)
+    figure.legend(
+        *bars.get_legend_handles_labels(), loc="outside lower center", ncol=len(systems), fontsize=8
+    )
     counts = budgets(config.frames)
     for system in FRAME_SYSTEMS:
         if system in metrics:

@@ -30,6 +30,11 @@ VOTES = ("mean", "majority")
 def as_float_video(video: torch.Tensor) -> torch.Tensor:
     """uint8 videos to floats in [0, 1]; float videos unchanged (checked for shape)."""
     check_video(video)
+    return unit_range(video)
+
+
+def unit_range(video: torch.Tensor) -> torch.Tensor:
+    """uint8 frames as floats in [0, 1]; float frames unchanged."""
     return video.float() / 255.0 if video.dtype == torch.uint8 else video
 
 

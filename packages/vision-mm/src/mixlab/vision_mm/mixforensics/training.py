@@ -16,6 +16,7 @@ import torch
 
 from mixlab.shared.checks import check_count, check_number
 from mixlab.vision_mm.mixforensics.blend import BlendInvarianceLoss
+from mixlab.vision_mm.mixforensics.model import unit_range
 
 
 def batch_rows(count: int, batch_size: int, seed: int, step: int) -> torch.Tensor:
@@ -55,8 +56,7 @@ def train_detector(
     detector.train()
     for step in range(done, steps):
         rows = batch_rows(len(clips), batch_size, seed, step)
-        video = clips[rows].to(accelerator.device)
-        video = video.float() / 255.0 if video.dtype == torch.uint8 else video
+        video = unit_range(clips[rows].to(accelerator.device))
         rng = np.random.default_rng([seed, step])  # the blends, frames and differences drawn
         logits, embeddings = accelerator.unwrap_model(detector).training_logits(video, rng)
         value, logs = loss(logits, labels[rows].to(logits.device), embeddings)
@@ -73,30 +73,26 @@ def train_detector(
 
 
 @torch.no_grad()
-def predict(detector: torch.nn.Module, clips: torch.Tensor, *, batch_size: int = 128) -> np.ndarray:
-    """p(fake) per clip (N,), in eval mode and in batches."""
+def _in_batches(
+    score, detector: torch.nn.Module, clips: torch.Tensor, batch_size: int
+) -> np.ndarray:
     detector.eval()
     device = next(detector.parameters()).device
-    out = []
-    for start in range(0, len(clips), batch_size):
-        video = clips[start : start + batch_size].to(device)
-        video = video.float() / 255.0 if video.dtype == torch.uint8 else video
-        out.append(detector.scores(video).float().cpu())
+    out = [score(unit_range(clips[start : start + batch_size].to(device))).float().cpu()
+           for start in range(0, len(clips), batch_size)]  # fmt: skip
     return torch.cat(out).numpy() if out else np.zeros(0, dtype=np.float32)
 
 
-@torch.no_grad()
+def predict(detector: torch.nn.Module, clips: torch.Tensor, *, batch_size: int = 128) -> np.ndarray:
+    """p(fake) per clip (N,), in eval mode and in batches."""
+    return _in_batches(detector.scores, detector, clips, batch_size)
+
+
 def frame_probabilities(
     detector: torch.nn.Module, clips: torch.Tensor, *, batch_size: int = 128
 ) -> np.ndarray:
     """(N, T) per-frame p(fake) of a :class:`~.model.FrameVoting` detector: every vote and frame
     budget of the clips follows from these without encoding a frame twice."""
-    detector.eval()
-    device = next(detector.parameters()).device
-    out = []
-    for start in range(0, len(clips), batch_size):
-        video = clips[start : start + batch_size].to(device)
-        video = video.float() / 255.0 if video.dtype == torch.uint8 else video
-        out.append(detector.frame_probabilities(video).float().cpu())
+    probabilities = _in_batches(detector.frame_probabilities, detector, clips, batch_size)
     detector.passes = clips.shape[1]
-    return torch.cat(out).numpy()
+    return probabilities

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mixlab.shared import Claim, Result, mean_std, run_cells
+from mixlab.shared import Claim, Result, checkpoint_spacing, mean_std, run_cells
 from mixlab.shared.files import write_json_atomic
 from mixlab.shared.paths import cache_dir
 from mixlab.vision_mm.moa3cir.config import METHOD, Config
@@ -319,7 +319,7 @@ def _one_phase(config: Config, seed: int, out_dir: Path):
     train_end_to_end(model, images, descriptions, natural, config.tower_steps + config.steps,
                      batch_size=config.batch_size, lr=config.tower_lr, seed=seed, balance=config.balance,
                      checkpoint=out_dir / "training" / f"one-phase-{seed}",
-                     checkpoint_every=_every(config.tower_steps + config.steps))  # fmt: skip
+                     checkpoint_every=checkpoint_spacing(config.tower_steps + config.steps))  # fmt: skip
     test, _ = _make_split(config, "test", None, None)
     gallery_images, gallery_descriptions = _gallery(config)
     return (encode_triplets(model.towers, test), _gallery_features(model.towers, gallery_images, gallery_descriptions),
@@ -375,11 +375,6 @@ def normalized_mutual_information(a: np.ndarray, b: np.ndarray) -> float:
     return 0.0 if ha == 0 or hb == 0 else max(0.0, mutual / ((ha + hb) / 2))
 
 
-def _every(steps: int) -> int:
-    """Checkpoint spacing: every 100 steps, or twice in a short run."""
-    return max(1, min(100, steps // 2))
-
-
 def run_cell(config: Config, out_dir: Path, cell: dict[str, Any]) -> dict[str, Any]:
     from mixlab.vision_mm.moa3cir.training import train_head
 
@@ -395,7 +390,7 @@ def run_cell(config: Config, out_dir: Path, cell: dict[str, Any]) -> dict[str, A
         torch.manual_seed(seed)
         head = make_head(config, system)
         train_head(head, _training_features(config, system), config.steps, batch_size=config.batch_size,
-                   lr=config.lr, seed=seed, balance=config.balance, checkpoint_every=_every(config.steps),
+                   lr=config.lr, seed=seed, balance=config.balance, checkpoint_every=checkpoint_spacing(config.steps),
                    checkpoint=out_dir / "training" / f"{system}-{seed}")  # fmt: skip
     return {
         **cell,
