@@ -38,9 +38,9 @@ def test_make_data_writes_videos_and_labels(clips):
         "E",
         "splice",
         "continuation",
-        "control",
+        "splice-control",
     }
-    assert {r["label"] for r in rows if r["family"] in ("real", "control")} == {0}
+    assert {r["label"] for r in rows if r["family"] in ("real", "splice-control")} == {0}
     assert read_video(clips / "test" / rows[0]["video"]).shape == (4, 3, 16, 16)
 
 
@@ -78,6 +78,7 @@ def test_killed_training_resumes_to_the_same_model(clips, tmp_path, monkeypatch)
     assert (tmp_path / "killed" / "training" / "step.txt").read_text() == "2"
     monkeypatch.setattr(training, "batch_rows", real)
     assert _train(clips, tmp_path / "killed") == 2  # checkpoints present: --resume is required
+    assert _train(clips, tmp_path / "killed", "--resume", "--lr", "0.01") == 2  # another training
     assert _train(clips, tmp_path / "killed", "--resume") == 0
     whole, _ = load_detector(tmp_path / "whole" / "model")
     resumed, _ = load_detector(tmp_path / "killed" / "model")

@@ -195,8 +195,11 @@ def test_saved_detector_loads_to_the_same_scores(tmp_path):
 def test_torchvision_and_timm_backbones_plug_in():
     from mixlab.vision_mm.mixforensics.model import build_backbone
 
-    for name in ("resnet18", "resnet10t"):  # torchvision, timm
+    # torchvision (an fc head; a classifier whose hidden layers stay; a norm and flatten that stay), timm
+    for name in ("resnet18", "mobilenet_v3_small", "convnext_tiny", "resnet10t"):
         backbone = build_backbone(name)
+        with torch.no_grad():
+            assert backbone.eval()(torch.rand(2, 3, 32, 32)).shape == (2, backbone.feature_dim)
         detector = MixForensicsDetector(backbone, blends=2).eval()
         with torch.no_grad():
             assert detector(_video(1, 4, 32)).shape == (1,)
@@ -262,3 +265,15 @@ def test_frame_folders_and_bad_files(tmp_path):
     (tmp_path / "bad.mp4").write_bytes(b"not a video")
     with pytest.raises(ValueError, match="cannot be read"):
         read_video(tmp_path / "bad.mp4")
+
+
+def test_frame_folders_sort_naturally(tmp_path):
+    from PIL import Image
+
+    from mixlab.vision_mm.mixforensics.video import read_video
+
+    for i in (1, 2, 10):
+        Image.new("RGB", (8, 8), (20 * i, 0, 0)).save(tmp_path / f"frame_{i}.png")
+    assert read_video(tmp_path)[:, 0, 0, 0].tolist() == [20, 40, 200]
+    with pytest.raises(ValueError, match="frames must be"):
+        read_video(tmp_path, frames=0)

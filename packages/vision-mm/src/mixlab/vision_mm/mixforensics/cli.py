@@ -67,6 +67,19 @@ def _read_all(data: Path, rows: list[dict], frames: int, size: int):
     return torch.stack([read_video(data / row["video"], frames=frames, size=size) for row in rows])
 
 
+def _check_resumed_options(path: Path, options: dict) -> None:
+    """Record a training's options; a resumed one must repeat them (else its checkpoints would
+    continue another training)."""
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        changed = sorted(k for k in options.keys() | saved.keys() if saved.get(k) != options.get(k))
+        if changed:
+            raise ValueError(f"--resume: {path.parent} was trained with other {changed}; repeat its options "
+                             "or use another --out")  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(options, indent=1))
+
+
 @app.command("make-data")
 def make_data(
     out: Annotated[
@@ -74,7 +87,8 @@ def make_data(
     ],
     train: Annotated[int, typer.Option(help="training clips (half real, half fakes A–C)")] = 400,
     test: Annotated[
-        int, typer.Option(help="test clips per kind (real, A–E, splice, continuation, control)")
+        int,
+        typer.Option(help="test clips per kind (real, A–E, splice, splice-control, continuation)"),
     ] = 40,
     frames: int = 8,
     size: int = 32,
@@ -98,7 +112,7 @@ def make_data(
         for i, (kind, clip) in enumerate(zip(kinds, clips, strict=True)):
             name = f"videos/{i:05d}-{kind}.mp4"
             write_video(out / split / name, clip)
-            label = int(kind not in ("real", "control"))
+            label = int(kind not in ("real", "splice-control"))
             lines.append(json.dumps({"video": name, "label": label, "family": kind}))
         (out / split / "labels.jsonl").write_text("\n".join(lines) + "\n")
     typer.echo(
@@ -175,6 +189,10 @@ def train(
         labels = torch.tensor([row["label"] for row in rows])
     spec = {"system": system, "backbone": backbone, "frames": frames, "size": size, "blends": blends,
             "n_max": n_max, "alpha": alpha, "domain": domain}  # fmt: skip
+    options = {**spec, "data": str(data), "checkpoint": None if checkpoint is None else str(checkpoint),
+               "steps": steps, "batch_size": batch_size, "lr": lr, "consistency": consistency,
+               "embedding": embedding, "seed": seed}  # fmt: skip
+    _check_resumed_options(out / "options.json", options)
     torch.manual_seed(seed)
     detector = build_detector(**spec, checkpoint=checkpoint)
     loss = BlendInvarianceLoss(

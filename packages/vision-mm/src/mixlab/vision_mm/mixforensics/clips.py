@@ -14,8 +14,10 @@ weak in any single frame (spec §6(e)):
 - ``E`` a background that warps non-rigidly over time (unseen in training).
 
 Partial forgeries (the abstract's MixForensics-Bench scenarios) are built from the seen traces:
-``splice`` (a fake segment inside a real clip), ``continuation`` (a real opening, a fake rest)
-and ``control`` (a real-to-real splice: a cut to another real clip, which must score real).
+``splice`` (a fake segment of another scene cut into a real clip) against ``splice-control`` (the
+same cut from the real version of that scene: the edit without the trace, which must score
+real), and ``continuation`` (a real opening, the same scene continued with a trace: no edit),
+scored against real clips.
 
 Every clip comes out of one renderer at one size, so real and fake frames are resized identically.
 Sources are split by picture: ``split="train"`` and ``split="test"`` never share one.
@@ -35,7 +37,7 @@ import torch.nn.functional as F
 SEEN = ("A", "B", "C")
 UNSEEN = ("D", "E")
 FAMILIES = (*SEEN, *UNSEEN)
-PARTIAL = ("splice", "continuation", "control")
+PARTIAL = ("splice", "splice-control", "continuation")
 TRAIN_PICTURES = ("astronaut", "coffee", "hubble_deep_field", "camera", "coins", "brick", "grass",
                   "page", "immunohistochemistry")  # fmt: skip
 TEST_PICTURES = ("chelsea", "rocket", "retina", "moon", "gravel", "cell", "clock", "text")
@@ -245,30 +247,25 @@ def make_clip(
 def _partial(
     kind: str, rng: np.random.Generator, *, frames: int, size: int, split: str, traces: Traces
 ):
-    """A real clip whose frames from ``cut`` on (continuation) or in [cut, cut + length)
-    (splice) carry a seen trace, or (control) come from another real clip."""
+    """``continuation``: a real clip whose frames from ``cut`` on carry a seen trace (the
+    generator continues the same scene: no cut). ``splice``: a real clip with frames
+    [cut, cut + length) replaced by a fake segment of another scene (an edit and a trace);
+    ``splice-control``: the same edit from the *real* version of that scene (an edit alone)."""
     if kind == "continuation":
         cut, end = int(rng.integers(frames // 4, frames // 2 + 1)), frames
     else:
         length = max(1, frames // 2 - 1 + int(rng.integers(0, 2)))
         cut = int(rng.integers(1, frames - length + 1))
         end = cut + length
-    if kind == "control":
-        first = make_clip("real", rng, frames=frames, size=size, split=split, traces=traces)
-        other = make_clip("real", rng, frames=frames, size=size, split=split, traces=traces)
-        out = first.clone()
-        out[cut:end] = other[cut:end]
-        return out
     family = SEEN[rng.integers(len(SEEN))]
-    child = rng.integers(2**63)
-    real = make_clip(
-        "real", np.random.default_rng(child), frames=frames, size=size, split=split, traces=traces
+    host, inserted = rng.integers(2**63, size=2)
+    common = {"frames": frames, "size": size, "split": split, "traces": traces}
+    out = make_clip("real", np.random.default_rng(host), **common)
+    source = host if kind == "continuation" else inserted  # the same scene, or another one
+    segment = make_clip(
+        "real" if kind == "splice-control" else family, np.random.default_rng(source), **common
     )
-    fake = make_clip(
-        family, np.random.default_rng(child), frames=frames, size=size, split=split, traces=traces
-    )
-    out = real.clone()
-    out[cut:end] = fake[cut:end]
+    out[cut:end] = segment[cut:end]
     return out
 
 

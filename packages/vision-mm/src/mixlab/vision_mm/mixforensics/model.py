@@ -71,44 +71,87 @@ class SmallCNN(nn.Module):
 
 def build_backbone(name: str = "small-cnn", checkpoint: str | Path | None = None) -> nn.Module:
     """An image backbone mapping (N, 3, H, W) to (N, d) with ``feature_dim = d``: ``small-cnn``,
-    a torchvision classifier name (``resnet18``, ``resnet50``, …) or a timm model name, always
-    built from its config (random weights) and then loaded from the local ``checkpoint`` file
-    (.safetensors, .pt or .pth state dict) when given; nothing is downloaded."""
+    a torchvision classifier name (``resnet18``, ``resnet50``, ``efficientnet_b0``, …) or a timm
+    model name, always built from its config (random weights) and then loaded from the local
+    ``checkpoint`` file (.safetensors, .pt or .pth state dict, with or without its classifier)
+    when given; nothing is downloaded. ``input_mean``/``input_std`` are the normalisation its
+    weights expect: ImageNet's for torchvision and timm models (their pre-trained checkpoints),
+    0.5/0.25 for ``small-cnn``."""
     if name == "small-cnn":
         model: nn.Module = SmallCNN()
-    else:
-        import timm
-        import torchvision
+        if checkpoint is not None:
+            _load_backbone(model, Path(checkpoint))
+        model.input_mean, model.input_std = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
+        return model
+    import timm
+    import torchvision
 
-        if name in torchvision.models.list_models(module=torchvision.models):
-            model = torchvision.models.get_model(name, weights=None)
-            head = "fc" if hasattr(model, "fc") else "classifier"
-            old = getattr(model, head)
-            dim = old.in_features if isinstance(old, nn.Linear) else old[-1].in_features
-            setattr(model, head, nn.Identity())
-            model.feature_dim = dim
-        elif timm.is_model(name):
-            model = timm.create_model(name, pretrained=False, num_classes=0)
-            model.feature_dim = model.num_features
-        else:
-            raise ValueError(
-                f"backbone must be 'small-cnn', a torchvision classifier or a timm model name, got {name!r}"
-            )
-    if checkpoint is not None:
-        _load_backbone(model, Path(checkpoint))
+    if name in torchvision.models.list_models(module=torchvision.models):
+        model = torchvision.models.get_model(name, weights=None)
+        if checkpoint is not None:  # before the head goes: a classifier's checkpoint fits whole
+            _load_backbone(model, Path(checkpoint))
+        _drop_last_linear(model, name)
+        model.input_mean, model.input_std = IMAGENET_MEAN, IMAGENET_STD
+    elif timm.is_model(name):
+        model = timm.create_model(name, pretrained=False, num_classes=0)
+        if checkpoint is not None:
+            _load_backbone(model, Path(checkpoint))
+        config = model.pretrained_cfg
+        model.input_mean = tuple(config.get("mean", IMAGENET_MEAN))
+        model.input_std = tuple(config.get("std", IMAGENET_STD))
+    else:
+        raise ValueError(
+            f"backbone must be 'small-cnn', a torchvision classifier or a timm model name, got {name!r}"
+        )
+    model.feature_dim = _feature_width(model, name)
     return model
 
 
-CLASSIFIER_KEYS = ("fc.", "classifier.", "head.", "head_dist.")
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def _drop_last_linear(model: nn.Module, name: str) -> None:
+    """Replace the classifier's last ``nn.Linear`` (``fc``, ``classifier[-1]``, ``head``,
+    ``heads.head``) with the identity, keeping what comes before it (VGG's hidden layers,
+    ConvNeXt's norm and flatten)."""
+    linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    if not linears:
+        raise ValueError(f"backbone {name!r} has no linear classifier to remove")
+    *parents, last = linears[-1].split(".")
+    parent = model.get_submodule(".".join(parents)) if parents else model
+    setattr(parent, last, nn.Identity())
+
+
+def _feature_width(model: nn.Module, name: str) -> int:
+    """The width of the backbone's (N, d) output, measured on one 224² image."""
+    was_training = model.training
+    try:
+        with torch.no_grad():
+            out = model.eval()(torch.zeros(1, 3, 224, 224))
+    except Exception as error:
+        raise ValueError(
+            f"backbone {name!r} cannot be used as an image encoder here: {error}"
+        ) from None
+    finally:
+        model.train(was_training)
+    if out.ndim != 2:
+        raise ValueError(
+            f"backbone {name!r} must give (N, d) features without its classifier, got {tuple(out.shape)}"
+        )
+    return int(out.shape[1])
+
+
+CLASSIFIER_KEYS = ("fc.", "classifier.", "head.", "heads.", "head_dist.")
 """state-dict prefixes of the classification heads a backbone drops (a classifier's checkpoint
-carries them)"""
+carries them, a backbone's own does not)"""
 
 
 def _load_backbone(model: nn.Module, path: Path) -> None:
-    """Load a state dict into ``model``, allowing only the dropped classifier's weights to be
-    left over: a checkpoint of another architecture is refused, not half-loaded."""
+    """Load a state dict into ``model``, allowing only a classifier's weights to be left over or
+    absent: a checkpoint of another architecture is refused, not half-loaded."""
     state = {k.removeprefix("module."): v for k, v in _read_state(path).items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.startswith(CLASSIFIER_KEYS)]
     unexpected = [k for k in unexpected if not k.startswith(CLASSIFIER_KEYS)]
     if missing or unexpected:
         raise ValueError(
@@ -130,8 +173,14 @@ def _read_state(path: Path) -> dict[str, torch.Tensor]:
     return state.get("state_dict", state) if isinstance(state, dict) else state
 
 
-def _normalise(images: torch.Tensor) -> torch.Tensor:
-    return (images - 0.5) / 0.25
+def _normalise(images: torch.Tensor, backbone: nn.Module) -> torch.Tensor:
+    """Images in [0, 1] (or residuals) to the input range the backbone's weights expect."""
+    mean = getattr(backbone, "input_mean", (0.5,) * 3)
+    std = getattr(backbone, "input_std", (0.25,) * 3)
+    mean = torch.tensor(mean, dtype=images.dtype, device=images.device).view(-1, 1, 1)
+    return (images - mean) / torch.tensor(std, dtype=images.dtype, device=images.device).view(
+        -1, 1, 1
+    )
 
 
 # ---------------------------------------------------------------------------------- detectors
@@ -152,7 +201,7 @@ class VideoDetector(nn.Module):
 
     def encode(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits, embeddings) of (N, C, H, W) images in [0, 1] (or residuals)."""
-        z = self.backbone(_normalise(images))
+        z = self.backbone(_normalise(images, self.backbone))
         return self.head(z).squeeze(-1), z
 
     def forward(self, video: torch.Tensor) -> torch.Tensor:
@@ -324,9 +373,9 @@ class DeCoF(VideoDetector):
 
     def _logits(self, video):
         with torch.no_grad():
-            z = F.normalize(self.backbone(_normalise(video.flatten(0, 1))), dim=-1).view(
-                *video.shape[:2], -1
-            )
+            z = F.normalize(
+                self.backbone(_normalise(video.flatten(0, 1), self.backbone)), dim=-1
+            ).view(*video.shape[:2], -1)
         steps = (
             self.step(z[:, 1:] - z[:, :-1]).mean(1)
             if video.shape[1] > 1
@@ -363,7 +412,7 @@ class TimeSformerDetector(nn.Module):
         self.frames = frames
 
     def _logits(self, video):
-        z = self.model(pixel_values=_normalise(video)).last_hidden_state[:, 0]
+        z = self.model(pixel_values=_normalise(video, self)).last_hidden_state[:, 0]
         return self.head(z).squeeze(-1), z
 
     def forward(self, video):

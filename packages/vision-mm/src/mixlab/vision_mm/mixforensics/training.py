@@ -9,6 +9,7 @@ are 0). A checkpoint folder makes the run resumable (``Accelerator.save_state``)
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -66,10 +67,20 @@ def train_detector(
         schedule.step()
         history.append({"loss": float(value.detach()), **logs})
         if marker is not None and ((step + 1) % checkpoint_every == 0 or step + 1 == steps):
-            accelerator.save_state(str(checkpoint))
-            marker.write_text(str(step + 1))
+            _save(accelerator, Path(checkpoint), step + 1)
     detector.eval()
     return history
+
+
+def _save(accelerator, folder: Path, step: int) -> None:
+    """``Accelerator.save_state`` into a fresh folder renamed over the last one: a kill while
+    saving leaves the previous checkpoint (or none), never a mix of two."""
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    accelerator.save_state(str(partial))
+    (partial / "step.txt").write_text(str(step))
+    shutil.rmtree(folder, ignore_errors=True)
+    partial.rename(folder)
 
 
 @torch.no_grad()

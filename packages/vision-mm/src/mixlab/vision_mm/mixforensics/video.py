@@ -4,6 +4,7 @@ fake videos never differ by their resizing (a known shortcut in forensics data).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -17,27 +18,48 @@ FRAME_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 def read_video(
     path: str | Path, *, frames: int | None = None, size: int | None = None
 ) -> torch.Tensor:
-    """A video file or frame folder as uint8 (T, 3, H, W). ``frames``: keep that many frames
-    spread evenly over the video; ``size``: resize every frame to size × size (antialiased
-    bilinear). Raises ``ValueError`` naming the file when it cannot be read or its frames differ
-    in size."""
+    """A video file or frame folder (frames in natural order: 2 before 10) as uint8 (T, 3, H, W).
+    ``frames``: keep that many frames spread evenly over the video (repeated when it is
+    shorter); ``size``: resize every frame to size × size (antialiased bilinear). Only the kept
+    frames are converted and each is resized as it is read, so a long high-resolution video
+    costs the memory of its kept frames. Raises ``ValueError`` naming the file when it cannot be
+    read or its frames differ in size."""
+    from mixlab.shared.checks import check_count
+
+    if frames is not None:
+        check_count(frames, "frames")
+    if size is not None:
+        check_count(size, "size")
     path = Path(path)
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix.lower() in FRAME_SUFFIXES)
+        files = sorted(
+            (p for p in path.iterdir() if p.suffix.lower() in FRAME_SUFFIXES), key=_natural
+        )
         if not files:
             raise ValueError(f"video folder {str(path)!r} holds no {list(FRAME_SUFFIXES)} frames")
-        arrays = [_read_image(p) for p in files]
+        keep = _spread(len(files), frames)
+        arrays = {i: _read_image(files[i]) for i in sorted(set(keep))}
     else:
-        arrays = _decode(path)
-    shapes = {a.shape for a in arrays}
+        arrays, count = _decode(path, frames)
+        keep = _spread(count, frames)
+    shapes = {a.shape for a in arrays.values()}
     if len(shapes) > 1:
         raise ValueError(f"video {str(path)!r} has frames of different sizes: {sorted(shapes)}")
-    video = torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2).contiguous()
-    if frames is not None:
-        video = video[torch.linspace(0, len(video) - 1, frames).round().long()]
+    kept = {i: torch.from_numpy(a).permute(2, 0, 1) for i, a in arrays.items()}
     if size is not None:
-        video = resize(video, size)
-    return video
+        kept = {i: resize(frame[None], size)[0] for i, frame in kept.items()}
+    return torch.stack([kept[i] for i in keep]).contiguous()
+
+
+def _natural(path: Path) -> list:
+    """Sort key that orders frame_2 before frame_10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+
+
+def _spread(count: int, frames: int | None) -> list[int]:
+    if frames is None:
+        return list(range(count))
+    return torch.linspace(0, count - 1, frames).round().long().tolist()
 
 
 def resize(video: torch.Tensor, size: int) -> torch.Tensor:
@@ -55,24 +77,45 @@ def _read_image(path: Path) -> np.ndarray:
 
     try:
         with Image.open(path) as image:
-            return np.asarray(image.convert("RGB"))
+            return np.array(image.convert("RGB"))  # a writable copy for torch
     except (OSError, UnidentifiedImageError) as error:
         raise ValueError(f"frame {str(path)!r} cannot be read: {error}") from None
 
 
-def _decode(path: Path) -> list[np.ndarray]:
+def _decode(path: Path, frames: int | None) -> tuple[dict[int, np.ndarray], int]:
+    """({index: RGB array} of the frames :func:`_spread` keeps, frame count). When the container
+    states its frame count, only the kept frames are converted; otherwise all are."""
     import av
 
     if not path.is_file():
         raise ValueError(f"video {str(path)!r} does not exist")
     try:
         with av.open(str(path)) as container:
-            arrays = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+            stated = container.streams.video[0].frames
+            wanted = set(_spread(stated, frames)) if stated > 0 else None
+            arrays, count = {}, 0
+            for index, frame in enumerate(container.decode(video=0)):
+                if wanted is None or index in wanted:
+                    arrays[index] = frame.to_ndarray(format="rgb24")
+                count = index + 1
     except (av.error.FFmpegError, IndexError, ValueError) as error:
         raise ValueError(f"video {str(path)!r} cannot be read as a video: {error}") from None
     if not arrays:
         raise ValueError(f"video {str(path)!r} holds no video frames")
-    return arrays
+    if wanted is not None and count != stated:  # the stated count was wrong: keep what exists
+        keep = set(_spread(count, frames))
+        missing = keep - arrays.keys()
+        if missing:
+            return _decode_all(path), count
+        arrays = {i: a for i, a in arrays.items() if i in keep}
+    return arrays, count
+
+
+def _decode_all(path: Path) -> dict[int, np.ndarray]:
+    import av
+
+    with av.open(str(path)) as container:
+        return {i: f.to_ndarray(format="rgb24") for i, f in enumerate(container.decode(video=0))}
 
 
 def write_video(
