@@ -17,6 +17,14 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return float(np.mean(values)), spread
 
 
+def cells_by_system(done: Sequence[dict]) -> dict[str, list[dict]]:
+    """An experiment's cells grouped by their ``system``, each group in ``seed`` order."""
+    out: dict[str, list[dict]] = {}
+    for cell in sorted(done, key=lambda c: c["seed"]):
+        out.setdefault(cell["system"], []).append(cell)
+    return out
+
+
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:
     """Median wall time of ``repeats`` calls of ``fn`` after one warm-up call (benchmarks)."""
     if repeats < 1:

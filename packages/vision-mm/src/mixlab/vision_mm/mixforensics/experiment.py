@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mixlab.shared import Claim, Result, checkpoint_spacing, mean_std, run_cells
+from mixlab.shared import Claim, Result, cells_by_system, checkpoint_spacing, mean_std, run_cells
 from mixlab.shared.files import write_json_atomic
 from mixlab.shared.paths import cache_dir
 from mixlab.vision_mm.mixforensics.config import METHOD, Config
@@ -360,7 +360,7 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     metrics = summarise(done, leak, config)
     _plot(metrics, config, out_dir)
     env = {"setup_seconds": setup_seconds, "leak_auc": leak,
-           "cell_seconds": {s: float(np.mean([c["seconds"] for c in cells])) for s, cells in per_seed(done).items()}}  # fmt: skip
+           "cell_seconds": {s: float(np.mean([c["seconds"] for c in cells])) for s, cells in cells_by_system(done).items()}}  # fmt: skip
     return Result(
         metrics=metrics, claims=claims(done, config), regime=regime(metrics, config), env=env
     )
@@ -379,20 +379,13 @@ def _row_keys(config: Config) -> tuple[str, ...]:
             "control_scored_fake", "real_scored_fake", "passes", "parameters", "seeds", "leak_auc")  # fmt: skip
 
 
-def per_seed(done: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    for cell in sorted(done, key=lambda c: c["seed"]):
-        out.setdefault(cell["system"], []).append(cell)
-    return out
-
-
 def summarise(
     done: list[dict[str, Any]], leak: dict[str, float], config: Config
 ) -> dict[str, dict[str, Any]]:
     """Rows per system (means over seeds; the sd of seen and unseen AUC) and ``data/leak-check``."""
     keys = _row_keys(config)
     rows: dict[str, dict[str, Any]] = {}
-    for system, seeds in per_seed(done).items():
+    for system, seeds in cells_by_system(done).items():
         row: dict[str, Any] = dict.fromkeys(keys)
         for key in keys:
             values = [s[key] for s in seeds if s.get(key) is not None]
@@ -418,7 +411,7 @@ def _paired(done: list[dict[str, Any]], a: str, b: str, key: str) -> np.ndarray:
 
 def claims(done: list[dict[str, Any]], config: Config) -> list[Claim]:
     """The issue's claims (1)–(4) on differences paired by seed."""
-    seeds = per_seed(done)
+    seeds = cells_by_system(done)
     passes = {s: seeds[s][0]["passes"] for s in ("voting", "sfb-bir")}
     last = f"auc_seen_{config.frames}f"
     gains = {

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mixlab.shared import Claim, Result, checkpoint_spacing, mean_std, run_cells
+from mixlab.shared import Claim, Result, cells_by_system, checkpoint_spacing, mean_std, run_cells
 from mixlab.shared.files import write_json_atomic
 from mixlab.shared.paths import cache_dir
 from mixlab.vision_mm.moa3cir.config import METHOD, Config
@@ -436,7 +436,7 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     _plot(metrics, done, config, out_dir)
     env = {**facts, "setup_seconds": setup_seconds, "augment_kept": split_facts.get("augment", {}).get("kept"),
            "test_held_out_share": float(np.mean(split_facts["test"]["held_out"])),
-           "cell_seconds": {s: float(np.mean([c["seconds"] for c in cells])) for s, cells in per_seed(done).items()}}  # fmt: skip
+           "cell_seconds": {s: float(np.mean([c["seconds"] for c in cells])) for s, cells in cells_by_system(done).items()}}  # fmt: skip
     return Result(
         metrics=metrics, claims=claims(done, config), regime=regime(metrics, config), env=env
     )
@@ -449,20 +449,13 @@ ROW_KEYS = (*RECALLS, "R@1_std", "R@10_std", "nmi", "router_entropy", "descripti
             "image_to_description_R@1")  # fmt: skip
 
 
-def per_seed(done: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    for cell in sorted(done, key=lambda c: c["seed"]):
-        out.setdefault(cell["system"], []).append(cell)
-    return out
-
-
 def summarise(
     done: list[dict[str, Any]], aligned: float, config: Config
 ) -> dict[str, dict[str, Any]]:
     """Rows per system (means over seeds, sd of R@1 and R@10) and ``towers/phase-1`` (the
     image→description alignment check)."""
     rows: dict[str, dict[str, Any]] = {}
-    for system, seeds in per_seed(done).items():
+    for system, seeds in cells_by_system(done).items():
         row: dict[str, Any] = {k: None for k in ROW_KEYS}
         for key in (*RECALLS, "nmi", "router_entropy"):
             values = [s[key] for s in seeds if s.get(key) is not None]
@@ -482,7 +475,7 @@ def summarise(
 
 
 def _paired(done: list[dict[str, Any]], a: str, b: str, key: str) -> np.ndarray:
-    seeds = per_seed(done)
+    seeds = cells_by_system(done)
     n = min(len(seeds[a]), len(seeds[b]))
     return np.array([x[key] - y[key] for x, y in zip(seeds[a][:n], seeds[b][:n], strict=True)])
 
