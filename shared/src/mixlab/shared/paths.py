@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -17,6 +19,14 @@ def cache_dir(*parts: str) -> Path:
     path = root.joinpath(*parts)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def key_digest(key: object, length: int = 10) -> str:
+    """A short stable name for a cache entry: the SHA-256 of ``key`` as sorted JSON (tuples as
+    lists), first ``length`` hex digits."""
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=list).encode()).hexdigest()[
+        :length
+    ]
 
 
 def default_run_dir(method: str, profile: str, seed: int) -> Path:

@@ -38,19 +38,27 @@ def check_video(video: torch.Tensor, name: str = "video") -> None:
         raise ValueError(f"{name} must have at least 2 frames (dim 1), got {video.shape[1]}")
 
 
-def high_pass(images: torch.Tensor, sigma: float = 1.0) -> torch.Tensor:
-    """x − blur(x) per channel: the residual that keeps fine forensic traces and drops content."""
+def gaussian_blur(images: torch.Tensor, sigma: float = 1.0) -> torch.Tensor:
+    """Separable Gaussian blur (radius ⌈2.5σ⌉, reflect padding) of every H × W plane of
+    ``images`` (..., H, W), as one depthwise convolution; σ <= 0 returns the images."""
+    if sigma <= 0:
+        return images
     radius = max(1, int(np.ceil(2.5 * sigma)))
     t = torch.arange(-radius, radius + 1, dtype=images.dtype, device=images.device)
     kernel = torch.exp(-(t**2) / (2 * sigma**2))
     kernel = kernel / kernel.sum()
     shape = images.shape
-    x = images.reshape(1, -1, *shape[-2:])  # every image plane a channel: one depthwise conv
+    x = images.reshape(1, -1, *shape[-2:])  # every image plane a channel
     planes = x.shape[1]
-    blurred = F.pad(x, (radius,) * 4, mode="reflect")
-    blurred = F.conv2d(blurred, kernel.view(1, 1, 1, -1).expand(planes, 1, 1, -1), groups=planes)
-    blurred = F.conv2d(blurred, kernel.view(1, 1, -1, 1).expand(planes, 1, -1, 1), groups=planes)
-    return (x - blurred).reshape(shape)
+    x = F.pad(x, (radius,) * 4, mode="reflect")
+    x = F.conv2d(x, kernel.view(1, 1, 1, -1).expand(planes, 1, 1, -1), groups=planes)
+    x = F.conv2d(x, kernel.view(1, 1, -1, 1).expand(planes, 1, -1, 1), groups=planes)
+    return x.reshape(shape)
+
+
+def high_pass(images: torch.Tensor, sigma: float = 1.0) -> torch.Tensor:
+    """x − blur(x) per channel: the residual that keeps fine forensic traces and drops content."""
+    return images - gaussian_blur(images, sigma)
 
 
 class StochasticFrameBlend(nn.Module):

@@ -157,8 +157,7 @@ def train(
     import torch
 
     from mixlab.shared.checkpoint import checkpoint_spacing
-    from mixlab.vision_mm.mixforensics.blend import BlendInvarianceLoss
-    from mixlab.vision_mm.mixforensics.model import build_detector, save_detector
+    from mixlab.vision_mm.mixforensics.model import build_detector, build_loss, save_detector
     from mixlab.vision_mm.mixforensics.training import train_detector
 
     check_choice(system, "--system", TRAINABLE)
@@ -195,9 +194,7 @@ def train(
     _check_resumed_options(out / "options.json", options)
     torch.manual_seed(seed)
     detector = build_detector(**spec, checkpoint=checkpoint)
-    loss = BlendInvarianceLoss(
-        consistency if system == "sfb-bir" else 0.0, embedding if system == "sfb-bir" else 0.0
-    )
+    loss = build_loss(system, consistency, embedding)
     history = train_detector(detector, clips, labels, steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss,
                              checkpoint=out / "training", checkpoint_every=checkpoint_spacing(steps))  # fmt: skip
     save_detector(detector, out / "model", spec)

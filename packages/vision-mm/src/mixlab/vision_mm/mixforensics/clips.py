@@ -34,6 +34,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from mixlab.vision_mm.mixforensics.blend import gaussian_blur, high_pass
+
 SEEN = ("A", "B", "C")
 UNSEEN = ("D", "E")
 FAMILIES = (*SEEN, *UNSEEN)
@@ -76,20 +78,6 @@ def picture(name: str, canvas: int) -> torch.Tensor:
     scale = canvas / min(image.shape[-2:])
     return F.interpolate(image, scale_factor=scale, mode="area" if scale < 1 else "bilinear",
                          recompute_scale_factor=False)[0].contiguous()  # fmt: skip
-
-
-def _blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
-    """Separable Gaussian blur of (N, C, H, W) with reflect padding."""
-    if sigma <= 0:
-        return x
-    radius = max(1, math.ceil(2.5 * sigma))
-    t = torch.arange(-radius, radius + 1, dtype=x.dtype)
-    kernel = torch.exp(-(t**2) / (2 * sigma**2))
-    kernel = kernel / kernel.sum()
-    c = x.shape[1]
-    x = F.pad(x, (radius, radius, radius, radius), mode="reflect")
-    x = F.conv2d(x, kernel.view(1, 1, 1, -1).expand(c, 1, 1, -1).contiguous(), groups=c)
-    return F.conv2d(x, kernel.view(1, 1, -1, 1).expand(c, 1, -1, 1).contiguous(), groups=c)
 
 
 def _camera(rng: np.random.Generator, frames: int, size: int, canvas_hw: tuple[int, int]):
@@ -176,7 +164,7 @@ def _scene(
     return clip
 
 
-def _sensor(
+def sensor_noise(
     rng: np.random.Generator, shape, sigma: float, *, reused: bool = False, smooth: float = 0.0
 ):
     """Sensor noise: independent per frame (real), or one field reused by every frame (C)."""
@@ -184,7 +172,7 @@ def _sensor(
     if not reused:
         return sigma * torch.from_numpy(rng.standard_normal(shape).astype(np.float32))
     field = torch.from_numpy(rng.standard_normal((1, *shape[1:])).astype(np.float32))
-    field = _blur(field, smooth)
+    field = gaussian_blur(field, smooth)
     field = field / field.std()
     return (sigma * field).expand(frames, -1, -1, -1)
 
@@ -196,7 +184,7 @@ def _trace(
     frames, _, size, _ = clip.shape
     if family == "A":
         noise = torch.from_numpy(rng.standard_normal((frames, 1, size, size)).astype(np.float32))
-        band = noise - _blur(noise, 1.0)  # band-pass: fine structure, no flat component
+        band = high_pass(noise)  # band-pass: fine structure, no flat component
         band = band / band.std()
         flicker = torch.from_numpy(np.abs(rng.standard_normal(frames)).astype(np.float32)).view(
             -1, 1, 1, 1
@@ -216,7 +204,7 @@ def _trace(
     raise ValueError(f"family must be one of {list(FAMILIES)}, got {family!r}")
 
 
-def _finish(clip: torch.Tensor) -> torch.Tensor:
+def to_uint8(clip: torch.Tensor) -> torch.Tensor:
     """[0, 1] floats to uint8, as a video file would store them."""
     return (clip.clamp(0, 1) * 255).round().to(torch.uint8)
 
@@ -233,15 +221,17 @@ def make_clip(
         return _partial(kind, rng, frames=frames, size=size, split=split, traces=traces)
     if kind == "real":
         clip = _scene(rng, frames, size, split, source=source)
-        return _finish(clip + _sensor(rng, clip.shape, sigma))
+        return to_uint8(clip + sensor_noise(rng, clip.shape, sigma))
     if kind == "C":
         clip = _scene(rng, frames, size, split)
-        return _finish(clip + _sensor(rng, clip.shape, sigma, reused=True, smooth=traces.smooth))
+        return to_uint8(
+            clip + sensor_noise(rng, clip.shape, sigma, reused=True, smooth=traces.smooth)
+        )
     if kind == "E":
         clip = _scene(rng, frames, size, split, warp=traces.warp)
-        return _finish(clip + _sensor(rng, clip.shape, sigma))
+        return to_uint8(clip + sensor_noise(rng, clip.shape, sigma))
     clip = _scene(rng, frames, size, split)
-    return _finish(_trace(kind, clip, rng, traces) + _sensor(rng, clip.shape, sigma))
+    return to_uint8(_trace(kind, clip, rng, traces) + sensor_noise(rng, clip.shape, sigma))
 
 
 def _partial(

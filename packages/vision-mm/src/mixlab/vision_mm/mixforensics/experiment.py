@@ -29,8 +29,6 @@ gain is >= 2× voting's.
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import shutil
 import time
 from pathlib import Path
@@ -41,7 +39,7 @@ import torch
 
 from mixlab.shared import Claim, Result, cells_by_system, checkpoint_spacing, mean_std, run_cells
 from mixlab.shared.files import write_json_atomic
-from mixlab.shared.paths import cache_dir
+from mixlab.shared.paths import cache_dir, key_digest
 from mixlab.vision_mm.mixforensics.config import METHOD, Config
 
 LEVEL_WITH_VOTING = -0.01
@@ -87,9 +85,10 @@ def unseen(config: Config) -> tuple[str, ...]:
 
 
 def _folder(config: Config) -> Path:
-    key = json.dumps(_data_key(config), sort_keys=True, default=list)
-    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
-    return cache_dir("mixforensics", "data") / f"{config.frames}x{config.size}px-{digest}"
+    return (
+        cache_dir("mixforensics", "data")
+        / f"{config.frames}x{config.size}px-{key_digest(_data_key(config))}"
+    )
 
 
 def train_kinds(config: Config) -> list[str]:
@@ -181,8 +180,7 @@ def _encoder_folder(config: Config) -> Path:
         "steps": config.encoder_steps,
         "version": 1,
     }
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=list).encode()).hexdigest()[:10]
-    return cache_dir("mixforensics", "encoder") / f"{config.backbone}-{digest}"
+    return cache_dir("mixforensics", "encoder") / f"{config.backbone}-{key_digest(key)}"
 
 
 def frozen_encoder(config: Config) -> torch.nn.Module:
@@ -191,7 +189,7 @@ def frozen_encoder(config: Config) -> torch.nn.Module:
     from safetensors.torch import load_model, save_model
 
     from mixlab.vision_mm.mixforensics.clips import TRAIN_PICTURES, make_set
-    from mixlab.vision_mm.mixforensics.model import build_backbone
+    from mixlab.vision_mm.mixforensics.model import build_backbone, normalise
 
     with torch.random.fork_rng():  # the caller's seed (a cell's) still seeds its head
         torch.manual_seed(config.seed)
@@ -218,7 +216,7 @@ def frozen_encoder(config: Config) -> torch.nn.Module:
         for _ in range(config.encoder_steps):
             rows = torch.randint(len(clips), (config.batch_size * 2,), generator=generator)
             frames = torch.randint(config.frames, (len(rows),), generator=generator)
-            images = (clips[rows, frames].float() / 255 - 0.5) / 0.25
+            images = normalise(clips[rows, frames].float() / 255, encoder)  # as the detectors will
             loss = torch.nn.functional.cross_entropy(model(images), labels[rows])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -237,14 +235,6 @@ def make_detector(config: Config, system: str) -> torch.nn.Module:
                           blends=config.blends, n_max=config.n_max, alpha=config.alpha, domain=config.domain,
                           encoder=encoder, timesformer_width=config.timesformer_width,
                           timesformer_patch=config.timesformer_patch)  # fmt: skip
-
-
-def _loss(config: Config, system: str):
-    from mixlab.vision_mm.mixforensics.blend import BlendInvarianceLoss
-
-    if system == "sfb-bir":
-        return BlendInvarianceLoss(config.consistency, config.embedding)
-    return BlendInvarianceLoss(0.0, 0.0)
 
 
 # ------------------------------------------------------------------------------------- cells
@@ -273,16 +263,16 @@ def evaluate(
     """AUC/AP/ACC per family and scenario, control and real false-positive rates, passes, and
     (:data:`FRAME_SYSTEMS`) the seen-family AUC at every frame budget."""
     from mixlab.vision_mm.mixforensics.clips import SEEN
-    from mixlab.vision_mm.mixforensics.model import FrameVoting, evenly_spaced
+    from mixlab.vision_mm.mixforensics.model import FrameVoting, evenly_spaced, vote
     from mixlab.vision_mm.mixforensics.training import frame_probabilities, predict
 
     voter = isinstance(detector, FrameVoting)
     if voter:  # every vote and budget from one pass over the frames
-        frames = {name: frame_probabilities(detector, clips) for name, clips in test.items()}
-        p = {
-            name: f.mean(1) if detector.vote == "mean" else (f > 0.5).mean(1)
-            for name, f in frames.items()
+        frames = {
+            name: torch.from_numpy(frame_probabilities(detector, clips))
+            for name, clips in test.items()
         }
+        p = {name: vote(f, detector.vote).numpy() for name, f in frames.items()}
     else:
         p = {name: predict(detector, clips) for name, clips in test.items()}
     out: dict[str, Any] = {"passes": int(detector.passes)}
@@ -306,12 +296,14 @@ def evaluate(
         return float(np.mean([scores_metrics(scores["real"], scores[f])["auc"] for f in SEEN]))
 
     if system == "voting":  # the majority vote of the same model
-        out["auc_seen_majority"] = seen_auc({n: (frames[n] > 0.5).mean(1) for n in ("real", *SEEN)})
+        out["auc_seen_majority"] = seen_auc(
+            {n: vote(frames[n], "majority").numpy() for n in ("real", *SEEN)}
+        )
     if system in FRAME_SYSTEMS:
         for count in budgets(config.frames):
             rows = evenly_spaced(config.frames, count)
             if voter:
-                scores = {n: frames[n][:, rows.numpy()].mean(1) for n in ("real", *SEEN)}
+                scores = {n: vote(frames[n][:, rows]).numpy() for n in ("real", *SEEN)}
             else:
                 scores = {n: predict(detector, test[n][:, rows]) for n in ("real", *SEEN)}
             out[f"auc_seen_{count}f"] = seen_auc(scores)
@@ -319,6 +311,7 @@ def evaluate(
 
 
 def run_cell(config: Config, out_dir: Path, cell: dict[str, Any]) -> dict[str, Any]:
+    from mixlab.vision_mm.mixforensics.model import build_loss
     from mixlab.vision_mm.mixforensics.training import train_detector
 
     torch.set_num_threads(1)  # two workers side by side on 2 cores
@@ -329,7 +322,7 @@ def run_cell(config: Config, out_dir: Path, cell: dict[str, Any]) -> dict[str, A
     torch.manual_seed(seed)
     detector = make_detector(config, system)
     train_detector(detector, train["clips"], train["labels"], config.steps, batch_size=config.batch_size,
-                   lr=config.lr, seed=seed, loss=_loss(config, system), checkpoint_every=checkpoint_spacing(config.steps),
+                   lr=config.lr, seed=seed, loss=build_loss(system, config.consistency, config.embedding), checkpoint_every=checkpoint_spacing(config.steps),
                    checkpoint=out_dir / "training" / f"{system}-{seed}")  # fmt: skip
     trained = time.perf_counter() - started
     return {**cell, **evaluate(detector, dataset(config, "test"), system, config), "train_seconds": trained,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mixlab.vision_mm.mixforensics.clips import Traces, camera_move
+from mixlab.vision_mm.mixforensics.clips import Traces, camera_move, sensor_noise, to_uint8
 from mixlab.vision_mm.mixforensics.video import resize
 
 
@@ -62,11 +62,9 @@ def shape_clips(
             (shapes.images[i : i + 1] + 1) / 2, scale_factor=4, mode="bilinear"
         )
         clip = camera_move(canvas[0], rng, frames, native)
-        noisy = clip + rng.uniform(*traces.sensor) * torch.from_numpy(
-            rng.standard_normal(clip.shape).astype(np.float32)
-        )
+        noisy = clip + sensor_noise(rng, clip.shape, rng.uniform(*traces.sensor))
         regenerated = sdedit(unet, conditioning[i : i + 1].expand(frames, -1, -1), clip * 2 - 1, strength=strength,
                              seed=seed * 100_003 + i)  # fmt: skip
         for target, frames_01 in ((real, noisy), (fake, (regenerated + 1) / 2)):
-            target.append(resize((frames_01.clamp(0, 1) * 255).round().to(torch.uint8), size))
+            target.append(resize(to_uint8(frames_01), size))
     return torch.stack(real), torch.stack(fake)

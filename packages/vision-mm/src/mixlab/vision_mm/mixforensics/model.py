@@ -22,7 +22,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from mixlab.shared.checks import check_choice, check_count
-from mixlab.vision_mm.mixforensics.blend import StochasticFrameBlend, check_video, high_pass
+from mixlab.vision_mm.mixforensics.blend import (
+    BlendInvarianceLoss,
+    StochasticFrameBlend,
+    check_video,
+    high_pass,
+)
 
 VOTES = ("mean", "majority")
 
@@ -173,7 +178,7 @@ def _read_state(path: Path) -> dict[str, torch.Tensor]:
     return state.get("state_dict", state) if isinstance(state, dict) else state
 
 
-def _normalise(images: torch.Tensor, backbone: nn.Module) -> torch.Tensor:
+def normalise(images: torch.Tensor, backbone: nn.Module) -> torch.Tensor:
     """Images in [0, 1] (or residuals) to the input range the backbone's weights expect."""
     mean = getattr(backbone, "input_mean", (0.5,) * 3)
     std = getattr(backbone, "input_std", (0.25,) * 3)
@@ -201,7 +206,7 @@ class VideoDetector(nn.Module):
 
     def encode(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits, embeddings) of (N, C, H, W) images in [0, 1] (or residuals)."""
-        z = self.backbone(_normalise(images, self.backbone))
+        z = self.backbone(normalise(images, self.backbone))
         return self.head(z).squeeze(-1), z
 
     def forward(self, video: torch.Tensor) -> torch.Tensor:
@@ -374,7 +379,7 @@ class DeCoF(VideoDetector):
     def _logits(self, video):
         with torch.no_grad():
             z = F.normalize(
-                self.backbone(_normalise(video.flatten(0, 1), self.backbone)), dim=-1
+                self.backbone(normalise(video.flatten(0, 1), self.backbone)), dim=-1
             ).view(*video.shape[:2], -1)
         steps = (
             self.step(z[:, 1:] - z[:, :-1]).mean(1)
@@ -412,7 +417,7 @@ class TimeSformerDetector(nn.Module):
         self.frames = frames
 
     def _logits(self, video):
-        z = self.model(pixel_values=_normalise(video, self)).last_hidden_state[:, 0]
+        z = self.model(pixel_values=normalise(video, self)).last_hidden_state[:, 0]
         return self.head(z).squeeze(-1), z
 
     def forward(self, video):
@@ -458,6 +463,16 @@ def build_detector(
     return MixForensicsDetector(
         image, blend=StochasticFrameBlend(n_max, alpha, domain=domain), blends=blends
     )
+
+
+def build_loss(
+    system: str, consistency: float = 4.0, embedding: float = 0.0
+) -> BlendInvarianceLoss:
+    """The training loss of ``system``: BIR's for ``sfb-bir``, plain BCE on the views for every
+    other (``sfb`` is SFB without BIR)."""
+    if system == "sfb-bir":
+        return BlendInvarianceLoss(consistency, embedding)
+    return BlendInvarianceLoss(0.0, 0.0)
 
 
 def save_detector(detector: nn.Module, folder: str | Path, spec: dict) -> Path:

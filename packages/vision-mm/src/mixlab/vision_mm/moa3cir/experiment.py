@@ -29,7 +29,6 @@ over seeds); (4) FashionIQ-like: three-tower MoA3CIR within 1 point of the combi
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import time
 from pathlib import Path
@@ -40,7 +39,7 @@ import torch
 
 from mixlab.shared import Claim, Result, cells_by_system, checkpoint_spacing, mean_std, run_cells
 from mixlab.shared.files import write_json_atomic
-from mixlab.shared.paths import cache_dir
+from mixlab.shared.paths import cache_dir, key_digest
 from mixlab.vision_mm.moa3cir.config import METHOD, Config
 
 TEST_SEED = 2026
@@ -69,10 +68,7 @@ def _tower_key(config: Config) -> dict[str, Any]:
 
 
 def _folder(config: Config) -> Path:
-    digest = hashlib.sha256(json.dumps(_tower_key(config), sort_keys=True).encode()).hexdigest()[
-        :10
-    ]
-    return cache_dir("moa3cir", "towers") / f"{config.size}px-{digest}"
+    return cache_dir("moa3cir", "towers") / f"{config.size}px-{key_digest(_tower_key(config))}"
 
 
 def _new_towers(config: Config, seed: int):

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
 import json
 import time
 from dataclasses import asdict
@@ -39,7 +38,7 @@ import torch
 
 from mixlab.shared import Claim, Result, mean_std, run_cells
 from mixlab.shared.files import write_json_atomic
-from mixlab.shared.paths import cache_dir
+from mixlab.shared.paths import cache_dir, key_digest
 from mixlab.vision_mm.mop.config import METHOD, Config
 
 TEST_SEED = 2026
@@ -55,10 +54,6 @@ __all__ = ["METHOD", "Config", "bases", "claims", "regime", "run", "summarise"]
 
 
 # ------------------------------------------------------------------------------------ bases
-def _digest(values: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:10]
-
-
 def _encoder_spec(config: Config):
     from mixlab.vision_mm.mop.bases import EncoderSpec
 
@@ -78,12 +73,12 @@ def _lm_spec(config: Config):
 
 
 def _encoder_folder(config: Config) -> Path:
-    digest = _digest(asdict(_encoder_spec(config)))
+    digest = key_digest(asdict(_encoder_spec(config)))
     return cache_dir("mop", "encoders") / f"{config.size}px-v2-{digest}"  # v2: no aliased modules
 
 
 def _lm_folder(config: Config) -> Path:
-    return cache_dir("mop", "lms") / f"llama-{_digest(asdict(_lm_spec(config)))}"
+    return cache_dir("mop", "lms") / f"llama-{key_digest(asdict(_lm_spec(config)))}"
 
 
 def bases(config: Config) -> tuple[Any, Any, Any, dict[str, Any]]:
