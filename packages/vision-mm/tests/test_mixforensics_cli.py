@@ -94,6 +94,7 @@ def test_killed_training_resumes_to_the_same_model(clips, tmp_path, monkeypatch)
         (["train", "--data", "toy", "--out", "{tmp}/o", "--blends", "0"], "--blends must be"),
         (["train", "--data", "toy", "--out", "{tmp}/o", "--frames", "1"], "--frames must be"),
         (["train", "--data", "toy", "--out", "{tmp}/o", "--system", "x3d"], "--system must be"),
+        (["train", "--data", "toy", "--out", "{tmp}/o", "--device", "tpu"], "--device"),
         (["score", "--model", "{tmp}", "{tmp}/a.mp4"], "--model must be"),
         (["make-data", "--out", "{tmp}/d", "--size", "4"], "--size must be"),
     ],

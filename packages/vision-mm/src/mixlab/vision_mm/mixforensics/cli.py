@@ -151,12 +151,16 @@ def train(
     ] = 4.0,
     embedding: Annotated[float, typer.Option(help="μ of BIR's embedding MSE (sfb-bir)")] = 0.0,
     seed: int = 0,
+    device: Annotated[
+        str, typer.Option(help="'auto' (a GPU when there is one), 'cpu', 'cuda', 'cuda:1', ...")
+    ] = "auto",
     resume: Annotated[bool, typer.Option(help="continue from the checkpoints in --out")] = False,
 ) -> None:
     """Train a detector; the model is saved to OUT/model."""
     import torch
 
     from mixlab.shared.checkpoint import checkpoint_spacing
+    from mixlab.shared.device import check_device_name
     from mixlab.vision_mm.mixforensics.model import build_detector, build_loss, save_detector
     from mixlab.vision_mm.mixforensics.training import train_detector
 
@@ -175,6 +179,7 @@ def train(
     check_number(consistency, "--consistency", consistency >= 0, "a finite number >= 0")
     check_number(embedding, "--embedding", embedding >= 0, "a finite number >= 0")
     check_seed(seed)
+    check_device_name(device, "--device")
     if data == TOY:
         from mixlab.vision_mm.mixforensics.config import Config
         from mixlab.vision_mm.mixforensics.experiment import dataset
@@ -196,7 +201,7 @@ def train(
     detector = build_detector(**spec, checkpoint=checkpoint)
     loss = build_loss(system, consistency, embedding)
     history = train_detector(detector, clips, labels, steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss,
-                             checkpoint=out / "training", checkpoint_every=checkpoint_spacing(steps))  # fmt: skip
+                             checkpoint=out / "training", checkpoint_every=checkpoint_spacing(steps), device=device)  # fmt: skip
     save_detector(detector, out / "model", spec)
     (out / "losses.json").write_text(json.dumps(history))
     typer.echo(

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from mixlab.shared import Claim, Result, cells_by_system, checkpoint_spacing, mean_std, run_cells
+from mixlab.shared.device import resolve_device
 from mixlab.shared.files import write_json_atomic
 from mixlab.shared.paths import cache_dir, key_digest
 from mixlab.vision_mm.mixforensics.config import METHOD, Config
@@ -209,7 +210,8 @@ def frozen_encoder(config: Config) -> torch.nn.Module:
             sources=[TRAIN_PICTURES[p] for p in pictures],
         )
         head = torch.nn.Linear(encoder.feature_dim, len(TRAIN_PICTURES))
-        model = torch.nn.Sequential(encoder, head)
+        device = resolve_device(config.device)
+        model = torch.nn.Sequential(encoder, head).to(device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
         labels = torch.from_numpy(pictures)
         generator = torch.Generator().manual_seed(config.seed)
@@ -217,11 +219,13 @@ def frozen_encoder(config: Config) -> torch.nn.Module:
             rows = torch.randint(len(clips), (config.batch_size * 2,), generator=generator)
             frames = torch.randint(config.frames, (len(rows),), generator=generator)
             images = normalise(clips[rows, frames].float() / 255, encoder)  # as the detectors will
-            loss = torch.nn.functional.cross_entropy(model(images), labels[rows])
+            loss = torch.nn.functional.cross_entropy(
+                model(images.to(device)), labels[rows].to(device)
+            )
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-        save_model(encoder, str(path))
+        save_model(encoder.cpu(), str(path))
     load_model(encoder, str(path))
     return encoder.requires_grad_(False).eval()
 
@@ -322,7 +326,7 @@ def run_cell(config: Config, out_dir: Path, cell: dict[str, Any]) -> dict[str, A
     torch.manual_seed(seed)
     detector = make_detector(config, system)
     train_detector(detector, train["clips"], train["labels"], config.steps, batch_size=config.batch_size,
-                   lr=config.lr, seed=seed, loss=build_loss(system, config.consistency, config.embedding), checkpoint_every=checkpoint_spacing(config.steps),
+                   lr=config.lr, seed=seed, loss=build_loss(system, config.consistency, config.embedding), device=config.device, checkpoint_every=checkpoint_spacing(config.steps),
                    checkpoint=out_dir / "training" / f"{system}-{seed}")  # fmt: skip
     trained = time.perf_counter() - started
     return {**cell, **evaluate(detector, dataset(config, "test"), system, config), "train_seconds": trained,

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from mixlab.shared.checks import check_count, check_number
+from mixlab.shared.device import resolve_device
 from mixlab.vision_mm.mixforensics.blend import BlendInvarianceLoss
 from mixlab.vision_mm.mixforensics.model import unit_range
 
@@ -30,9 +31,11 @@ def train_detector(
     detector: torch.nn.Module, clips: torch.Tensor, labels: torch.Tensor, steps: int, *,
     batch_size: int = 64, lr: float = 2e-3, weight_decay: float = 1e-4, seed: int = 0,
     loss: BlendInvarianceLoss | None = None, checkpoint: str | Path | None = None, checkpoint_every: int = 100,
+    device: str | torch.device = "auto",
 ) -> list[dict[str, float]]:  # fmt: skip
     """Train ``detector`` on ``clips`` (N, T, C, H, W uint8 or floats in [0, 1]) with ``labels``
-    (N,) in {0, 1} (1: fake); AdamW with a cosine schedule. Returns each step's logged losses."""
+    (N,) in {0, 1} (1: fake) on ``device`` (``auto``: a GPU when there is one); AdamW with a
+    cosine schedule. Returns each step's logged losses."""
     from accelerate import Accelerator
 
     check_count(steps, "steps", minimum=0)
@@ -41,7 +44,7 @@ def train_detector(
     if len(clips) != len(labels):
         raise ValueError(f"labels must have one entry per clip ({len(clips)}), got {len(labels)}")
     loss = loss if loss is not None else BlendInvarianceLoss(consistency=0.0)
-    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    accelerator = Accelerator(cpu=resolve_device(device).type == "cpu")
     parameters = [p for p in detector.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(
