@@ -82,40 +82,34 @@ def _read_image(path: Path) -> np.ndarray:
         raise ValueError(f"frame {str(path)!r} cannot be read: {error}") from None
 
 
-def _decode(path: Path, frames: int | None) -> tuple[dict[int, np.ndarray], int]:
-    """({index: RGB array} of the frames :func:`_spread` keeps, frame count). When the container
-    states its frame count, only the kept frames are converted; otherwise all are."""
+def _decode(path: Path, frames: int | None, count: int = 0) -> tuple[dict[int, np.ndarray], int]:
+    """({index: RGB array} of the frames :func:`_spread` keeps, frame count). Only the kept frames
+    are converted: with the count known (``count``, else the container's own) in one pass, else
+    after a first pass that counts (also when the container's count was wrong)."""
     import av
 
     if not path.is_file():
         raise ValueError(f"video {str(path)!r} does not exist")
     try:
         with av.open(str(path)) as container:
-            stated = container.streams.video[0].frames
-            wanted = set(_spread(stated, frames)) if stated > 0 else None
-            arrays, count = {}, 0
+            known = count or container.streams.video[0].frames
+            if known > 0:
+                wanted: set[int] | None = set(_spread(known, frames))
+            else:  # count first (converting nothing) when only some frames are kept
+                wanted = None if frames is None else set()
+            arrays, found = {}, 0
             for index, frame in enumerate(container.decode(video=0)):
                 if wanted is None or index in wanted:
                     arrays[index] = frame.to_ndarray(format="rgb24")
-                count = index + 1
+                found = index + 1
     except (av.error.FFmpegError, IndexError, ValueError) as error:
         raise ValueError(f"video {str(path)!r} cannot be read as a video: {error}") from None
-    if not arrays:
+    if found == 0:
         raise ValueError(f"video {str(path)!r} holds no video frames")
-    if wanted is not None and count != stated:  # the stated count was wrong: keep what exists
-        keep = set(_spread(count, frames))
-        missing = keep - arrays.keys()
-        if missing:
-            return _decode_all(path), count
-        arrays = {i: a for i, a in arrays.items() if i in keep}
-    return arrays, count
-
-
-def _decode_all(path: Path) -> dict[int, np.ndarray]:
-    import av
-
-    with av.open(str(path)) as container:
-        return {i: f.to_ndarray(format="rgb24") for i, f in enumerate(container.decode(video=0))}
+    keep = set(_spread(found, frames))
+    if not keep <= arrays.keys():  # the count was unknown or wrong: read the kept frames again
+        return _decode(path, frames, found)
+    return {i: a for i, a in arrays.items() if i in keep}, found
 
 
 def write_video(
