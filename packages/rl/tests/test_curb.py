@@ -146,10 +146,12 @@ def test_initial_q_is_calvano_eq8(bertrand):
     "learner",
     [
         QLearner(max_periods=1500),
+        QLearner(penalty=0.2, max_periods=1500),
+        QLearner(belief=True, max_periods=1500),
         QLearner.curb(max_periods=1500),
         QLearner(memory=0, max_periods=1500),
     ],
-    ids=["q-learning", "curb", "no-memory"],
+    ids=["q-learning", "penalty", "belief", "curb", "no-memory"],
 )
 def test_compiled_loop_equals_the_plain_python_reference(learner):
     env = RepeatedMarketEnv(LinearCournot())
@@ -158,9 +160,41 @@ def test_compiled_loop_equals_the_plain_python_reference(learner):
     np.testing.assert_array_equal(compiled.q, reference.q)
     np.testing.assert_array_equal(compiled.greedy, reference.greedy)
     np.testing.assert_array_equal(compiled.last_state, reference.last_state)
-    from mixlab.rl.curb import qlearning
+    np.testing.assert_array_equal(compiled.periods, reference.periods)
 
-    assert hasattr(qlearning._uniform, "py_func")  # the compiled helpers are back after the run
+
+def test_plain_python_reference_is_thread_safe():
+    from concurrent.futures import ThreadPoolExecutor
+
+    env, learner = RepeatedMarketEnv(), QLearner.curb(max_periods=800)
+    alone = [train_sessions(env, learner, 1, seed=s, python=True).q for s in range(4)]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(
+            pool.map(lambda s: train_sessions(env, learner, 1, seed=s, python=True).q, range(4))
+        )
+    for one, other in zip(alone, together, strict=True):
+        np.testing.assert_array_equal(one, other)
+
+
+def test_belief_injected_td_target_by_hand_on_a_3x3_game():
+    """y = r + δ·Σ_a' b(a')·V_i(s(a_i, a')), s(a_0, a_1) = a_0·3 + a_1: firm 0's own action is
+    the first digit, firm 1's the second. Swapping the digits gives other numbers."""
+    from mixlab.rl.curb.qlearning import td_target
+
+    value = np.array([np.arange(9.0), 10.0 * np.arange(9.0) ** 2])  # V_i(s), [2 firms, 9 states]
+    counts = np.array([[1.0, 2.0, 3.0], [2.0, 0.0, 1.0]])  # firm i's counts of the rival's actions
+    reward, delta = 0.5, 0.9
+    # Firm 0 played 2: next states (2, 0), (2, 1), (2, 2) = 6, 7, 8 with belief 1/6, 2/6, 3/6.
+    expected_0 = reward + delta * (1 * 6 + 2 * 7 + 3 * 8) / 6
+    # Firm 1 played 1: next states (0, 1), (1, 1), (2, 1) = 1, 4, 7 with belief 2/3, 0, 1/3.
+    expected_1 = reward + delta * (2 * 10 * 1 + 1 * 10 * 49) / 3
+    assert td_target(reward, delta, value, 0, True, counts, 0, 2, 3) == pytest.approx(expected_0)
+    assert td_target(reward, delta, value, 0, True, counts, 1, 1, 3) == pytest.approx(expected_1)
+    # With the digits swapped firm 0 would read states 2, 5, 8 and firm 1 states 3, 4, 5.
+    assert expected_0 != pytest.approx(reward + delta * (1 * 2 + 2 * 5 + 3 * 8) / 6)
+    assert expected_1 != pytest.approx(reward + delta * (2 * 90 + 1 * 250) / 3)
+    # Without belief injection the target is the plain r + δ·V_i(s').
+    assert td_target(reward, delta, value, 5, False, counts, 1, 1, 3) == reward + delta * 250.0
 
 
 def test_seeded_sessions_are_deterministic_on_any_thread_count():
@@ -286,6 +320,48 @@ def test_impulse_response_undercuts_when_already_at_the_best_response(bertrand):
     assert response.actions[1, 0] == grid[0]  # one step down, towards competition
     assert not response.punished
     assert response.deviation_gain < 0  # cutting below the best response loses
+
+
+def test_lock_in_is_the_start_profile_played_forever():
+    from mixlab.rl.curb.analysis import frozen_start, start_actions
+
+    env = RepeatedMarketEnv(LinearCournot())
+    m = env.grid.size
+    start = start_actions(env.payoff_table, m, 2)
+    # Eq. 8's greedy action is the best reply to uniformly random rivals.
+    profits = env.payoff_table.reshape(m, m, 2)
+    assert start.tolist() == [profits[:, :, 0].mean(axis=1).argmax()] * 2
+    frozen = frozen_start(env)
+    assert frozen.locked_at_start
+    assert frozen.cycle_length == 1
+    assert not frozen.impulse.punished
+    # The same profile reached from elsewhere counts; any other cycle does not.
+    policy = np.full((2, m * m), start[0])
+    policy[:, 1] = 0  # from state 1 play (0, 0) once, then the start profile from state 0 on
+    eq = equilibria(env.market)
+    args = (env.payoff_table, env.grid, eq)
+    kwargs = {"delta": 0.95, "competitive_direction": 1}
+    assert analyse_policy(policy, 1, *args, **kwargs).locked_at_start
+    policy[:, :] = (start[0] + 1) % m
+    assert not analyse_policy(policy, 0, *args, **kwargs).locked_at_start
+
+
+def test_belief_effect_is_a_paired_one_sided_test():
+    from mixlab.rl.curb.experiment import belief_effect
+
+    rng = np.random.default_rng(0)
+    penalty = [{"collusion": 0.5 + 0.2 * rng.random()} for _ in range(30)]
+    closer = [{"collusion": s["collusion"] - 0.15} for s in penalty]
+    farther = [{"collusion": s["collusion"] + 0.15} for s in penalty]
+    effect, p = belief_effect(penalty, closer)
+    assert effect == pytest.approx(0.15)
+    assert p < 0.001
+    effect, p = belief_effect(penalty, farther)
+    assert effect == pytest.approx(-0.15)
+    assert p > 0.99
+    # Overshoot below the band is distance too; sessions inside the band all tie.
+    assert belief_effect(penalty, [{"collusion": -0.6}] * 30)[1] > 0.99
+    assert belief_effect([{"collusion": 0.1}] * 5, [{"collusion": 0.0}] * 5) == (0.0, 1.0)
 
 
 def test_tv_penalty_is_zero_for_a_policy_that_ignores_the_rival():
@@ -428,8 +504,22 @@ def test_experiment_runs_and_resumes(tmp_path):
     assert {"bertrand/q-learning", "cournot/curb", "bertrand/dqn", "bertrand/curb-dqn"} <= set(
         result.metrics
     )
-    # Q-learning's collusion is the regime check; CURB, DQN colludes, CURB-DQN unwinds are claims
-    assert len(result.claims) == 3
+    # Q-learning's collusion is the regime check; CURB in each game, belief injection's own
+    # effect, DQN colludes and CURB-DQN unwinds are claims.
+    assert len(result.claims) == 5
+    assert "lock-in share" in result.claims[1].evidence
+    assert "cournot p" in result.claims[2].evidence
+    # The frozen-at-start control sits beside every system: Cournot's is Δ = −0.21, locked.
+    frozen = result.metrics["cournot/frozen-start"]
+    assert frozen["collusion"] == pytest.approx(-0.21, abs=1e-6)
+    assert frozen["lock_in_share"] == 1.0
+    assert result.metrics["bertrand/q-learning"]["lock_in_share"] == 0.0
+    assert result.metrics["cournot/curb"]["belief_effect_p"] is not None
+    assert result.metrics["cournot/penalty"]["belief_effect_p"] is None
+    # Each DQN system is timed on its own.
+    assert (
+        result.metrics["bertrand/dqn"]["seconds"] != result.metrics["bertrand/curb-dqn"]["seconds"]
+    )
     assert len(result.regime) == 1
     assert "Q-learning colludes" in result.regime[0].text
     assert "Δ" in result.regime[0].evidence

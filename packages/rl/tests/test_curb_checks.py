@@ -75,31 +75,65 @@ def test_config_module_imports_nothing_heavy():
 # --- regime check and the DQN precondition ----------------------------------------------------
 
 
-def _metrics(q_collusion=0.86, q_punished=0.95, dqn=(0.45, 0.0, 0.25), curb_dqn=0.1):
+def _metrics(q_collusion=0.86, q_punished=0.95, dqn=(0.45, 0.0, 0.25), curb_dqn=0.1, curb=None):
+    """Metric rows as summarise() writes them; ``curb`` overrides CURB's rows in both games."""
     row = {
         "collusion": 0.05,
+        "collusion_median": 0.05,
+        "share_in_band": 0.9,
+        "lock_in_share": 0.0,
         "punished_share": 0.0,
         "tv_cooperate_defect": 0.0,
         "grid_collusion_max": None,
         "grid_collusion_min": None,
+        "belief_effect": None,
+        "belief_effect_p": None,
     }
     metrics = {
         f"{game}/{system}": dict(row)
         for game in ("bertrand", "cournot")
-        for system in (
-            "q-learning",
-            "curb",
-        )
+        for system in ("q-learning", "penalty", "curb")
     }
     metrics["bertrand/q-learning"].update(collusion=q_collusion, punished_share=q_punished)
+    for game in ("bertrand", "cournot"):
+        metrics[f"{game}/curb"].update(belief_effect=0.05, belief_effect_p=0.01, **(curb or {}))
     metrics["bertrand/dqn"] = {
         **row,
         "collusion": dqn[0],
+        "collusion_median": dqn[0],
         "punished_share": dqn[1],
         "tv_cooperate_defect": dqn[2],
     }
-    metrics["bertrand/curb-dqn"] = {**row, "collusion": curb_dqn}
+    metrics["bertrand/curb-dqn"] = {**row, "collusion": curb_dqn, "collusion_median": curb_dqn}
     return metrics
+
+
+@pytest.mark.parametrize(
+    ("curb", "part"),
+    [
+        ({}, None),
+        ({"collusion_median": 0.25}, "median Δ 0.25"),
+        ({"share_in_band": 0.65}, "share in band 0.65"),
+        # The full Cournot run: a good-looking mean hid 47 % of sessions frozen at the start.
+        ({"collusion": -0.013, "lock_in_share": 0.47}, "lock-in share 0.47"),
+        ({"punished_share": 0.3}, "share punishing 0.3"),
+    ],
+)
+def test_curb_is_judged_on_the_distribution_of_sessions(curb, part):
+    bertrand, cournot, belief, *_ = claims(_metrics(curb=curb), Config())
+    for claim in (bertrand, cournot):
+        assert claim.holds is (part is None)
+        if part is not None:
+            assert part in claim.evidence
+    assert belief.holds
+
+
+def test_belief_injection_needs_a_significant_paired_effect_in_each_game():
+    metrics = _metrics()
+    metrics["cournot/curb"].update(belief_effect=-0.02, belief_effect_p=0.9)
+    belief = claims(metrics, Config())[2]
+    assert not belief.holds
+    assert "cournot p (mean distance reduction -0.020) 0.9" in belief.evidence
 
 
 @pytest.mark.parametrize(
@@ -123,7 +157,7 @@ def test_dqn_claims_need_a_dqn_that_learned():
     assert "0.25" in dqn_learned(metrics).evidence
     result = Result(metrics=metrics, claims=claims(metrics, config), regime=regime(metrics, config))
     assert result.regime_holds
-    curb, dqn_colludes, curb_dqn = result.claims
+    curb, _, _, dqn_colludes, curb_dqn = result.claims
     assert curb.tested
     assert not dqn_colludes.tested
     assert not curb_dqn.tested
@@ -134,12 +168,12 @@ def test_dqn_claims_need_a_dqn_that_learned():
         assert dqn_learned(metrics).holds
         result = Result(metrics=metrics, claims=claims(metrics, config))
         assert all(claim.tested for claim in result.claims)
-        assert result.claims[1].holds
-        assert result.claims[2].holds
+        assert result.claims[3].holds
+        assert result.claims[4].holds
     # A failed regime check leaves every claim untested.
     metrics = _metrics(q_collusion=0.5, dqn=(0.89, 0.75, 0.75))
     result = Result(metrics=metrics, claims=claims(metrics, config), regime=regime(metrics, config))
-    assert [claim.state for claim in result.claims] == ["untested"] * 3
+    assert [claim.state for claim in result.claims] == ["untested"] * 5
 
 
 # --- CLI: every option checked before any work ------------------------------------------------

@@ -12,16 +12,25 @@ from typing import Any
 
 import numpy as np
 
-from mixlab.rl.curb.env import RepeatedMarketEnv
+from mixlab.rl.curb.config import COMPETITIVE_BAND
+from mixlab.rl.curb.env import RepeatedMarketEnv, append_action
 from mixlab.rl.curb.markets import Equilibria, best_response_table, collusion_index, equilibria
+from mixlab.rl.curb.qlearning import initial_q
 from mixlab.shared import is_count, require
 
 
 def _profile(policy: np.ndarray, state: int, m: int) -> int:
     profile = 0
     for action in policy[:, state]:
-        profile = profile * m + int(action)
+        profile = append_action(profile, int(action), m)
     return profile
+
+
+def start_actions(table: np.ndarray, n_actions: int, n_firms: int) -> np.ndarray:
+    """Every firm's greedy action under Calvano's Eq. 8 initial Q, [n]: the best action against
+    uniformly random rivals, the same in every state and for every δ. A learner that never moves
+    its greedy policy plays this profile forever."""
+    return initial_q(table, n_actions, n_firms, 0.0).argmax(axis=1)
 
 
 def _next_state(state: int, profile: int, m: int, n: int, n_states: int) -> int:
@@ -232,7 +241,7 @@ def policy_dependence(
     if firm == 1:
         own_c, rival_c = rival_c, own_c
     # The rival's static best response to firm's cooperative action (its own digit is ignored).
-    profile = own_c * m + rival_c if firm == 0 else rival_c * m + own_c
+    profile = append_action(own_c, rival_c, m) if firm == 0 else append_action(rival_c, own_c, m)
     rival_d = best_response_table(table, m, 2)[1 - firm, profile]
     return Dependence(
         aggregate=float(tv.max(axis=(1, 2)).mean()),
@@ -243,7 +252,9 @@ def policy_dependence(
 @dataclass
 class SessionOutcome:
     """One converged session: collusion index over its cycle, cycle length, mean action, impulse
-    response (firm 0 deviates) and firm-averaged TV statistics of the greedy policies."""
+    response (firm 0 deviates), firm-averaged TV statistics of the greedy policies, and whether
+    the cycle is the Eq. 8 start profile played forever (``locked_at_start``: the outcome of a
+    learner frozen at its initial greedy policy)."""
 
     collusion: float
     cycle_length: int
@@ -251,6 +262,7 @@ class SessionOutcome:
     impulse: ImpulseResponse
     tv_aggregate: float | None
     tv_cooperate_defect: float | None
+    locked_at_start: bool = False
 
 
 def analyse_policy(
@@ -266,6 +278,7 @@ def analyse_policy(
 ) -> SessionOutcome:
     """Freeze ``policy``, find its cycle from ``last_state`` and measure it."""
     m = grid.size
+    start_profile = _profile(start_actions(table, m, policy.shape[0])[:, None], 0, m)
     cycle = converged_cycle(policy, last_state, m)
     profits = cycle_profits(policy, cycle, table)
     played = np.array([_actions(_profile(policy, s, m), m, policy.shape[0]) for s in cycle])
@@ -293,7 +306,47 @@ def analyse_policy(
         impulse=impulse,
         tv_aggregate=tv_aggregate,
         tv_cooperate_defect=tv_cd,
+        locked_at_start=all(_profile(policy, s, m) == start_profile for s in cycle),
     )
+
+
+def _market_env(env: Any) -> RepeatedMarketEnv:
+    market_env = getattr(env, "unwrapped", env)
+    require(
+        isinstance(market_env, RepeatedMarketEnv),
+        "played.env",
+        "a RepeatedMarketEnv, possibly wrapped (collusion is measured against its market's "
+        "Nash and monopoly profits)",
+        type(market_env).__name__,
+    )
+    return market_env
+
+
+def _analyse(
+    market_env: RepeatedMarketEnv, policy: np.ndarray, last_state: int, delta: float, periods: int
+) -> SessionOutcome:
+    return analyse_policy(
+        policy,
+        last_state,
+        market_env.payoff_table,
+        market_env.grid,
+        equilibria(market_env.market),
+        delta=delta,
+        competitive_direction=market_env.market.competitive_direction,
+        periods=periods,
+    )
+
+
+def frozen_start(env: Any, *, delta: float = 0.95, periods: int = 25) -> SessionOutcome:
+    """The control for every learner on ``env`` (a :class:`~mixlab.rl.curb.RepeatedMarketEnv`):
+    the outcome of never learning, every firm playing its Eq. 8 greedy action
+    (:func:`start_actions`) in every memory-1 state. A system whose sessions end here has not
+    unwound anything; it never left the start."""
+    market_env = _market_env(env)
+    n, m = len(market_env.possible_agents), market_env.grid.size
+    start = start_actions(market_env.payoff_table, m, n)
+    policy = np.repeat(start[:, None], m**n, axis=1)
+    return _analyse(market_env, policy, 0, delta, periods)
 
 
 def analyse_sessions(
@@ -303,33 +356,15 @@ def analyse_sessions(
     :func:`~mixlab.rl.curb.train_sessions` or :func:`~mixlab.rl.curb.train_dqn` on a
     :class:`~mixlab.rl.curb.RepeatedMarketEnv`, possibly wrapped). Deviations are valued at
     ``delta`` (Calvano's δ by default, also for myopic learners)."""
-    market_env = getattr(played.env, "unwrapped", played.env)
-    require(
-        isinstance(market_env, RepeatedMarketEnv),
-        "played.env",
-        "a RepeatedMarketEnv, possibly wrapped (collusion is measured against its market's "
-        "Nash and monopoly profits)",
-        type(market_env).__name__,
-    )
+    market_env = _market_env(played.env)
     require(
         played.greedy is not None,
         "played.greedy",
         "tabular greedy policies (train_dqn gives them on 2-firm markets only)",
         None,
     )
-    market = market_env.market
-    eq = equilibria(market)
     return [
-        analyse_policy(
-            policy,
-            int(last),
-            market_env.payoff_table,
-            market_env.grid,
-            eq,
-            delta=delta,
-            competitive_direction=market.competitive_direction,
-            periods=periods,
-        )
+        _analyse(market_env, policy, int(last), delta, periods)
         for policy, last in zip(played.greedy, played.last_state, strict=True)
     ]
 
@@ -348,16 +383,25 @@ def session_record(outcome: SessionOutcome, periods: int, converged: bool | None
         "undercut_share": impulse.undercut_share,
         "tv_aggregate": outcome.tv_aggregate,
         "tv_cooperate_defect": outcome.tv_cooperate_defect,
+        "locked_at_start": outcome.locked_at_start,
         "periods": int(periods),
         "converged": None if converged is None else bool(converged),
         "impulse_actions": impulse.actions.tolist(),
     }
 
 
+def band_distance(collusion: np.ndarray) -> np.ndarray:
+    """How far each Δ lies outside the competitive band [−0.1, 0.2] (0 inside): above it is
+    collusion left, below it overshoot past the one-shot Nash profits."""
+    low, high = COMPETITIVE_BAND
+    return np.maximum(0.0, np.maximum(collusion - high, low - collusion))
+
+
 def summarise_records(sessions: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Summary of :func:`session_record` rows: Δ (mean, sample std, s.e., shares below 0.1 and
-    below −0.1), punishment and deviation statistics, TV statistics and convergence (means over
-    the sessions that have the number)."""
+    """Summary of :func:`session_record` rows: the distribution of Δ (mean, sample std, s.e.,
+    median, shares below 0.1, below −0.1 and inside the competitive band, mean distance to the
+    band), the share locked at the start profile, punishment and deviation statistics, TV
+    statistics and convergence (means over the sessions that have the number)."""
 
     def mean(name: str) -> float | None:
         values = [s[name] for s in sessions if s[name] is not None]
@@ -373,6 +417,10 @@ def summarise_records(sessions: list[dict[str, Any]]) -> dict[str, float | None]
         "share_below_0.1": float(np.mean(collusion < 0.1)),
         # Overshoot: more competitive than the one-shot Nash equilibrium.
         "share_below_minus_0.1": float(np.mean(collusion < -0.1)),
+        "collusion_median": float(np.median(collusion)),
+        "share_in_band": float(np.mean(band_distance(collusion) == 0)),
+        "band_distance": float(band_distance(collusion).mean()),
+        "lock_in_share": float(np.mean([s["locked_at_start"] for s in sessions])),
         "punished_share": mean("punished"),
         "rival_response": mean("rival_response"),
         "deviation_gain": mean("deviation_gain"),

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from mixlab.rl.curb.config import (
+    COMPETITIVE_BAND,
     MARKET_NAMES,
     MAX_TABLE_BYTES,
     TABULAR_SYSTEMS,
@@ -79,7 +80,10 @@ def _write(out: Path | None, summary: dict, records: list[dict], policies) -> No
 
 def _report(label: str, summary: dict) -> None:
     typer.echo(
-        f"{label}: Δ = {summary['collusion']:.3f} ± {summary['collusion_std']:.3f}, "
+        f"{label}: Δ = {summary['collusion']:.3f} ± {summary['collusion_std']:.3f} "
+        f"(median {summary['collusion_median']:.3f}, {summary['share_in_band']:.0%} in "
+        f"[{COMPETITIVE_BAND[0]}, {COMPETITIVE_BAND[1]}], {summary['lock_in_share']:.0%} locked "
+        "at the start), "
         f"punishment in {summary['punished_share']:.0%} of sessions, "
         f"rival response at t+1 {summary['rival_response']:+.4f}, "
         f"deviation unprofitable in {summary['unprofitable_deviation_share']:.0%}"

@@ -37,7 +37,7 @@ import torch
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
-from mixlab.rl.curb.env import discrete_actions, repeated_game
+from mixlab.rl.curb.env import append_action, discrete_actions, repeated_game
 from mixlab.shared import is_count, progress, require
 
 
@@ -232,7 +232,7 @@ def train_dqn(
         """[sessions, 2] last actions → [members] agent-centric state own·m + rival."""
         own = last.reshape(-1)
         rival = last.flip(1).reshape(-1)
-        return own * m + rival
+        return append_action(own, rival, m)
 
     def target_values() -> torch.Tensor:
         with torch.no_grad():
@@ -246,7 +246,7 @@ def train_dqn(
             state = agent_state(prices)
             own = state // m
             # The current state and its m counterfactual rival prices (for the penalty), in one pass.
-            counterfactual = own[:, None] * m + torch.arange(m, device=device)[None, :]
+            counterfactual = append_action(own[:, None], torch.arange(m, device=device)[None, :], m)
             with torch.no_grad():
                 q = online(all_states[0][torch.cat([state[:, None], counterfactual], dim=1)])
             greedy = q[:, 0].argmax(dim=-1)
@@ -254,7 +254,9 @@ def train_dqn(
             random_action = torch.randint(0, m, (members,), generator=generator).to(device)
             action = torch.where(explore, random_action, greedy)
             joint = action.reshape(sessions, 2)
-            reward = profits[joint[:, 0] * m + joint[:, 1]].reshape(-1)  # [members] (firm order)
+            reward = profits[append_action(joint[:, 0], joint[:, 1], m)].reshape(
+                -1
+            )  # [members] (firm order)
             belief = rival_counts / rival_counts.sum(dim=1, keepdim=True)
             if bool(torch.any(lam_max > 0)):
                 policy = torch.softmax(q[:, 1:] / tau[:, None, None], dim=-1)  # [members, m', m]
@@ -268,7 +270,7 @@ def train_dqn(
             prices = joint
             buf_next[:, slot] = agent_state(prices)
             rival_counts[rows, joint.flip(1).reshape(-1)] += 1
-            running += profits[joint[:, 0] * m + joint[:, 1]].mean(dim=1)
+            running += profits[append_action(joint[:, 0], joint[:, 1], m)].mean(dim=1)
             if (t + 1) % trace_every == 0:
                 trace.append((running / trace_every).cpu().numpy())
                 running.zero_()
@@ -283,7 +285,7 @@ def train_dqn(
                 r = buf_reward.gather(1, index)
                 s_next = buf_next.gather(1, index)
                 plain = v_target.gather(1, s_next)
-                believed_states = (a * m)[..., None] + torch.arange(m, device=device)  # [E, B, m']
+                believed_states = append_action(a[..., None], torch.arange(m, device=device), m)
                 believed = (
                     v_target.gather(1, believed_states.reshape(members, -1)).reshape(members, -1, m)
                     * belief[:, None, :]
@@ -318,7 +320,7 @@ def train_dqn(
         network=online,
         reward_trace=np.array(trace).T if trace else np.zeros((sessions, 0)),
         greedy=greedy.reshape(sessions, 2, m * m),
-        last_state=last[:, 0] * m + last[:, 1],
+        last_state=append_action(last[:, 0], last[:, 1], m),
         encode=encode,
         invalid=torch.zeros(members, m, dtype=torch.bool, device=device),
     )

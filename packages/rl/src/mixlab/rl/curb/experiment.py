@@ -2,11 +2,21 @@
 
 1. Tabular, both games, ``n_sessions`` seeded sessions per system at Calvano's (α, β):
    Q-learning (Calvano et al. 2020), penalty only, belief injection only, CURB (both), and the
-   no-memory (k = 0) and myopic (δ = 0) references. Per session: collusion index Δ over the
-   converged cycle, impulse response to a one-period deviation (punishment, deviation gain),
-   TV dependence of the greedy policies on the rival's history, convergence time.
+   no-memory (k = 0) and myopic (δ = 0) references; every system plays the same session seeds.
+   Per session: collusion index Δ over the converged cycle, impulse response to a one-period
+   deviation (punishment, deviation gain), TV dependence of the greedy policies on the rival's
+   history, convergence time, and whether it ended locked at the Eq. 8 start profile. Beside
+   them the frozen-at-start control (:func:`~mixlab.rl.curb.analysis.frozen_start`: the outcome
+   of never moving the initial greedy policy, Δ = −0.21 in Cournot).
 2. Full profile: Q-learning and CURB on a coarse (α, β) grid, and CURB's λ_max swept.
-3. Bertrand, DQN and CURB-DQN (``dqn_seeds`` sessions each, trained in one batched loop).
+3. Bertrand, DQN and CURB-DQN (``dqn_seeds`` sessions each, one batched loop per system, timed
+   separately).
+
+Claims are judged on the distribution of sessions, with thresholds fixed before the rerun that
+introduced them: CURB unwinds a game when its median Δ is below 0.2, at least 70 % of sessions
+lie in the competitive band [−0.1, 0.2], fewer than 10 % are locked at the start profile and at
+most 25 % punish a deviation. Belief injection's own effect is CURB against penalty-only, paired
+by session seed: a one-sided Wilcoxon signed-rank test on the sessions' distances to the band.
 
 Regime (``result.json``'s ``regime``, gating every claim): Q-learning colludes on Bertrand as in
 Calvano et al. (mean Δ in [0.75, 0.95] and at least 50 % of sessions punish a deviation); without
@@ -28,12 +38,22 @@ from typing import Any
 
 import numpy as np
 
-from mixlab.rl.curb.analysis import analyse_sessions, session_record, summarise_records
+from mixlab.rl.curb.analysis import (
+    analyse_sessions,
+    band_distance,
+    frozen_start,
+    session_record,
+    summarise_records,
+)
 from mixlab.rl.curb.config import (
+    BELIEF_P,
     CALVANO_RANGE,
+    COMPETITIVE_BAND,
     DQN_SYSTEMS,
     GAMES,
+    IN_BAND,
     LEARNED_TV,
+    LOCK_IN,
     MAJORITY,
     METHOD,
     RARE,
@@ -105,7 +125,7 @@ def _cells(config: Config) -> list[dict[str, Any]]:
         for b in config.grid_betas
         if (a, b) != (config.alpha, config.beta)
     ]
-    cells.append({"kind": "dqn", "game": "bertrand", "system": "dqn+curb-dqn"})
+    cells += [{"kind": "dqn", "game": "bertrand", "system": system} for system in DQN_SYSTEMS]
     return cells
 
 
@@ -125,41 +145,49 @@ def run_tabular(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
     return {**cell, "seconds": seconds, "sessions": outcomes}
 
 
-def run_dqn(config: Config, cell: dict[str, Any]) -> list[dict[str, Any]]:
+def run_dqn(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
+    """``dqn_seeds`` sessions of one DQN system in one batched loop (the same seed for both
+    systems, so session k of each starts alike)."""
     env = RepeatedMarketEnv(MARKETS["bertrand"](), n_actions=config.n_actions)
-    common = {"steps": config.dqn_steps, "beta": config.dqn_beta}
-    configs = [DQNConfig(**common)] * config.dqn_seeds + [
-        DQNConfig(**common, penalty=config.penalty, belief=True)
-    ] * config.dqn_seeds
-    start = time.perf_counter()
-    trained = train_dqn(env, configs, seed=config.seed, device=resolve_device(config.device))
-    seconds = time.perf_counter() - start
-    outcomes = [session_record(o, config.dqn_steps, None) for o in analyse_sessions(trained)]
-    results = []
-    for offset, system in enumerate(DQN_SYSTEMS):
-        mine = slice(offset * config.dqn_seeds, (offset + 1) * config.dqn_seeds)
-        results.append(
-            {
-                "kind": "dqn",
-                "game": "bertrand",
-                "system": system,
-                "seconds": seconds / 2,
-                "dqn": asdict(configs[offset * config.dqn_seeds]),
-                "profit_trace": trained.reward_trace[mine].mean(axis=0).tolist(),
-                "sessions": outcomes[mine],
-            }
+    dqn_config = DQNConfig(steps=config.dqn_steps, beta=config.dqn_beta)
+    if cell["system"] == "curb-dqn":
+        dqn_config = DQNConfig(
+            steps=config.dqn_steps, beta=config.dqn_beta, penalty=config.penalty, belief=True
         )
-    return results
+    start = time.perf_counter()
+    trained = train_dqn(
+        env, [dqn_config] * config.dqn_seeds, seed=config.seed, device=resolve_device(config.device)
+    )
+    seconds = time.perf_counter() - start
+    return {
+        **cell,
+        "seconds": seconds,
+        "dqn": asdict(dqn_config),
+        "profit_trace": trained.reward_trace.mean(axis=0).tolist(),
+        "sessions": [session_record(o, config.dqn_steps, None) for o in analyse_sessions(trained)],
+    }
+
+
+def frozen_start_record(config: Config, game: str) -> dict[str, Any]:
+    """The frozen-at-start control of ``game`` as a one-session record."""
+    env = RepeatedMarketEnv(MARKETS[game](), n_actions=config.n_actions)
+    return {
+        "kind": "control",
+        "game": game,
+        "system": "frozen-start",
+        "seconds": 0.0,
+        "sessions": [session_record(frozen_start(env), 0, None)],
+    }
 
 
 def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
-    def run_cell(cell: dict[str, Any]) -> list[dict[str, Any]]:
-        return run_dqn(config, cell) if cell["kind"] == "dqn" else [run_tabular(config, cell)]
+    def run_cell(cell: dict[str, Any]) -> dict[str, Any]:
+        return run_dqn(config, cell) if cell["kind"] == "dqn" else run_tabular(config, cell)
 
-    outcomes = run_cells(
+    records = run_cells(
         out_dir, config, _cells(config), run_cell, resume=resume, label="curb cells"
     )
-    records = [record for outcome in outcomes for record in outcome]
+    records += [frozen_start_record(config, game) for game in GAMES]
     write_json_atomic(out_dir / "cells.json", _compact(records), indent=None)
     metrics = summarise(records, config)
     _plots(records, config, out_dir)
@@ -185,9 +213,12 @@ def _compact(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def summarise(records: list[dict[str, Any]], config: Config) -> dict[str, dict[str, float | None]]:
-    """One row per game and system at Calvano's (α, β) and the configured λ_max; CURB rows at other
-    λ_max; on the grid rows of Q-learning and CURB (None elsewhere): the range of cell-mean Δ, the
-    cells with Δ below the "unwound" line, and for CURB the cells where it is below Q-learning."""
+    """One row per game and system at Calvano's (α, β) and the configured λ_max (the frozen-start
+    control included); CURB rows at other λ_max; on the grid rows of Q-learning and CURB (None
+    elsewhere): the range of cell-median Δ, the cells with it below the "unwound" line, and for
+    CURB the cells where it is below Q-learning's. On the main CURB rows (None elsewhere):
+    belief injection's own effect, the mean paired reduction of the distance to the competitive
+    band against penalty-only and its one-sided Wilcoxon signed-rank p-value."""
     metrics: dict[str, dict[str, float | None]] = {}
     for record in records:
         if record["kind"] == "grid":
@@ -212,8 +243,35 @@ def summarise(records: list[dict[str, Any]], config: Config) -> dict[str, dict[s
             if grid and record["system"] == "curb"
             else None
         )
+        row["belief_effect"] = row["belief_effect_p"] = None
+        if record["kind"] == "tabular" and record["system"] == "curb":
+            row["belief_effect"], row["belief_effect_p"] = belief_effect(
+                _main_record(records, record["game"], "penalty")["sessions"], record["sessions"]
+            )
         metrics[name] = row
     return metrics
+
+
+def _main_record(records: list[dict[str, Any]], game: str, system: str) -> dict[str, Any]:
+    return next(
+        r for r in records if r["kind"] == "tabular" and r["game"] == game and r["system"] == system
+    )
+
+
+def belief_effect(penalty: list[dict[str, Any]], curb: list[dict[str, Any]]) -> tuple[float, float]:
+    """Belief injection's own effect, paired by session seed: the mean over sessions of
+    penalty-only's distance to the competitive band minus CURB's (positive: CURB's sessions are
+    closer), and the one-sided Wilcoxon signed-rank p-value of "CURB closer" (1 when every pair
+    ties, as when both always land in the band)."""
+    from scipy.stats import wilcoxon
+
+    differences = band_distance(np.array([s["collusion"] for s in penalty])) - band_distance(
+        np.array([s["collusion"] for s in curb])
+    )
+    if not np.any(differences != 0):
+        return float(differences.mean()), 1.0
+    test = wilcoxon(differences, zero_method="wilcox", alternative="greater")
+    return float(differences.mean()), float(test.pvalue)
 
 
 def _cells_below_q_learning(
@@ -230,7 +288,7 @@ def _cells_below_q_learning(
 def _grid_cells(
     records: list[dict[str, Any]], config: Config, game: str, system: str
 ) -> list[dict[str, float]]:
-    """Mean Δ per (α, β) grid cell of a system (Calvano's cell comes from the main batch)."""
+    """Median Δ per (α, β) grid cell of a system (Calvano's cell comes from the main batch)."""
     if not config.grid_alphas or system not in ("q-learning", "curb"):
         return []
     cells = []
@@ -245,7 +303,7 @@ def _grid_cells(
                 {
                     "alpha": record["alpha"],
                     "beta": record["beta"],
-                    "collusion": float(np.mean([s["collusion"] for s in record["sessions"]])),
+                    "collusion": float(np.median([s["collusion"] for s in record["sessions"]])),
                 }
             )
     return cells
@@ -307,40 +365,71 @@ def dqn_learned(metrics: dict[str, dict[str, Any]]) -> Claim:
     )
 
 
+def unwound(metrics: dict[str, dict[str, Any]], system: str, game: str) -> Claim:
+    """``system`` unwinds collusion in ``game`` across its sessions: median Δ below 0.2, at least
+    70 % of sessions in the competitive band, fewer than 10 % locked at the Eq. 8 start profile,
+    at most 25 % punishing a deviation."""
+    row = metrics[f"{game}/{system}"]
+    low, high = COMPETITIVE_BAND
+    return Claim.all_of(
+        f"{system} unwinds collusion in {game} across sessions: median Δ < {UNWOUND}, at least "
+        f"{IN_BAND:.0%} of sessions with Δ in [{low}, {high}], fewer than {LOCK_IN:.0%} locked "
+        f"at the Eq. 8 start profile (the frozen control's outcome), at most {RARE:.0%} punishing",
+        [
+            Claim.compare(
+                "median unwound", row["collusion_median"], "<", UNWOUND, value_label="median Δ"
+            ),
+            Claim.compare(
+                "most sessions in the band",
+                row["share_in_band"],
+                ">=",
+                IN_BAND,
+                value_label="share in band",
+            ),
+            Claim.compare(
+                "not locked at the start",
+                row["lock_in_share"],
+                "<",
+                LOCK_IN,
+                value_label="lock-in share",
+            ),
+            Claim.compare(
+                "punishment removed",
+                row["punished_share"],
+                "<=",
+                RARE,
+                value_label="share punishing",
+            ),
+        ],
+    )
+
+
 def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
-    curb = {game: metrics[f"{game}/curb"] for game in GAMES}
-    result = [
+    result = [unwound(metrics, "curb", game) for game in GAMES]
+    result.append(
         Claim.all_of(
-            f"CURB (penalty λ_max = {config.penalty} + belief injection) brings Δ below {UNWOUND} "
-            f"in both games and removes punishment (at most {RARE:.0%} of sessions punish)",
+            "Belief injection adds to the penalty: in each game CURB's sessions lie closer to the "
+            "competitive band than penalty-only sessions with the same seeds (one-sided Wilcoxon "
+            f"signed-rank on the paired distances, p < {BELIEF_P})",
             [
-                part
-                for game in GAMES
-                for part in (
-                    Claim.compare(
-                        f"{game} Δ unwound",
-                        curb[game]["collusion"],
-                        "<",
-                        UNWOUND,
-                        value_label=f"{game} Δ",
-                    ),
-                    Claim.compare(
-                        f"{game} punishment removed",
-                        curb[game]["punished_share"],
-                        "<=",
-                        RARE,
-                        value_label=f"{game} share punishing",
-                    ),
+                Claim.compare(
+                    f"{game} paired test",
+                    metrics[f"{game}/curb"]["belief_effect_p"],
+                    "<",
+                    BELIEF_P,
+                    value_label=f"{game} p (mean distance reduction "
+                    f"{metrics[f'{game}/curb']['belief_effect']:.3f})",
                 )
+                for game in GAMES
             ],
-        ),
-    ]
+        )
+    )
     if config.grid_alphas:
         result.append(
             Claim.all_of(
                 f"The effect holds across the (α, β) grid ({len(config.grid_alphas)} × "
-                f"{len(config.grid_betas)}): in every cell of both games CURB's Δ is below "
-                f"{UNWOUND} and below Q-learning's",
+                f"{len(config.grid_betas)}): in every cell of both games CURB's median Δ is "
+                f"below {UNWOUND} and below Q-learning's lowest cell median",
                 [
                     part
                     for game in GAMES
@@ -350,15 +439,15 @@ def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
                             metrics[f"{game}/curb"]["grid_collusion_max"],
                             "<",
                             UNWOUND,
-                            value_label=f"{game} CURB max Δ over cells",
+                            value_label=f"{game} CURB max cell-median Δ",
                         ),
                         Claim.compare(
                             f"{game}: CURB's worst cell below Q-learning's best",
                             metrics[f"{game}/curb"]["grid_collusion_max"],
                             "<",
                             metrics[f"{game}/q-learning"]["grid_collusion_min"],
-                            value_label=f"{game} CURB max Δ",
-                            reference_label="Q-learning min Δ",
+                            value_label=f"{game} CURB max cell-median Δ",
+                            reference_label="Q-learning min cell-median Δ",
                         ),
                     )
                 ],
@@ -368,33 +457,33 @@ def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
     learned = [dqn_learned(metrics)]
     result += [
         Claim.compare(
-            f"The DQN baseline itself colludes on Bertrand (Δ >= {UNWOUND}; {config.dqn_seeds} "
-            f"sessions of {config.dqn_steps} steps; reported before any claim about CURB-DQN; "
-            "tested only when DQN learned a reactive policy)",
-            dqn["collusion"],
+            f"The DQN baseline itself colludes on Bertrand (median Δ >= {UNWOUND}; "
+            f"{config.dqn_seeds} sessions of {config.dqn_steps} steps; reported before any claim "
+            "about CURB-DQN; tested only when DQN learned a reactive policy)",
+            dqn["collusion_median"],
             ">=",
             UNWOUND,
-            value_label="DQN Δ",
+            value_label="DQN median Δ",
             requires=learned,
         ),
         Claim.all_of(
-            f"CURB-DQN unwinds DQN collusion: Δ below {UNWOUND} and below DQN's (tested only "
-            "when DQN learned a reactive policy)",
+            f"CURB-DQN unwinds DQN collusion: median Δ below {UNWOUND} and below DQN's (tested "
+            "only when DQN learned a reactive policy)",
             [
                 Claim.compare(
                     "CURB-DQN unwound",
-                    curb_dqn["collusion"],
+                    curb_dqn["collusion_median"],
                     "<",
                     UNWOUND,
-                    value_label="CURB-DQN Δ",
+                    value_label="CURB-DQN median Δ",
                 ),
                 Claim.compare(
                     "CURB-DQN below DQN",
-                    curb_dqn["collusion"],
+                    curb_dqn["collusion_median"],
                     "<",
-                    dqn["collusion"],
-                    value_label="CURB-DQN Δ",
-                    reference_label="DQN Δ",
+                    dqn["collusion_median"],
+                    value_label="CURB-DQN median Δ",
+                    reference_label="DQN median Δ",
                 ),
             ],
             requires=learned,
@@ -406,17 +495,20 @@ def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
 def _plots(records: list[dict[str, Any]], config: Config, out_dir: Path) -> None:
     import matplotlib.pyplot as plt
 
-    main = [r for r in records if r["kind"] in ("tabular", "dqn")]
-    figure, axes = plt.subplots(1, 2, figsize=(11, 4))
+    main = [r for r in records if r["kind"] in ("tabular", "dqn", "control")]
+    low, high = COMPETITIVE_BAND
+    figure, axes = plt.subplots(1, 2, figsize=(12, 4))
     for axis, game in zip(axes, GAMES, strict=True):
         mine = [r for r in main if r["game"] == game]
         axis.boxplot(
             [[s["collusion"] for s in r["sessions"]] for r in mine],
             tick_labels=[r["system"] for r in mine],
         )
+        axis.axhspan(low, high, color="tab:green", alpha=0.12, label="competitive band")
         axis.axhline(0, color="grey", lw=0.8)
         axis.axhline(1, color="grey", lw=0.8, ls="--")
         axis.set_title(f"{game}: collusion index Δ per session")
+        axis.legend(fontsize=7, loc="lower left")
         axis.tick_params(axis="x", rotation=45)
     save_figure(figure, out_dir / "collusion.png")
 
