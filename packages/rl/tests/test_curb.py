@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numba
 import numpy as np
@@ -150,8 +151,11 @@ def test_initial_q_is_calvano_eq8(bertrand):
         QLearner(belief=True, max_periods=1500),
         QLearner.curb(max_periods=1500),
         QLearner(memory=0, max_periods=1500),
+        # Past exploration: the convergence stop, and the penalty's rescaling of its weights.
+        QLearner(beta=1e-2, stable_periods=50, max_periods=5000),
+        QLearner.curb(beta=1e-2, visit_decay=0.3, stable_periods=50, max_periods=5000),
     ],
-    ids=["q-learning", "penalty", "belief", "curb", "no-memory"],
+    ids=["q-learning", "penalty", "belief", "curb", "no-memory", "converging", "curb-rescaled"],
 )
 def test_compiled_loop_equals_the_plain_python_reference(learner):
     env = RepeatedMarketEnv(LinearCournot())
@@ -161,19 +165,6 @@ def test_compiled_loop_equals_the_plain_python_reference(learner):
     np.testing.assert_array_equal(compiled.greedy, reference.greedy)
     np.testing.assert_array_equal(compiled.last_state, reference.last_state)
     np.testing.assert_array_equal(compiled.periods, reference.periods)
-
-
-def test_plain_python_reference_is_thread_safe():
-    from concurrent.futures import ThreadPoolExecutor
-
-    env, learner = RepeatedMarketEnv(), QLearner.curb(max_periods=800)
-    alone = [train_sessions(env, learner, 1, seed=s, python=True).q for s in range(4)]
-    with ThreadPoolExecutor(4) as pool:
-        together = list(
-            pool.map(lambda s: train_sessions(env, learner, 1, seed=s, python=True).q, range(4))
-        )
-    for one, other in zip(alone, together, strict=True):
-        np.testing.assert_array_equal(one, other)
 
 
 def test_belief_injected_td_target_by_hand_on_a_3x3_game():
@@ -344,6 +335,13 @@ def test_lock_in_is_the_start_profile_played_forever():
     assert analyse_policy(policy, 1, *args, **kwargs).locked_at_start
     policy[:, :] = (start[0] + 1) % m
     assert not analyse_policy(policy, 0, *args, **kwargs).locked_at_start
+    # No memory (one state) and three firms.
+    assert analyse_policy(start[:, None], 0, *args, **kwargs).locked_at_start
+    assert not analyse_policy(start[::-1, None] - 1, 0, *args, **kwargs).locked_at_start
+    three = RepeatedMarketEnv(LogitBertrand(n_firms=3), n_actions=5)
+    assert frozen_start(three).locked_at_start
+    sessions = train_sessions(three, QLearner(beta=1e-3, stable_periods=2000), 2)
+    assert not any(o.locked_at_start for o in analyse_sessions(sessions))
 
 
 def test_belief_effect_is_a_paired_one_sided_test():
@@ -362,6 +360,21 @@ def test_belief_effect_is_a_paired_one_sided_test():
     # Overshoot below the band is distance too; sessions inside the band all tie.
     assert belief_effect(penalty, [{"collusion": -0.6}] * 30)[1] > 0.99
     assert belief_effect([{"collusion": 0.1}] * 5, [{"collusion": 0.0}] * 5) == (0.0, 1.0)
+    with pytest.raises(ValueError, match="as many sessions"):
+        belief_effect(penalty, closer[:1])
+
+
+def test_signed_rank_p_by_hand():
+    from mixlab.rl.curb.experiment import signed_rank_p
+
+    # n = 5, all positive: W+ = 15, null mean 7.5, variance 5·6·11/24 = 13.75.
+    z = 7.5 / np.sqrt(13.75)
+    assert signed_rank_p(np.array([1.0, 2, 3, 4, 5])) == pytest.approx(0.5 * math.erfc(z / 2**0.5))
+    # Zeros drop out; ties share a rank and shrink the variance: |d| = 1, 1, 2 → ranks 1.5, 1.5, 3.
+    w_plus, variance = 1.5 + 3, 3 * 4 * 7 / 24 - (2**3 - 2) / 48
+    expected = 0.5 * math.erfc((w_plus - 3) / np.sqrt(variance) / 2**0.5)
+    assert signed_rank_p(np.array([0.0, 1, -1, 2])) == pytest.approx(expected)
+    assert signed_rank_p(np.zeros(4)) == 1.0
 
 
 def test_tv_penalty_is_zero_for_a_policy_that_ignores_the_rival():
@@ -516,10 +529,14 @@ def test_experiment_runs_and_resumes(tmp_path):
     assert result.metrics["bertrand/q-learning"]["lock_in_share"] == 0.0
     assert result.metrics["cournot/curb"]["belief_effect_p"] is not None
     assert result.metrics["cournot/penalty"]["belief_effect_p"] is None
-    # Each DQN system is timed on its own.
-    assert (
-        result.metrics["bertrand/dqn"]["seconds"] != result.metrics["bertrand/curb-dqn"]["seconds"]
-    )
+    # Each DQN system is its own cell (timed on its own); lock-in is not defined for DQN.
+    dqn_cells = [c for c in json.loads((tmp_path / "cells.json").read_text()) if c["kind"] == "dqn"]
+    assert [(c["system"], c["dqn"]["belief"]) for c in dqn_cells] == [
+        ("dqn", False),
+        ("curb-dqn", True),
+    ]
+    assert all(len(c["sessions"]) == config.dqn_seeds for c in dqn_cells)
+    assert result.metrics["bertrand/dqn"]["lock_in_share"] is None
     assert len(result.regime) == 1
     assert "Q-learning colludes" in result.regime[0].text
     assert "Δ" in result.regime[0].evidence

@@ -290,7 +290,7 @@ def test_damaged_resume_checkpoint_is_one_line(case, tmp_path):
 
     config = Config.from_profile("quick", **Config.parse_overrides(TINY), device="cpu", seed=0)
     cell = {"kind": "tabular", "game": "bertrand", "system": "q-learning"}
-    done = {json.dumps(cell): [{**cell, "sessions": [{"collusion": 0.85}], "q": np.ones(4)}]}
+    done = {json.dumps(cell): {**cell, "sessions": [{"collusion": 0.85}], "q": np.ones(4)}}
     Checkpointer(tmp_path, resume=True).save_run(1, config, done=done)
     damaged = _damage(case, tmp_path)
     args = ["run", "curb", "--device", "cpu", "--out", str(tmp_path), "--resume"]

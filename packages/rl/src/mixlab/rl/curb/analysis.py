@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from mixlab.rl.curb.config import COMPETITIVE_BAND
-from mixlab.rl.curb.env import RepeatedMarketEnv, append_action
+from mixlab.rl.curb.env import RepeatedMarketEnv
 from mixlab.rl.curb.markets import Equilibria, best_response_table, collusion_index, equilibria
-from mixlab.rl.curb.qlearning import initial_q
+from mixlab.rl.curb.qlearning import append_action, initial_q
 from mixlab.shared import is_count, require
 
 
@@ -369,9 +369,12 @@ def analyse_sessions(
     ]
 
 
-def session_record(outcome: SessionOutcome, periods: int, converged: bool | None) -> dict[str, Any]:
+def session_record(
+    outcome: SessionOutcome, periods: int, converged: bool | None, *, starts_at_eq8: bool = True
+) -> dict[str, Any]:
     """One session's numbers as JSON-ready values; ``converged`` is None for DQN (trained for a
-    fixed budget)."""
+    fixed budget). ``starts_at_eq8=False`` (DQN, which does not start from Calvano's Eq. 8) records
+    ``locked_at_start`` as None: landing on that profile means nothing there."""
     impulse = outcome.impulse
     return {
         "collusion": outcome.collusion,
@@ -383,7 +386,7 @@ def session_record(outcome: SessionOutcome, periods: int, converged: bool | None
         "undercut_share": impulse.undercut_share,
         "tv_aggregate": outcome.tv_aggregate,
         "tv_cooperate_defect": outcome.tv_cooperate_defect,
-        "locked_at_start": outcome.locked_at_start,
+        "locked_at_start": outcome.locked_at_start if starts_at_eq8 else None,
         "periods": int(periods),
         "converged": None if converged is None else bool(converged),
         "impulse_actions": impulse.actions.tolist(),
@@ -420,7 +423,7 @@ def summarise_records(sessions: list[dict[str, Any]]) -> dict[str, float | None]
         "collusion_median": float(np.median(collusion)),
         "share_in_band": float(np.mean(band_distance(collusion) == 0)),
         "band_distance": float(band_distance(collusion).mean()),
-        "lock_in_share": float(np.mean([s["locked_at_start"] for s in sessions])),
+        "lock_in_share": mean("locked_at_start"),
         "punished_share": mean("punished"),
         "rival_response": mean("rival_response"),
         "deviation_gain": mean("deviation_gain"),

@@ -3,7 +3,7 @@ on 2-firm repeated pricing games.
 
 CleanRL-style: one file, one training loop. Every agent of every session is one member of a
 batched ensemble (weights carry a leading member axis and every layer is a ``baddbmm``), so many
-seeded sessions and both systems train in one loop; members never share data or gradients
+seeded sessions, of one system or of both, can train in one loop; members never share data or gradients
 (the loss is a sum over members and Adam is element-wise).
 
 On a 2-player repeated game (an unwrapped :class:`~mixlab.rl.curb.RepeatedGame`, e.g. a duopoly
@@ -14,7 +14,7 @@ replay buffer, target network synced every ``target_every`` updates, ε_t = max(
 from its payoff table and at every sync the target network's max_a Q over all states is tabulated
 once and targets become lookups.
 
-CURB-DQN (per member, so DQN and CURB-DQN share one loop):
+CURB-DQN (per member, so DQN and CURB-DQN can share one loop):
 - penalty: r̃ = π − λ_t·(1 − p̄_i(a_t | p_i⁻)) with p̄_i(·|p_i⁻) = Σ_{p'} b_i(p')·softmax(Q(p_i⁻, p')/τ)
   and λ_t = λ_max·(1 − ε_t);
 - belief injection: y = r̃ + γ·Σ_{p'} b_i(p')·max_a Q_target((a_t, p'), a),
@@ -37,7 +37,8 @@ import torch
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
-from mixlab.rl.curb.env import append_action, discrete_actions, repeated_game
+from mixlab.rl.curb.env import discrete_actions, repeated_game
+from mixlab.rl.curb.qlearning import append_action
 from mixlab.shared import is_count, progress, require
 
 

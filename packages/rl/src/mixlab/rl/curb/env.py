@@ -45,15 +45,6 @@ class RepeatedGame(Protocol):
     def action_space(self, agent: str) -> spaces.Space: ...
 
 
-def append_action(code: Any, action: Any, n_actions: int) -> Any:
-    """The one encoding of action profiles and states: ``code`` (the actions so far, as a base-m
-    number) followed by one more action, code·m + action. The duopoly profile (a_0, a_1) is
-    ``append_action(a_0, a_1, m)``, the payoff table's row and a memory-1 state; longer profiles
-    and histories fold it over the actions. Ints, NumPy arrays and torch tensors alike; the compiled
-    Q-learning loop calls a numba copy."""
-    return code * n_actions + action
-
-
 def repeated_game(env: ParallelEnv) -> RepeatedGame | None:
     """``env`` if it is an unwrapped :class:`RepeatedGame`, else None. A wrapper is never one: it
     may change rewards (:class:`~mixlab.rl.curb.CurbShaping` does), so learners must step it."""

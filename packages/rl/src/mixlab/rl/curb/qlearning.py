@@ -46,7 +46,7 @@ from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
 from mixlab.rl.curb.config import MAX_TABLE_BYTES, q_table_bytes
-from mixlab.rl.curb.env import append_action, discrete_actions, repeated_game
+from mixlab.rl.curb.env import discrete_actions, repeated_game
 from mixlab.shared import is_count, require
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -55,6 +55,18 @@ _MIX2 = np.uint64(0x94D049BB133111EB)
 _TO_UNIT = 1.0 / 9007199254740992.0  # 2^-53
 _MASK = (1 << 64) - 1
 _GOLDEN_INT, _MIX1_INT, _MIX2_INT = int(_GOLDEN), int(_MIX1), int(_MIX2)
+
+
+def append_action(code: Any, action: Any, n_actions: int) -> Any:
+    """The encoding of action profiles and states that the learners and the analysis share:
+    ``code`` (the actions so far, as a base-m number) followed by one more action, code·m + action.
+    The duopoly profile (a_0, a_1) is ``append_action(a_0, a_1, m)``, the payoff table's row
+    (:class:`~mixlab.rl.curb.RepeatedGame`) and a memory-1 state; longer profiles fold it over the
+    firms. Ints, NumPy arrays and torch tensors alike. It lives in this file because the compiled
+    loop calls a numba copy of it, and numba's on-disk cache only notices edits to the cached
+    function's own file."""
+    return code * n_actions + action
+
 
 _append = numba.njit(cache=True)(append_action)
 
