@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,18 +39,15 @@ import numba
 from mixlab.rl.curb import LogitBertrand, QLearner, RepeatedMarketEnv, train_sessions
 from mixlab.shared import Claim, bar_plot
 from mixlab.shared.result import write_benchmark
+from mixlab.shared.stats import interleaved_median_seconds
 
 LEARNERS = {"q-learning": QLearner(), "curb": QLearner.curb()}
 AGREEMENT = 0.2  # per-period and per-session figures agree within this relative difference
 
 
-def timed(function: Callable[[], object], repeats: int = 3) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def timed(function: Callable[[], object], repeats: int) -> float:
+    """Median wall time of ``repeats`` calls; the loop is compiled before any timing."""
+    return interleaved_median_seconds({"call": function}, repeats, warmup=False)["call"]
 
 
 def main() -> None:
@@ -79,18 +75,19 @@ def main() -> None:
 
         def full(sessions: int, python: bool = False, lrn: QLearner = learner) -> tuple:
             """(seconds per session, periods per second) over full sessions."""
-            played = train_sessions(env, lrn, sessions, python=python)  # for the period count
+            played = []  # the seeded sessions play the same periods on every call
             seconds = timed(
-                lambda: train_sessions(env, lrn, sessions, python=python), 1 + 2 * (not python)
+                lambda: played.append(train_sessions(env, lrn, sessions, python=python)),
+                1 if python else 3,
             )
-            return seconds / sessions, float(played.periods.sum()) / seconds
+            return seconds / sessions, float(played[0].periods.sum()) / seconds
 
         python_capped = args.periods / timed(
             lambda c=capped: train_sessions(env, c, 1, python=True), repeats=1
         )
         python_full = full(args.python_sessions, python=True)
         numba.set_num_threads(1)
-        one_capped = args.periods / timed(lambda c=capped: train_sessions(env, c, 1))
+        one_capped = args.periods / timed(lambda c=capped: train_sessions(env, c, 1), 3)
         one_full = full(args.sessions)
         numba.set_num_threads(threads)
         all_full = full(args.sessions)

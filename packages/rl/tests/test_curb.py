@@ -314,7 +314,8 @@ def test_impulse_response_undercuts_when_already_at_the_best_response(bertrand):
 
 
 def test_lock_in_is_the_start_profile_played_forever():
-    from mixlab.rl.curb.analysis import frozen_start, start_actions
+    from mixlab.rl.curb import CurbShaping
+    from mixlab.rl.curb.analysis import frozen_start, start_actions, start_profile
 
     env = RepeatedMarketEnv(LinearCournot())
     m = env.grid.size
@@ -331,17 +332,29 @@ def test_lock_in_is_the_start_profile_played_forever():
     policy[:, 1] = 0  # from state 1 play (0, 0) once, then the start profile from state 0 on
     eq = equilibria(env.market)
     args = (env.payoff_table, env.grid, eq)
-    kwargs = {"delta": 0.95, "competitive_direction": 1}
+    kwargs = {
+        "delta": 0.95,
+        "competitive_direction": 1,
+        "start": start_profile(env.payoff_table, m, 2),
+    }
     assert analyse_policy(policy, 1, *args, **kwargs).locked_at_start
     policy[:, :] = (start[0] + 1) % m
-    assert not analyse_policy(policy, 0, *args, **kwargs).locked_at_start
+    assert analyse_policy(policy, 0, *args, **kwargs).locked_at_start is False
+    # Without a start profile (a learner that did not start from Eq. 8) there is no lock-in.
+    assert (
+        analyse_policy(policy, 0, *args, delta=0.95, competitive_direction=1).locked_at_start
+        is None
+    )
     # No memory (one state) and three firms.
     assert analyse_policy(start[:, None], 0, *args, **kwargs).locked_at_start
-    assert not analyse_policy(start[::-1, None] - 1, 0, *args, **kwargs).locked_at_start
+    assert analyse_policy(start[::-1, None] - 1, 0, *args, **kwargs).locked_at_start is False
     three = RepeatedMarketEnv(LogitBertrand(n_firms=3), n_actions=5)
     assert frozen_start(three).locked_at_start
     sessions = train_sessions(three, QLearner(beta=1e-3, stable_periods=2000), 2)
-    assert not any(o.locked_at_start for o in analyse_sessions(sessions))
+    assert [o.locked_at_start for o in analyse_sessions(sessions)] == [False, False]
+    # Stepped sessions (a wrapped env) start from Q = 0, not Eq. 8.
+    stepped = train_sessions(CurbShaping(env, penalty=0.1), QLearner(max_periods=200), 1)
+    assert analyse_sessions(stepped)[0].locked_at_start is None
 
 
 def test_belief_effect_is_a_paired_one_sided_test():

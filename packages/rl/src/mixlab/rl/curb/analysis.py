@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from mixlab.rl.curb.config import COMPETITIVE_BAND
-from mixlab.rl.curb.env import RepeatedMarketEnv
+from mixlab.rl.curb.env import RepeatedMarketEnv, repeated_game
 from mixlab.rl.curb.markets import Equilibria, best_response_table, collusion_index, equilibria
-from mixlab.rl.curb.qlearning import append_action, initial_q
+from mixlab.rl.curb.qlearning import Sessions, append_action, initial_q
 from mixlab.shared import is_count, require
 
 
@@ -31,6 +31,12 @@ def start_actions(table: np.ndarray, n_actions: int, n_firms: int) -> np.ndarray
     uniformly random rivals, the same in every state and for every δ. A learner that never moves
     its greedy policy plays this profile forever."""
     return initial_q(table, n_actions, n_firms, 0.0).argmax(axis=1)
+
+
+def start_profile(table: np.ndarray, n_actions: int, n_firms: int) -> int:
+    """The profile of :func:`start_actions`, as a row of the payoff table (the only state of a
+    one-state policy that plays it)."""
+    return _profile(start_actions(table, n_actions, n_firms)[:, None], 0, n_actions)
 
 
 def _next_state(state: int, profile: int, m: int, n: int, n_states: int) -> int:
@@ -254,7 +260,8 @@ class SessionOutcome:
     """One converged session: collusion index over its cycle, cycle length, mean action, impulse
     response (firm 0 deviates), firm-averaged TV statistics of the greedy policies, and whether
     the cycle is the Eq. 8 start profile played forever (``locked_at_start``: the outcome of a
-    learner frozen at its initial greedy policy)."""
+    learner frozen at its initial greedy policy; None when the learner did not start from Eq. 8,
+    as DQN and the stepped learners do not)."""
 
     collusion: float
     cycle_length: int
@@ -262,7 +269,7 @@ class SessionOutcome:
     impulse: ImpulseResponse
     tv_aggregate: float | None
     tv_cooperate_defect: float | None
-    locked_at_start: bool = False
+    locked_at_start: bool | None = None
 
 
 def analyse_policy(
@@ -275,10 +282,12 @@ def analyse_policy(
     delta: float,
     competitive_direction: int,
     periods: int = 25,
+    start: int | None = None,
 ) -> SessionOutcome:
-    """Freeze ``policy``, find its cycle from ``last_state`` and measure it."""
+    """Freeze ``policy``, find its cycle from ``last_state`` and measure it. ``start``: the
+    profile the learner started from (:func:`start_profile` for Calvano's Eq. 8), for
+    ``locked_at_start``; None leaves that None."""
     m = grid.size
-    start_profile = _profile(start_actions(table, m, policy.shape[0])[:, None], 0, m)
     cycle = converged_cycle(policy, last_state, m)
     profits = cycle_profits(policy, cycle, table)
     played = np.array([_actions(_profile(policy, s, m), m, policy.shape[0]) for s in cycle])
@@ -306,7 +315,9 @@ def analyse_policy(
         impulse=impulse,
         tv_aggregate=tv_aggregate,
         tv_cooperate_defect=tv_cd,
-        locked_at_start=all(_profile(policy, s, m) == start_profile for s in cycle),
+        locked_at_start=None
+        if start is None
+        else all(_profile(policy, s, m) == start for s in cycle),
     )
 
 
@@ -323,7 +334,12 @@ def _market_env(env: Any) -> RepeatedMarketEnv:
 
 
 def _analyse(
-    market_env: RepeatedMarketEnv, policy: np.ndarray, last_state: int, delta: float, periods: int
+    market_env: RepeatedMarketEnv,
+    policy: np.ndarray,
+    last_state: int,
+    delta: float,
+    periods: int,
+    start: int | None,
 ) -> SessionOutcome:
     return analyse_policy(
         policy,
@@ -334,6 +350,7 @@ def _analyse(
         delta=delta,
         competitive_direction=market_env.market.competitive_direction,
         periods=periods,
+        start=start,
     )
 
 
@@ -344,9 +361,9 @@ def frozen_start(env: Any, *, delta: float = 0.95, periods: int = 25) -> Session
     unwound anything; it never left the start."""
     market_env = _market_env(env)
     n, m = len(market_env.possible_agents), market_env.grid.size
-    start = start_actions(market_env.payoff_table, m, n)
-    policy = np.repeat(start[:, None], m**n, axis=1)
-    return _analyse(market_env, policy, 0, delta, periods)
+    table = market_env.payoff_table
+    policy = np.repeat(start_actions(table, m, n)[:, None], m**n, axis=1)
+    return _analyse(market_env, policy, 0, delta, periods, start_profile(table, m, n))
 
 
 def analyse_sessions(
@@ -355,7 +372,8 @@ def analyse_sessions(
     """:func:`analyse_policy` for every session of ``played`` (the result of
     :func:`~mixlab.rl.curb.train_sessions` or :func:`~mixlab.rl.curb.train_dqn` on a
     :class:`~mixlab.rl.curb.RepeatedMarketEnv`, possibly wrapped). Deviations are valued at
-    ``delta`` (Calvano's δ by default, also for myopic learners)."""
+    ``delta`` (Calvano's δ by default, also for myopic learners). Sessions of the compiled
+    Q-learning path start from Calvano's Eq. 8, so theirs record ``locked_at_start``."""
     market_env = _market_env(played.env)
     require(
         played.greedy is not None,
@@ -363,18 +381,19 @@ def analyse_sessions(
         "tabular greedy policies (train_dqn gives them on 2-firm markets only)",
         None,
     )
+    start = None
+    if isinstance(played, Sessions) and repeated_game(played.env) is not None:
+        table = market_env.payoff_table
+        start = start_profile(table, market_env.grid.size, played.greedy.shape[1])
     return [
-        _analyse(market_env, policy, int(last), delta, periods)
+        _analyse(market_env, policy, int(last), delta, periods, start)
         for policy, last in zip(played.greedy, played.last_state, strict=True)
     ]
 
 
-def session_record(
-    outcome: SessionOutcome, periods: int, converged: bool | None, *, starts_at_eq8: bool = True
-) -> dict[str, Any]:
+def session_record(outcome: SessionOutcome, periods: int, converged: bool | None) -> dict[str, Any]:
     """One session's numbers as JSON-ready values; ``converged`` is None for DQN (trained for a
-    fixed budget). ``starts_at_eq8=False`` (DQN, which does not start from Calvano's Eq. 8) records
-    ``locked_at_start`` as None: landing on that profile means nothing there."""
+    fixed budget)."""
     impulse = outcome.impulse
     return {
         "collusion": outcome.collusion,
@@ -386,7 +405,7 @@ def session_record(
         "undercut_share": impulse.undercut_share,
         "tv_aggregate": outcome.tv_aggregate,
         "tv_cooperate_defect": outcome.tv_cooperate_defect,
-        "locked_at_start": outcome.locked_at_start if starts_at_eq8 else None,
+        "locked_at_start": outcome.locked_at_start,
         "periods": int(periods),
         "converged": None if converged is None else bool(converged),
         "impulse_actions": impulse.actions.tolist(),

@@ -26,9 +26,8 @@ UNWOUND = 0.2  # "collusion unwound": Δ below this
 COMPETITIVE_BAND = (-0.1, UNWOUND)
 """Δ of a session that is competitive without overshooting far past the one-shot Nash profits"""
 IN_BAND = 0.7  # "unwound across sessions": at least this share of sessions in the band
-LOCK_IN = (
-    0.1  # "not stuck at the start": fewer than this share of sessions locked at Eq. 8's profile
-)
+LOCK_IN = 0.1
+"""not stuck at the start: fewer than this share of sessions locked at Eq. 8's start profile"""
 BELIEF_P = 0.05  # belief injection's own effect: one-sided paired test significant at this level
 MAJORITY = 0.5  # "shows punishment": at least this share of sessions punish a deviation
 RARE = 0.25  # "punishment removed": at most this share of sessions punish

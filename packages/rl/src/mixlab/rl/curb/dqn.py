@@ -3,8 +3,8 @@ on 2-firm repeated pricing games.
 
 CleanRL-style: one file, one training loop. Every agent of every session is one member of a
 batched ensemble (weights carry a leading member axis and every layer is a ``baddbmm``), so many
-seeded sessions, of one system or of both, can train in one loop; members never share data or gradients
-(the loss is a sum over members and Adam is element-wise).
+seeded sessions, of one system or of both, can train in one loop; members never share data or
+gradients (the loss is a sum over members and Adam is element-wise).
 
 On a 2-player repeated game (an unwrapped :class:`~mixlab.rl.curb.RepeatedGame`, e.g. a duopoly
 :class:`~mixlab.rl.curb.RepeatedMarketEnv`) each agent sees the last prices of both firms, its own
@@ -255,9 +255,8 @@ def train_dqn(
             random_action = torch.randint(0, m, (members,), generator=generator).to(device)
             action = torch.where(explore, random_action, greedy)
             joint = action.reshape(sessions, 2)
-            reward = profits[append_action(joint[:, 0], joint[:, 1], m)].reshape(
-                -1
-            )  # [members] (firm order)
+            # [members], in firm order
+            reward = profits[append_action(joint[:, 0], joint[:, 1], m)].reshape(-1)
             belief = rival_counts / rival_counts.sum(dim=1, keepdim=True)
             if bool(torch.any(lam_max > 0)):
                 policy = torch.softmax(q[:, 1:] / tau[:, None, None], dim=-1)  # [members, m', m]

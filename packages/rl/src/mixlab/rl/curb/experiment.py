@@ -129,8 +129,13 @@ def _cells(config: Config) -> list[dict[str, Any]]:
     return cells
 
 
+def market_env(config: Config, game: str) -> RepeatedMarketEnv:
+    """The repeated ``game`` on the configured action grid."""
+    return RepeatedMarketEnv(MARKETS[game](), n_actions=config.n_actions)
+
+
 def run_tabular(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
-    env = RepeatedMarketEnv(MARKETS[cell["game"]](), n_actions=config.n_actions)
+    env = market_env(config, cell["game"])
     q_learner = learner(cell["system"], cell["alpha"], cell["beta"], cell["penalty"])
     start = time.perf_counter()
     n_sessions = config.grid_sessions if cell["kind"] == "grid" else config.n_sessions
@@ -149,7 +154,7 @@ def run_dqn(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
     """``dqn_seeds`` sessions of one DQN system in one batched loop (the same seed for both
     systems, so session k of each starts alike), timed on its own. The first system's time also
     holds torch's one-time setup (negligible on a CPU: quick DQN 44.0 s, CURB-DQN 44.4 s)."""
-    env = RepeatedMarketEnv(MARKETS["bertrand"](), n_actions=config.n_actions)
+    env = market_env(config, "bertrand")
     dqn_config = DQNConfig(steps=config.dqn_steps, beta=config.dqn_beta)
     if cell["system"] == "curb-dqn":
         dqn_config = DQNConfig(
@@ -165,22 +170,18 @@ def run_dqn(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
         "seconds": seconds,
         "dqn": asdict(dqn_config),
         "profit_trace": trained.reward_trace.mean(axis=0).tolist(),
-        "sessions": [
-            session_record(o, config.dqn_steps, None, starts_at_eq8=False)
-            for o in analyse_sessions(trained)
-        ],
+        "sessions": [session_record(o, config.dqn_steps, None) for o in analyse_sessions(trained)],
     }
 
 
 def frozen_start_record(config: Config, game: str) -> dict[str, Any]:
     """The frozen-at-start control of ``game`` as a one-session record."""
-    env = RepeatedMarketEnv(MARKETS[game](), n_actions=config.n_actions)
     return {
         "kind": "control",
         "game": game,
         "system": "frozen-start",
         "seconds": 0.0,
-        "sessions": [session_record(frozen_start(env), 0, None)],
+        "sessions": [session_record(frozen_start(market_env(config, game)), 0, None)],
     }
 
 
