@@ -450,3 +450,99 @@ def test_experiment_integer_fields_are_checked() -> None:
         Config(batch_size=0)
     with pytest.raises(ValueError, match="n_seeds must be an integer >= 1"):
         Config(n_seeds=1.5)
+
+
+def test_observed_fit_reads_only_the_observed_rows_in_chunks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Routing from U_Ω alone equals the full computation: rows no sample observes are NaN here, so
+    reading any of them would poison the result; tiny chunks exercise the chunked gather, and the
+    samples observe different numbers of entries (one fewer than the rank)."""
+    import mixlab.online.mosaic.subspace as subspace
+
+    rng = np.random.default_rng(4)
+    bases = np.stack([random_basis(30, 3, rng) for _ in range(3)])
+    X = rng.standard_normal((7, 30))
+    mask = rng.random((7, 30)) < 0.4
+    mask[:, 20:] = False  # nobody observes rows 20..29
+    mask[0] = False
+    mask[0, :2] = True  # 2 observed entries for rank 3: the ridge keeps the solve defined
+    expected = observed_fit(bases, X * mask, mask)
+    poisoned = bases.copy()
+    poisoned[:, 20:] = np.nan
+    monkeypatch.setattr(subspace, "GATHER_ELEMENTS", 3 * 2 * mask.sum(axis=1).max() * 3)
+    weights, residual = subspace.observed_fit(poisoned, X * mask, mask)
+    np.testing.assert_allclose(weights, expected[0], atol=1e-10)
+    np.testing.assert_allclose(residual, expected[1], atol=1e-10)
+    for i in range(1, 7):
+        w, *_ = np.linalg.lstsq(bases[1][mask[i]], X[i, mask[i]], rcond=None)
+        np.testing.assert_allclose(weights[i, 1], w, atol=1e-8)
+
+
+def test_sigma_step_rule_is_grouse_angle_capped_at_greedy() -> None:
+    rng = np.random.default_rng(5)
+    basis, x = random_basis(15, 3, rng), rng.standard_normal(15)
+    full = np.ones(15, bool)
+    weights = basis.T @ x
+    residual_norm = np.linalg.norm(x - basis @ weights)
+    sigma = residual_norm * np.linalg.norm(weights)
+    greedy = np.arctan(residual_norm / np.linalg.norm(weights))
+    step = 0.3 * greedy / sigma  # θ = 0.3 θ* through GROUSE's θ = η σ
+    np.testing.assert_allclose(
+        grouse_step(basis, x, full, step, "sigma"), grouse_step(basis, x, full, 0.3), atol=1e-12
+    )
+    # a huge η is capped at the greedy angle: the sample enters the span, no overshoot
+    capped = grouse_step(basis, x, full, 1e6, "sigma")
+    np.testing.assert_allclose(capped, grouse_step(basis, x, full, 1.0), atol=1e-12)
+    np.testing.assert_allclose(capped.T @ capped, np.eye(3), atol=1e-10)
+
+
+def test_change_detection_finds_a_planted_switch() -> None:
+    stream = DriftingSubspaceStream(
+        n_features=40,
+        n_subspaces=3,
+        rank=3,
+        observed_fraction=0.5,
+        n_source=600,
+        epochs=(Epoch("stationary", 800), Epoch("switch", 600)),
+    ).generate(0)
+    model = MoSAIC(
+        3,
+        3,
+        step_size=1.0,
+        step_decay=20.0,
+        min_step=0.0,
+        detect_changes=10.0,
+        n_init=2,
+        random_state=0,
+    ).fit(stream.source_X_observed)
+    switch = int(stream.epoch_starts[1])
+    X = stream.X
+    for start in range(0, switch, 20):
+        model.partial_fit(X[start : start + 20])
+    assert model.n_changes_.sum() == 0, "a change detected in the stationary epoch"
+    seen_at_switch = model.n_samples_seen_  # the source batch counts too
+    for start in range(switch, len(X), 20):
+        model.partial_fit(X[start : start + 20])
+    assert model.n_changes_.sum() >= 1
+    first = model.last_change_[model.n_changes_ > 0].min()
+    assert seen_at_switch <= first < seen_at_switch + 100, (seen_at_switch, model.last_change_)
+    # without the test the same model restarts nothing
+    quiet = clone(model).set_params(detect_changes=None).fit(stream.source_X_observed)
+    quiet.partial_fit(X)
+    assert quiet.n_changes_.sum() == 0
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"step_rule": "cosine"}, "step_rule must be greedy or sigma"),
+        ({"detect_changes": 1.0}, "detect_changes must be None or a finite ratio > 1"),
+        ({"step_rule": "sigma", "step_size": 0.0}, "step_size must be > 0 and finite"),
+    ],
+)
+def test_step_rule_and_change_detection_are_checked(params: dict, message: str) -> None:
+    X = union_samples(n_samples=60)[2]
+    MoSAIC(3, 3, n_init=1, step_size=2.0, step_rule="sigma", random_state=0).fit(X)  # η > 1 is fine
+    with pytest.raises(ValueError, match=message):
+        MoSAIC(3, 3, n_init=1, random_state=0, **params).fit(X)

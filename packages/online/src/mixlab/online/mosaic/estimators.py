@@ -39,6 +39,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import validate_data
 
 from mixlab.online.mosaic.subspace import (
+    STEP_RULES,
     complete_routed,
     fit_basis,
     grouse_step,
@@ -51,6 +52,9 @@ from mixlab.shared.config import is_count, require
 from mixlab.shared.files import CheckpointError, checkpoint_errors
 
 __all__ = ["GROUSE", "PETRELS", "MoSAIC", "WindowedKSubspaces", "check_stream"]
+
+CHANGE_FAST, CHANGE_SLOW = 0.25, 0.02
+"""weights of the change detector's fast (~4 samples) and slow (~50 samples) running averages"""
 
 SCORE_HELD_OUT = 0.2
 """share of each sample's observed entries that ``score`` hides and completes from the rest (drawn
@@ -328,19 +332,27 @@ class _StreamingCompleter(OneToOneFeatureMixin, TransformerMixin, BaseEstimator)
 class _GrouseSteps:
     """The step schedule ``η_t = max(min_step, η₀ / (1 + t/τ))``: constant when τ (``step_decay``) is
     None, ~1/t otherwise (GROUSE's decreasing schedule for stationary data, with a floor so that
-    drift can still be tracked). t counts an expert's updates since the last ``reset_steps``."""
+    drift can still be tracked). t counts an expert's updates since the last ``reset_steps`` (or,
+    in MoSAIC with ``detect_changes``, since its expert's last detected change). ``step_rule``
+    turns η_t into an angle (:func:`~mixlab.online.mosaic.subspace.grouse_step`): a fraction of the
+    greedy angle (``"greedy"``) or GROUSE's ``η_t·‖ρ‖‖p‖`` (``"sigma"``)."""
 
     step_size: float
     step_decay: float | None
     min_step: float
+    step_rule: str
     updates_: np.ndarray
 
     def _validate_steps(self) -> None:
         step_size, step_decay, min_step = self.step_size, self.step_decay, self.min_step
+        require(self.step_rule in STEP_RULES, "step_rule", " or ".join(STEP_RULES), self.step_rule)
+        greedy = self.step_rule == "greedy"
         require(
-            0 < step_size <= 1,
+            0 < step_size <= 1 if greedy else 0 < step_size < np.inf,
             "step_size",
-            "in (0, 1] (a fraction of the greedy GROUSE step)",
+            "in (0, 1] (a fraction of the greedy GROUSE step)"
+            if greedy
+            else "> 0 and finite (η₀ of θ = η·‖ρ‖‖p‖)",
             step_size,
         )
         require(
@@ -354,7 +366,7 @@ class _GrouseSteps:
                 0 <= min_step <= step_size, "min_step", f"in [0, step_size={step_size}]", min_step
             )
 
-    def _step_fraction(self, expert: int) -> float:
+    def _step(self, expert: int) -> float:
         if self.step_decay is None:
             return self.step_size
         return max(self.min_step, self.step_size / (1.0 + self.updates_[expert] / self.step_decay))
@@ -396,17 +408,26 @@ class MoSAIC(_GrouseSteps, _RoutedExperts, _StreamingCompleter):
     Parameters:
         n_experts: number of experts K (default: 4).
         rank: rank r of each expert (default: 5).
-        step_size: GROUSE step as a fraction of the greedy step, in (0, 1] (default: 0.5).
+        step_size: η₀: with ``step_rule="greedy"`` the GROUSE step as a fraction of the greedy step,
+            in (0, 1]; with ``"sigma"`` GROUSE's η in ``θ = η·‖ρ‖‖p‖``, > 0 (default: 0.5).
         step_decay: τ of the schedule ``max(min_step, step_size/(1 + t_k/τ))``; None keeps the step
             constant (default: None).
         min_step: floor of the decreasing schedule (default: 0.05).
+        step_rule: ``"greedy"`` or ``"sigma"`` (:func:`~mixlab.online.mosaic.subspace.grouse_step`)
+            (default: "greedy").
+        detect_changes: restart an expert's step schedule when the residual per observed entry of
+            its recent samples exceeds this many times its running level (a residual test for an
+            abrupt change, Page-style: fast average over ~4 samples against slow over ~50); None
+            never restarts (default: None).
         adapt: False freezes the experts after pre-training (the "frozen" baseline) (default: True).
         n_init, max_iter: k-subspaces seedings and iterations in :meth:`fit` (default: 5, 30).
         random_state: seed of the seeding and of random starts (default: None).
 
     Attributes:
         bases_: ``(K, n_features, r)`` orthonormal expert bases.
-        updates_: ``(K,)`` updates of each expert since the last :meth:`reset_steps`.
+        updates_: ``(K,)`` updates of each expert since the last :meth:`reset_steps` (or change).
+        n_changes_: ``(K,)`` changes detected per expert; ``last_change_``: ``(K,)`` the sample
+            (counted in ``n_samples_seen_``) of each expert's last detected change, -1 if none.
         labels_: ``(n_samples,)`` expert of each sample of the :meth:`fit` batch.
         n_iter_: k-subspaces rounds the :meth:`fit` ran (at most ``max_iter``; 0 without fit).
         last_routes_: expert of each sample of the last :meth:`partial_fit` batch.
@@ -417,7 +438,14 @@ class MoSAIC(_GrouseSteps, _RoutedExperts, _StreamingCompleter):
         >>> model = model.partial_fit(X_batch)    # ... then adapt
     """
 
-    _state_attributes = ("bases_", "updates_")
+    _state_attributes = (
+        "bases_",
+        "updates_",
+        "residual_level_",
+        "recent_residual_",
+        "n_changes_",
+        "last_change_",
+    )
 
     def __init__(
         self,
@@ -427,6 +455,8 @@ class MoSAIC(_GrouseSteps, _RoutedExperts, _StreamingCompleter):
         step_size: float = 0.5,
         step_decay: float | None = None,
         min_step: float = 0.05,
+        step_rule: str = "greedy",
+        detect_changes: float | None = None,
         adapt: bool = True,
         n_init: int = 5,
         max_iter: int = 30,
@@ -437,6 +467,8 @@ class MoSAIC(_GrouseSteps, _RoutedExperts, _StreamingCompleter):
         self.step_size = step_size
         self.step_decay = step_decay
         self.min_step = min_step
+        self.step_rule = step_rule
+        self.detect_changes = detect_changes
         self.adapt = adapt
         self.n_init = n_init
         self.max_iter = max_iter
@@ -445,6 +477,21 @@ class MoSAIC(_GrouseSteps, _RoutedExperts, _StreamingCompleter):
     def _validate_params(self) -> None:
         super()._validate_params()
         self._validate_steps()
+        threshold = self.detect_changes
+        require(
+            threshold is None or 1 < threshold < np.inf,
+            "detect_changes",
+            "None or a finite ratio > 1",
+            threshold,
+        )
+
+    def _reset_state(self) -> None:
+        """Step counts and the change detector's state, for K experts that have seen nothing."""
+        self.updates_ = np.zeros(self.n_experts, dtype=np.int64)
+        self.residual_level_ = np.full(self.n_experts, -1.0)  # -1: no routed sample yet
+        self.recent_residual_ = np.full(self.n_experts, -1.0)
+        self.n_changes_ = np.zeros(self.n_experts, dtype=np.int64)
+        self.last_change_ = np.full(self.n_experts, -1, dtype=np.int64)
 
     def _pretrain(self, X: np.ndarray, mask: np.ndarray) -> None:
         fitted = k_subspaces(
@@ -457,13 +504,13 @@ class MoSAIC(_GrouseSteps, _RoutedExperts, _StreamingCompleter):
             max_iter=self.max_iter,
         )
         self.bases_, self.labels_, self.n_iter_ = fitted.bases, fitted.labels, fitted.n_iter
-        self.updates_ = np.zeros(self.n_experts, dtype=np.int64)
+        self._reset_state()
 
     def _start(self, n_features: int) -> None:
         self.bases_ = np.stack(
             [random_basis(n_features, self.rank, self._rng) for _ in range(self.n_experts)]
         )
-        self.updates_ = np.zeros(self.n_experts, dtype=np.int64)
+        self._reset_state()
         self.n_iter_ = 0
 
     def partial_fit(self, X: Any, y: Any = None, *, mask: Any = None, experts: Any = None) -> Self:
@@ -477,9 +524,8 @@ class MoSAIC(_GrouseSteps, _RoutedExperts, _StreamingCompleter):
         return super().partial_fit(X, mask=mask, experts=experts)
 
     def _update(self, X: np.ndarray, mask: np.ndarray, experts: Any = None) -> None:
-        if experts is None:
-            chosen = route(self.bases_, X, mask)[0]
-        else:
+        chosen, residual = route(self.bases_, X, mask)
+        if experts is not None:
             chosen = np.asarray(experts).reshape(-1)
             valid = (
                 len(chosen) == len(X)
@@ -488,11 +534,31 @@ class MoSAIC(_GrouseSteps, _RoutedExperts, _StreamingCompleter):
             )
             require(valid, "experts", f"one integer in [0, {self.n_experts}) per sample", chosen)
         self.last_routes_ = chosen
-        if not self.adapt:
-            return
-        for x, observed, k in zip(X, mask, chosen, strict=True):
-            self.bases_[k] = grouse_step(self.bases_[k], x, observed, self._step_fraction(k))
-            self.updates_[k] += 1
+        per_entry = residual[np.arange(len(X)), chosen] / mask.sum(axis=1)
+        for index, (x, observed, k) in enumerate(zip(X, mask, chosen, strict=True)):
+            if self.detect_changes is not None:
+                self._watch(k, per_entry[index], self.n_samples_seen_ + index)
+            if self.adapt:
+                step = self._step(k)
+                self.bases_[k] = grouse_step(self.bases_[k], x, observed, step, self.step_rule)
+                self.updates_[k] += 1
+
+    def _watch(self, expert: int, residual: float, sample: int) -> None:
+        """The residual test: a fast average of the expert's residual per observed entry against its
+        slow running level; a jump past ``detect_changes`` times the level restarts the expert's
+        step schedule, and the level restarts from the jump."""
+        level, recent = self.residual_level_[expert], self.recent_residual_[expert]
+        if level < 0:
+            level = recent = residual
+        recent += CHANGE_FAST * (residual - recent)
+        if recent > self.detect_changes * level:
+            self.updates_[expert] = 0
+            self.n_changes_[expert] += 1
+            self.last_change_[expert] = sample
+            level = recent
+        else:
+            level += CHANGE_SLOW * (residual - level)
+        self.residual_level_[expert], self.recent_residual_[expert] = level, recent
 
 
 class GROUSE(_GrouseSteps, _StreamingCompleter):
@@ -512,12 +578,14 @@ class GROUSE(_GrouseSteps, _StreamingCompleter):
         step_size: float = 0.5,
         step_decay: float | None = None,
         min_step: float = 0.05,
+        step_rule: str = "greedy",
         random_state: int | None = None,
     ) -> None:
         self.rank = rank
         self.step_size = step_size
         self.step_decay = step_decay
         self.min_step = min_step
+        self.step_rule = step_rule
         self.random_state = random_state
 
     def _validate_params(self) -> None:
@@ -534,7 +602,7 @@ class GROUSE(_GrouseSteps, _StreamingCompleter):
 
     def _update(self, X: np.ndarray, mask: np.ndarray) -> None:
         for x, observed in zip(X, mask, strict=True):
-            self.basis_ = grouse_step(self.basis_, x, observed, self._step_fraction(0))
+            self.basis_ = grouse_step(self.basis_, x, observed, self._step(0), self.step_rule)
             self.updates_[0] += 1
 
     def _estimate(self, X: np.ndarray, mask: np.ndarray) -> np.ndarray:

@@ -23,6 +23,10 @@ def random_basis(n_features: int, rank: int, rng: np.random.Generator) -> np.nda
     return basis
 
 
+GATHER_ELEMENTS = 1 << 21
+"""largest ``(K, chunk, |Ω|, r)`` gather of basis rows :func:`observed_fit` builds at once (16 MB)"""
+
+
 def observed_fit(
     bases: np.ndarray, X: np.ndarray, mask: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -30,6 +34,9 @@ def observed_fit(
 
     For sample i and expert k, ``w_ik = argmin_w ‖x_Ω − U_{k,Ω} w‖²`` (GROUSE, Balzano et al. 2010, Eq. 2),
     solved through the normal equations ``(U_Ωᵀ U_Ω) w = U_Ωᵀ x_Ω`` batched over samples and experts.
+    Only the observed rows ``U_{k,Ω}`` are read, so a sample costs O(|Ω|·K·r²), not O(n·K·r²): the
+    rows are gathered into a ``(K, B, max |Ω|, r)`` block, padded with a zero row (which adds
+    nothing to the Gram matrix or the residual), in chunks of at most :data:`GATHER_ELEMENTS`.
 
     Args:
         bases: ``(K, n, r)`` orthonormal bases.
@@ -40,20 +47,31 @@ def observed_fit(
         weights ``(B, K, r)`` and the observed residual energy ``‖x_Ω − U_{k,Ω} w_ik‖²`` as ``(B, K)``.
     """
     n_experts, n_features, rank = bases.shape
-    observed = mask.astype(bases.dtype)
-    # Gram matrices U_Ωᵀ U_Ω for every (sample, expert) as one matmul: (B, n) @ (n, K·r·r).
-    outer = np.einsum("knr,kns->nkrs", bases, bases).reshape(n_features, -1)
-    gram = (observed @ outer).reshape(len(X), n_experts, rank, rank)
-    rhs = np.einsum("bn,knr->bkr", X * observed, bases)
-    weights = np.linalg.solve(gram + RIDGE * np.eye(rank), rhs[..., None])[..., 0]
-    # ‖x_Ω − U_Ω w‖² = ‖x_Ω‖² − 2 wᵀU_Ωᵀx_Ω + wᵀ(U_ΩᵀU_Ω)w, without forming (B, K, n) arrays.
-    energy = np.einsum("bn,bn->b", X * observed, X)
-    residual = (
-        energy[:, None]
-        - 2 * np.einsum("bkr,bkr->bk", weights, rhs)
-        + np.einsum("bkr,bkrs,bks->bk", weights, gram, weights)
-    )
-    return weights, np.maximum(residual, 0.0)
+    n_samples = len(X)
+    counts = mask.sum(axis=1)
+    width = max(int(counts.max(initial=0)), 1)
+    # rows[i, j]: the j-th observed coordinate of sample i, or n_features (the zero row) past |Ω_i|
+    sample, coordinate = np.nonzero(mask)
+    first = np.cumsum(counts) - counts
+    rows = np.full((n_samples, width), n_features)
+    rows[sample, np.arange(len(sample)) - first[sample]] = coordinate
+    padded_bases = np.concatenate([bases, np.zeros((n_experts, 1, rank))], axis=1)
+    padded_X = np.concatenate([np.where(mask, X, 0.0), np.zeros((n_samples, 1))], axis=1)
+    weights = np.empty((n_samples, n_experts, rank))
+    residual = np.empty((n_samples, n_experts))
+    chunk = max(1, GATHER_ELEMENTS // (n_experts * width * rank))
+    for lo in range(0, n_samples, chunk):
+        chunk_rows = rows[lo : lo + chunk]
+        observed_bases = padded_bases[:, chunk_rows]  # U_{k,Ω_i}: (K, b, |Ω|, r)
+        observed_X = np.take_along_axis(padded_X[lo : lo + chunk], chunk_rows, axis=1)  # (b, |Ω|)
+        transposed = observed_bases.transpose(0, 1, 3, 2)
+        gram = transposed @ observed_bases  # (K, b, r, r)
+        rhs = transposed @ observed_X[None, :, :, None]  # (K, b, r, 1)
+        chunk_weights = np.linalg.solve(gram + RIDGE * np.eye(rank), rhs)
+        fit = (observed_bases @ chunk_weights)[..., 0]  # U_Ω w: (K, b, |Ω|)
+        weights[lo : lo + chunk] = chunk_weights[..., 0].transpose(1, 0, 2)
+        residual[lo : lo + chunk] = ((observed_X[None] - fit) ** 2).sum(axis=-1).T
+    return weights, residual
 
 
 def route(bases: np.ndarray, X: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -73,16 +91,23 @@ def complete_routed(bases: np.ndarray, X: np.ndarray, mask: np.ndarray) -> np.nd
     return np.einsum("bnr,br->bn", bases[chosen], weights[np.arange(len(X)), chosen])
 
 
+STEP_RULES = ("greedy", "sigma")
+"""how :func:`grouse_step` turns a step size into an angle (see there)"""
+
+
 def grouse_step(
-    basis: np.ndarray, x: np.ndarray, mask: np.ndarray, step_fraction: float
+    basis: np.ndarray, x: np.ndarray, mask: np.ndarray, step: float, rule: str = "greedy"
 ) -> np.ndarray:
     """One GROUSE step (Balzano, Nowak, Recht 2010, Alg. 1) toward sample ``x`` observed on ``mask``.
 
     With ``w = U_Ω⁺ x_Ω``, ``p = U w`` and the residual ``ρ`` (``x_Ω − U_Ω w`` on Ω, 0 elsewhere), the
     geodesic step of angle θ is ``U + ((cos θ − 1) p/‖p‖ + sin θ ρ/‖ρ‖) wᵀ/‖w‖``. It keeps U orthonormal
-    because ``ρ ⟂ span(U)`` (normal equations). The angle is a fraction of the greedy step
-    ``θ* = arctan(‖ρ‖/‖p‖)`` (Zhang & Balzano, AISTATS 2016), which makes the new span contain the
-    sample's observed part when ``step_fraction = 1``; smaller fractions average noise.
+    because ``ρ ⟂ span(U)`` (normal equations). The greedy angle ``θ* = arctan(‖ρ‖/‖p‖)`` makes the new
+    span contain the sample's observed part (Zhang & Balzano, AISTATS 2016). ``rule`` sets θ:
+
+    - ``"greedy"``: ``θ = step · θ*``, ``step`` in (0, 1]; smaller fractions average noise;
+    - ``"sigma"``: GROUSE's own ``θ = step · σ`` with ``σ = ‖ρ‖‖p‖`` (Alg. 1; ``step`` is η_t,
+      ``η₀/t`` in its stationary analysis), capped at θ* (a larger angle rotates past the sample).
     """
     # Exact least squares (no ridge): the step is orthonormal only if ρ is exactly ⟂ span(U).
     weights = np.linalg.lstsq(basis[mask], x[mask], rcond=None)[0]
@@ -93,7 +118,11 @@ def grouse_step(
     weight_norm = np.linalg.norm(weights)
     if residual_norm < 1e-12 or projection_norm < 1e-12 or weight_norm < 1e-12:
         return basis  # the sample already lies in the span (or carries no signal): nothing to learn
-    theta = step_fraction * np.arctan(residual_norm / projection_norm)
+    greedy = np.arctan(residual_norm / projection_norm)
+    if rule == "greedy":
+        theta = step * greedy
+    else:
+        theta = min(step * residual_norm * projection_norm, greedy)
     direction = (np.cos(theta) - 1.0) * projection / projection_norm + np.sin(
         theta
     ) * residual / residual_norm
