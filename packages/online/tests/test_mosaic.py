@@ -24,7 +24,7 @@ from mixlab.online.mosaic import (
     routing_accuracy,
     subspace_distance,
 )
-from mixlab.online.mosaic.experiment import METHOD, REFERENCES, SYSTEMS, Config
+from mixlab.online.mosaic.experiment import METHOD, REFERENCES, Config, system_names
 from mixlab.online.mosaic.subspace import fit_basis, random_basis
 
 
@@ -238,7 +238,8 @@ def test_diagnostics() -> None:
 def _tiny_config(**changes) -> Config:
     return Config.from_profile(
         "quick", device="cpu", n_features=30, n_subspaces=2, rank=2, observed_fractions=(0.5,), n_seeds=1,
-        n_source=200, epoch_lengths=(100, 100, 100), n_init=1, window=100, refit_every=50, **changes,
+        n_source=200, epoch_lengths=(100,) * 5, n_init=1, window=100, refit_every=50,
+        routing_fractions=(0.1, 0.5), routing_samples=100, **changes,
     )  # fmt: skip
 
 
@@ -246,8 +247,10 @@ def test_quick_experiment_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     config = _tiny_config()
     result = METHOD.execute(config, tmp_path)
     data = json.loads((tmp_path / "result.json").read_text())
-    assert set(data["metrics"]) == {*SYSTEMS, *REFERENCES}
-    assert len(data["claims"]) == 4
+    assert set(data["metrics"]) == {*system_names(config)["all"], *REFERENCES}
+    assert len({tuple(row) for row in data["metrics"].values()}) == 1  # every row has the same keys
+    assert len(data["claims"]) == 8
+    assert (tmp_path / "diagnostics.png").exists()
     # the regime checks are computed from the measured references
     assert [check["text"].split()[:2] for check in data["regime"]] == [
         ["The", "oracle"],
@@ -255,7 +258,9 @@ def test_quick_experiment_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     ]
     assert all(isinstance(check["holds"], bool) for check in data["regime"])
     oracle_worst = max(
-        v for k, v in data["metrics"]["true_subspaces"].items() if k.startswith("nrmse_p")
+        v
+        for k, v in data["metrics"]["true_subspaces"].items()
+        if k.startswith("nrmse_p") and v is not None
     )
     assert data["regime"][0]["holds"] == (oracle_worst <= 0.05)
     assert all(isinstance(claim["holds"], bool) for claim in data["claims"])
@@ -270,6 +275,7 @@ def test_quick_experiment_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         raise AssertionError("a finished stream was run again on --resume")
 
     monkeypatch.setattr(experiment, "run_stream", must_not_run)
+    monkeypatch.setattr(experiment, "routing_sweep", must_not_run)
     assert METHOD.execute(config, tmp_path, resume=True).metrics == result.metrics
     with pytest.raises(ValueError, match="written with other values of \\['noise'\\]"):
         METHOD.execute(_tiny_config(noise=0.1), tmp_path, resume=True)
@@ -405,12 +411,21 @@ def test_parameters_changed_after_fit_are_checked() -> None:
 
 
 def test_experiment_config_is_checked() -> None:
-    with pytest.raises(ValueError, match="observed_fractions must be distinct rates in \\(0, 1\\)"):
+    with pytest.raises(
+        ValueError,
+        match="observed_fractions must be at least one rate, distinct rates in \\(0, 1\\)",
+    ):
         Config(observed_fractions=(0.2, 1.0))
     with pytest.raises(ValueError, match="n_subspaces·rank must be < n_features=30"):
         Config(n_features=30, n_subspaces=4, rank=8)
-    with pytest.raises(ValueError, match="epoch_lengths must be three multiples of batch_size=20"):
-        Config(epoch_lengths=(1510, 2000, 1500))
+    with pytest.raises(ValueError, match="epoch_lengths must be five multiples of batch_size=20"):
+        Config(epoch_lengths=(1510, 2000, 1500, 1000, 1000))
+    with pytest.raises(ValueError, match="epoch_lengths must be five multiples"):
+        Config(epoch_lengths=(1500, 2000, 1500))
+    with pytest.raises(ValueError, match="step_decay_sweep must be at least two distinct values"):
+        Config(step_decay_sweep=(5.0, 5.0))
+    with pytest.raises(ValueError, match="routing_fractions must be at least one rate"):
+        Config(routing_fractions=(0.0,))
     with pytest.raises(ValueError, match="computes with NumPy on the CPU"):
         METHOD.execute(Config(device="cuda"), Path("unused"))
 

@@ -13,7 +13,7 @@ import pytest
 from mixlab.online.cli import main
 from mixlab.online.mosaic import MoSAIC
 from mixlab.online.mosaic.cli import sidecar_of
-from mixlab.online.mosaic.config import Config
+from mixlab.online.mosaic.config import EPOCHS, Config
 from mixlab.online.mosaic.experiment import (
     REFERENCES,
     regime,
@@ -360,50 +360,119 @@ def test_stream_round_trip_and_hand_written_npz(
     assert not list(tmp_path.glob(".*partial"))
 
 
+# --- what complete tells about its inputs and its result ---------------------------------------
+
+
+def _completed_nrmse(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], generate: list[str], complete: list[str]
+) -> tuple[float, str]:
+    """Generate a stream of 150 source + 150 stream samples of 30 features, complete it, and return
+    the true NRMSE that complete prints and its stderr."""
+    stream = tmp_path / "stream.npz"
+    assert main(["mosaic", "generate", "--out", str(stream), "--n-features", "30",
+                 "--n-source", "150", "--epochs", "stationary:150", *generate]) == 0  # fmt: skip
+    capsys.readouterr()
+    out = tmp_path / "c.npy"
+    argv = ["mosaic", "complete", str(stream), "--pretrain", "150", "--truth", str(stream),
+            "--out", str(out), *complete]  # fmt: skip
+    assert main(argv) == 0
+    assert out.is_file()
+    captured = capsys.readouterr()
+    return float(captured.out.rsplit(":", 1)[1]), captured.err
+
+
+def test_complete_warns_when_worse_than_zeros(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the issue's case: its own data at n = 30, p = 0.3 (4 subspaces of rank 5) is too little
+    nrmse, err = _completed_nrmse(tmp_path, capsys, ["--observed-fraction", "0.3"], [])
+    assert nrmse > 1  # worse than zeros, by the ground truth the warning does without
+    assert len(err.strip().splitlines()) == 1, err
+    assert "warning: the completion looks worse than filling the missing entries" in err
+    for advice in ("--pretrain", "--rank", "more observed entries"):
+        assert advice in err
+
+
+def test_complete_does_not_warn_on_a_well_posed_stream(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    generate = ["--observed-fraction", "0.3", "--n-subspaces", "2", "--rank", "2"]
+    nrmse, err = _completed_nrmse(tmp_path, capsys, generate, ["--n-experts", "2", "--rank", "2"])
+    assert nrmse < 0.1
+    assert err == ""
+
+
+def test_csv_with_a_header_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = "1,,3\n4,5,\n,2,6\n"
+    out = tmp_path / "c.npy"
+    options = ["--rank", "1", "--n-experts", "1", "--out", str(out)]
+    for header in ("x1,x2,x3", "id,,2.5"):  # a single non-numeric cell makes a header
+        data = tmp_path / "header.csv"
+        data.write_text(f"{header}\n{rows}")
+        argv = ["mosaic", "complete", str(data), *options]
+        _one_line_error(capsys, argv, str(data), f"{header!r} is a header", "header is not allowed")
+        assert not out.exists()
+    # numbers only (empty cells, a comment line, NaN) are data, not a header
+    data = tmp_path / "plain.csv"
+    data.write_text(f"# exported by hand\n,nan,2\n{rows}")
+    assert main(["mosaic", "complete", str(data), *options]) == 0, capsys.readouterr().err
+    assert np.load(out).shape == (4, 3)
+
+
 # --- regime checks --------------------------------------------------------------------------------
 
 
 def test_true_subspace_oracle_and_static_grouse_measure_solvability() -> None:
     config = Config.from_profile(
         "quick", n_features=30, n_subspaces=2, rank=2, observed_fractions=(0.5,), n_seeds=1,
-        n_source=100, epoch_lengths=(100, 100, 100), noise=0.0, window=100, refit_every=50,
+        n_source=100, epoch_lengths=(100,) * 5, noise=0.0, window=100, refit_every=50,
     )  # fmt: skip
     stream = config.stream(0.5).generate(0)
     bounds = [*stream.epoch_starts.tolist(), len(stream.labels)]
     oracle = true_subspace_oracle(stream, bounds)
-    assert set(oracle) == {"nrmse_stationary", "nrmse_drift", "nrmse_switch"}
+    assert set(oracle) == {f"nrmse_{epoch}" for epoch in EPOCHS}
     assert max(oracle.values()) < 1e-6  # noiseless: the true subspace completes exactly
     # a wrong subspace would not: the oracle uses the true one
     assert static_grouse(config, 0.5, 0) < 0.1
 
 
-def _fake_cells(oracle: float, grouse: float) -> list[dict]:
-    systems = {
-        "nrmse_stationary": 0.1, "nrmse_drift": 0.1, "nrmse_switch": 0.1,
-        "routing_stationary": 1.0, "routing_drift": 1.0, "routing_switch": 1.0,
-    }  # fmt: skip
-    from mixlab.online.mosaic.experiment import SYSTEMS, TRACKED
+def _fake_cells(oracle: float, grouse: float, config: Config) -> tuple[list[dict], list[dict]]:
+    """Stream and routing-sweep cells shaped like run_stream's and routing_sweep's."""
+    from mixlab.online.mosaic.config import EPOCHS
+    from mixlab.online.mosaic.experiment import system_names
 
-    return [
+    names = system_names(config)
+    row = {
+        **{f"nrmse_{epoch}": 0.1 for epoch in EPOCHS},
+        **{f"routing_{epoch}": 1.0 for epoch in EPOCHS},
+        "window_nrmse": [0.1, 0.1],
+        "regret": 0.0,
+    }
+    no_fit = {"recovered": False, "exponent": None, "power_law_fits_better": None}
+    detections = {"delays": [3, None], "false_alarms": 0, "n_samples": 500}
+    streams = [
         {
+            "kind": "stream",
             "observed_fraction": 0.2,
             "seed": seed,
-            "systems": {name: systems for name in SYSTEMS},
-            "contraction": {
-                name: {"recovered": False, "exponent": None, "power_law_fits_better": None}
-                for name in TRACKED
-            },
+            "systems": {name: row for name in names["all"]},
+            "contraction": {name: [no_fit, no_fit] for name in names["tracked"]},
+            "detections": {name: detections for name in names["detecting"]},
             "reference": {
                 "true_subspaces": {
-                    "nrmse_stationary": oracle / 2,
-                    "nrmse_drift": oracle,
-                    "nrmse_switch": oracle / 2,
+                    f"nrmse_{epoch}": oracle if epoch == "drift" else oracle / 2 for epoch in EPOCHS
                 },
                 "grouse_static": {"nrmse": grouse},
             },
         }
         for seed in (0, 1)
     ]
+    accuracy = {f"p{round(100 * p):02d}": 0.5 for p in config.routing_fractions}
+    sweeps = [
+        {"kind": "routing", "seed": seed, "true_subspaces": accuracy, "mosaic": accuracy}
+        for seed in (0, 1)
+    ]
+    return streams, sweeps
 
 
 @pytest.mark.parametrize(
@@ -412,7 +481,10 @@ def _fake_cells(oracle: float, grouse: float) -> list[dict]:
 )
 def test_regime_checks_use_fixed_margins(oracle: float, grouse: float, holds: list[bool]) -> None:
     config = Config(observed_fractions=(0.2,), n_seeds=2)
-    metrics = summarise(_fake_cells(oracle, grouse), config)
+    metrics = summarise(*_fake_cells(oracle, grouse, config), config)
+    assert len({tuple(row) for row in metrics.values()}) == 1  # every row has the same keys
+    assert metrics["mosaic_decreasing"]["switches_detected_share"] == 0.5
+    assert metrics["grouse_r"]["switches_detected_share"] is None
     assert set(REFERENCES) <= set(metrics)
     assert metrics["true_subspaces"]["nrmse_p20_drift"] == pytest.approx(oracle)
     assert metrics["grouse_static"]["nrmse_p20_stationary"] == pytest.approx(grouse)

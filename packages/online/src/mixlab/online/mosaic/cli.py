@@ -9,7 +9,9 @@ Every option and path is checked before any work (bad input: one line on stderr,
 ``generate`` writes ``stream.npz`` and its sidecar ``stream.npz.json`` (format, shape and the
 SHA-256 of the ``.npz``); ``complete`` checks the sidecar when there is one, so a damaged or edited
 stream file is refused. A ``.npz`` you write yourself (an array ``X``, NaN where missing) needs no
-sidecar; if it cannot be read it is refused in one line all the same.
+sidecar; if it cannot be read it is refused in one line all the same. A ``.csv`` holds numbers
+only: a header row is refused. ``complete`` warns in one stderr line (and still succeeds) when its
+completion looks worse than predicting zeros, judged on observed entries it hides from itself.
 """
 
 from __future__ import annotations
@@ -127,6 +129,12 @@ def read_matrix(path: Path, key: str = "X") -> np.ndarray:
                         )
                     matrix = archive[key]
             else:
+                header = _csv_header(path)
+                if header is not None:  # genfromtxt would read it as a row of missing entries
+                    raise CheckpointError(
+                        f"{path}: the first row {header[:80]!r} is a header, and a header is not "
+                        "allowed: remove it (numbers only, one sample per row, empty cells = missing)"
+                    )
                 matrix = np.genfromtxt(path, delimiter=",", filling_values=np.nan)
             matrix = np.asarray(matrix, dtype=np.float64)
     except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as error:
@@ -143,6 +151,22 @@ def read_matrix(path: Path, key: str = "X") -> np.ndarray:
             f"{path}: X has shape {matrix.shape} but its sidecar records {expected_shape}"
         )
     return matrix
+
+
+def _csv_header(path: Path) -> str | None:
+    """The first row of a CSV file if it is a header (a cell neither empty nor a number), else None.
+
+    The first row is the one ``np.genfromtxt`` reads first: blank lines and ``#`` comments are skipped.
+    """
+    with open(path, encoding="utf-8-sig") as handle:  # -sig: a spreadsheet's byte-order mark
+        rows = (line.split("#")[0].strip() for line in handle)
+        row = next(filter(None, rows), "")
+    for cell in filter(None, (cell.strip() for cell in row.split(","))):
+        try:
+            float(cell)
+        except ValueError:
+            return row
+    return None
 
 
 # --- commands ------------------------------------------------------------------------------------
@@ -328,15 +352,29 @@ def complete(
     if pretrain:  # the source rows are completed by the model fitted on them
         completed[:pretrain] = model.fit(X[:pretrain]).transform(X[:pretrain])
     observed = ~np.isnan(X[pretrain:])
+    # -score of each batch by the model that completed it, before it learns the batch: the model
+    # at the end has drifted away from early batches, and has already learned every entry
+    held_out = []
     for start in range(pretrain, len(X), batch_size):
         batch = X[start : start + batch_size]
         if hasattr(model, "n_features_in_"):
             completed[start : start + batch_size] = model.transform(batch)
+            held_out.append(_held_out_nrmse(model, batch))
         else:
             completed[start : start + batch_size] = np.nan_to_num(batch)
         model.partial_fit(batch)
     _save_npy(out, completed)
     typer.echo(f"wrote {out}: {len(X)} rows, {int((~observed).sum())} stream entries completed")
+    # the median over batches: a single batch's few held-out entries can be far off either way
+    held_out_error = np.nanmedian(held_out) if not np.isnan(held_out).all() else np.nan
+    if held_out_error > 1:  # filling the missing entries with zeros has NRMSE exactly 1
+        typer.echo(
+            "mixlab-online: warning: the completion looks worse than filling the missing entries "
+            f"with zeros (NRMSE {held_out_error:.3g} > 1 on observed entries hidden from the model, "
+            "median over batches): too little data for these subspaces; try more --pretrain rows, "
+            "a lower --rank or fewer --n-experts, or data with more observed entries",
+            err=True,
+        )
     if save_model is not None:
         typer.echo(f"saved model to {model.save(save_model)}")
     if full is not None:
@@ -345,6 +383,16 @@ def complete(
             full[pretrain:][missing]
         )
         typer.echo(f"NRMSE on the unobserved stream entries: {error:.4g}")
+
+
+def _held_out_nrmse(model: Any, batch: np.ndarray) -> float:
+    """``-model.score(batch)``: the NRMSE of completing a seeded share of the batch's observed entries
+    from the rest (zeros score exactly 1); NaN when it can hide none (e.g. a single sample that
+    observes a single entry)."""
+    try:
+        return -model.score(batch)
+    except ValueError:  # the batch passed transform's checks: only "nothing to hide" is left
+        return float("nan")
 
 
 def _save_npy(path: Path, array: np.ndarray) -> None:

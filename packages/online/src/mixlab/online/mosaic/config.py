@@ -22,6 +22,10 @@ def _is_real(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+EPOCHS = ("stationary", "drift", "switch", "slow_drift", "switch_again")
+"""the experiment's epochs, in stream order"""
+
+
 def rate_key(rate: float) -> str:
     """The metric-name tag of an observation rate: 0.2 -> ``p20``."""
     return f"p{round(100 * rate):02d}"
@@ -29,7 +33,7 @@ def rate_key(rate: float) -> str:
 
 @dataclass
 class Config(ExperimentConfig):
-    """Defaults are the quick profile (about a minute on 2 CPU cores); full follows the spec's design."""
+    """Defaults are the quick profile (a few minutes on 2 CPU cores); full follows the spec's design."""
 
     n_features: int = 100
     """ambient dimension n"""
@@ -45,16 +49,29 @@ class Config(ExperimentConfig):
     """noise standard deviation per entry (0: noiseless)"""
     n_source: int = 1500
     """source batch for pre-training (at least n_subspaces·rank samples)"""
-    epoch_lengths: tuple[int, int, int] = (1500, 2000, 1500)
-    """samples in the stationary, drift and switch epochs"""
+    epoch_lengths: tuple[int, int, int, int, int] = (1000, 1500, 1000, 1500, 1000)
+    """samples in the epochs stationary, drift, switch, slow_drift, switch_again (:data:`EPOCHS`)"""
     drift_rate: float = 1e-3
     """radians per sample along each subspace's geodesic in the drift epoch (> 0)"""
+    slow_drift_rate: float = 1e-4
+    """radians per sample in the slow_drift epoch (> 0; the spec's ω = 1e-4)"""
     batch_size: int = 20
     """samples completed, then learned from, at a time (the same for every system)"""
     step_size: float = 0.5
     """GROUSE step as a fraction of the greedy step, in (0, 1] (MoSAIC, k-GROUSE, GROUSE)"""
     step_decay: float = 50.0
     """τ of mosaic_decreasing's schedule, in updates of an expert (> 0)"""
+    step_decay_sweep: tuple[float, ...] = (5.0, 20.0, 50.0, 200.0)
+    """the τ values of the contraction sweep (each > 0; step_decay's system is reused)"""
+    sigma_step: float = 0.2
+    """η₀ of GROUSE's own schedule θ = η₀‖ρ‖‖p‖/t (> 0; ≈ 1/E‖w‖² = 1/rank makes its first
+    steps about greedy)"""
+    detect_changes: float = 10.0
+    """the residual test's ratio (> 1) at which the decreasing schedules restart an expert"""
+    routing_fractions: tuple[float, ...] = (0.04, 0.06, 0.08, 0.1, 0.12, 0.16, 0.2, 0.3)
+    """observation rates of the routing-accuracy sweep (each in (0, 1))"""
+    routing_samples: int = 600
+    """stationary samples routed per rate and seed in that sweep (>= 1)"""
     min_step: float = 0.05
     """floor of mosaic_decreasing's schedule, in [0, 1] (0: no floor, a pure 1/t schedule)"""
     n_init: int = 3
@@ -72,7 +89,8 @@ class Config(ExperimentConfig):
             "observed_fractions": (0.2, 0.3, 0.4, 0.5),
             "n_seeds": 5,
             "n_source": 2000,
-            "epoch_lengths": (5000, 10000, 5000),
+            "epoch_lengths": (4000, 8000, 4000, 8000, 4000),
+            "routing_samples": 2000,
             "n_init": 5,
         },
     }
@@ -84,7 +102,15 @@ class Config(ExperimentConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("n_features", "n_subspaces", "rank", "n_seeds", "batch_size", "n_init"):
+        for name in (
+            "n_features",
+            "n_subspaces",
+            "rank",
+            "n_seeds",
+            "batch_size",
+            "n_init",
+            "routing_samples",
+        ):
             value = getattr(self, name)
             require(is_count(value), name, "an integer >= 1", value)
         require(
@@ -100,21 +126,38 @@ class Config(ExperimentConfig):
             f"< n_features={self.n_features}",
             total_rank,
         )
-        rates = self.observed_fractions
+        for name in ("observed_fractions", "routing_fractions"):
+            rates = getattr(self, name)
+            valid = (
+                isinstance(rates, tuple | list)
+                and len(rates) >= 1
+                and all(_is_real(rate) and 0 < rate < 1 for rate in rates)
+                and len({rate_key(rate) for rate in rates}) == len(rates)
+            )
+            require(
+                valid,
+                name,
+                "at least one rate, distinct rates in (0, 1) (rate 1 leaves nothing to complete)",
+                rates,
+            )
+        sweep = self.step_decay_sweep
         require(
-            isinstance(rates, tuple | list) and len(rates) >= 1,
-            "observed_fractions",
-            "at least one rate",
-            rates,
+            isinstance(sweep, tuple | list)
+            and len(sweep) >= 2
+            and all(_is_real(tau) and tau > 0 for tau in sweep)
+            and len(set(sweep)) == len(sweep),
+            "step_decay_sweep",
+            "at least two distinct values > 0",
+            sweep,
         )
-        valid = all(_is_real(rate) and 0 < rate < 1 for rate in rates) and len(
-            {rate_key(rate) for rate in rates}
-        ) == len(rates)
         require(
-            valid,
-            "observed_fractions",
-            "distinct rates in (0, 1) (rate 1 leaves nothing to complete)",
-            rates,
+            _is_real(self.sigma_step) and self.sigma_step > 0, "sigma_step", "> 0", self.sigma_step
+        )
+        require(
+            _is_real(self.detect_changes) and self.detect_changes > 1,
+            "detect_changes",
+            "a ratio > 1",
+            self.detect_changes,
         )
         require(_is_real(self.noise) and self.noise >= 0, "noise", ">= 0", self.noise)
         require(
@@ -126,19 +169,16 @@ class Config(ExperimentConfig):
         lengths = self.epoch_lengths
         require(
             isinstance(lengths, tuple | list)
-            and len(lengths) == 3
+            and len(lengths) == 5
             and all(is_count(length, 4 * self.batch_size) for length in lengths)
             and all(length % self.batch_size == 0 for length in lengths),
             "epoch_lengths",
-            f"three multiples of batch_size={self.batch_size}, each at least {4 * self.batch_size}",
+            f"five multiples of batch_size={self.batch_size}, each at least {4 * self.batch_size}",
             lengths,
         )
-        require(
-            _is_real(self.drift_rate) and self.drift_rate > 0,
-            "drift_rate",
-            "> 0 radians per sample",
-            self.drift_rate,
-        )
+        for name in ("drift_rate", "slow_drift_rate"):
+            rate = getattr(self, name)
+            require(_is_real(rate) and rate > 0, name, "> 0 radians per sample", rate)
         require(
             _is_real(self.step_size) and 0 < self.step_size <= 1,
             "step_size",
@@ -172,10 +212,11 @@ class Config(ExperimentConfig):
         require(is_count(self.refit_every), "refit_every", "an integer >= 1", self.refit_every)
 
     def stream(self, observed_fraction: float) -> DriftingSubspaceStream:
-        """The experiment's three-epoch stream generator at observation rate ``observed_fraction``."""
+        """The experiment's five-epoch stream generator at observation rate ``observed_fraction``:
+        stationary, drift, switch of one subspace, slow drift, switch of another (:data:`EPOCHS`)."""
         from mixlab.online.mosaic.stream import DriftingSubspaceStream, Epoch
 
-        stationary, drift, switch = self.epoch_lengths
+        stationary, drift, switch, slow_drift, switch_again = self.epoch_lengths
         return DriftingSubspaceStream(
             n_features=self.n_features,
             n_subspaces=self.n_subspaces,
@@ -187,6 +228,8 @@ class Config(ExperimentConfig):
                 Epoch("stationary", stationary),
                 Epoch("drift", drift, drift_rate=self.drift_rate),
                 Epoch("switch", switch, n_switched=1),
+                Epoch("drift", slow_drift, drift_rate=self.slow_drift_rate),
+                Epoch("switch", switch_again, n_switched=1),
             ),
             snapshot_every=self.batch_size,
         )

@@ -14,6 +14,16 @@ def subspace_distance(basis: np.ndarray, reference: np.ndarray) -> float:
     return float(np.linalg.norm(np.sin(subspace_angles(basis, reference))))
 
 
+def pairwise_subspace_distances(bases: np.ndarray, references: np.ndarray) -> np.ndarray:
+    """``‖sin Θ(bases[i], references[j])‖_F`` for every pair, as ``(len(bases), len(references))``.
+
+    For orthonormal rank-r bases ``Σ cos² θ = ‖UᵢᵀVⱼ‖_F²``, so ``‖sin Θ‖_F² = r − ‖UᵢᵀVⱼ‖_F²``: one
+    batched product instead of an SVD per pair (:func:`subspace_distance`; they agree to ~1e-8).
+    """
+    overlap = np.einsum("inr,jns->ijrs", bases, references)
+    return np.sqrt(np.maximum(bases.shape[2] - (overlap**2).sum(axis=(2, 3)), 0.0))
+
+
 def match_experts(bases: np.ndarray, true_bases: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Pair experts with true subspaces minimising the total sin-Θ distance (Hungarian algorithm).
 

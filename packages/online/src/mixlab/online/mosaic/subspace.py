@@ -35,8 +35,8 @@ def observed_fit(
     For sample i and expert k, ``w_ik = argmin_w ‖x_Ω − U_{k,Ω} w‖²`` (GROUSE, Balzano et al. 2010, Eq. 2),
     solved through the normal equations ``(U_Ωᵀ U_Ω) w = U_Ωᵀ x_Ω`` batched over samples and experts.
     Only the observed rows ``U_{k,Ω}`` are read, so a sample costs O(|Ω|·K·r²), not O(n·K·r²): the
-    rows are gathered into a ``(K, B, max |Ω|, r)`` block, padded with a zero row (which adds
-    nothing to the Gram matrix or the residual), in chunks of at most :data:`GATHER_ELEMENTS`.
+    rows are gathered into a ``(K, B, max |Ω|, r)`` block, padded with zero rows (which add nothing
+    to the Gram matrix or the residual), in chunks of at most :data:`GATHER_ELEMENTS`.
 
     Args:
         bases: ``(K, n, r)`` orthonormal bases.
@@ -46,24 +46,25 @@ def observed_fit(
     Returns:
         weights ``(B, K, r)`` and the observed residual energy ``‖x_Ω − U_{k,Ω} w_ik‖²`` as ``(B, K)``.
     """
-    n_experts, n_features, rank = bases.shape
+    n_experts, _, rank = bases.shape
     n_samples = len(X)
     counts = mask.sum(axis=1)
     width = max(int(counts.max(initial=0)), 1)
-    # rows[i, j]: the j-th observed coordinate of sample i, or n_features (the zero row) past |Ω_i|
+    # rows[i, j]: the j-th observed coordinate of sample i; past |Ω_i| (padding) row 0, zeroed
     sample, coordinate = np.nonzero(mask)
     first = np.cumsum(counts) - counts
-    rows = np.full((n_samples, width), n_features)
+    rows = np.zeros((n_samples, width), dtype=np.intp)
     rows[sample, np.arange(len(sample)) - first[sample]] = coordinate
-    padded_bases = np.concatenate([bases, np.zeros((n_experts, 1, rank))], axis=1)
-    padded_X = np.concatenate([np.where(mask, X, 0.0), np.zeros((n_samples, 1))], axis=1)
+    padding = np.arange(width) >= counts[:, None]  # (B, max |Ω|)
     weights = np.empty((n_samples, n_experts, rank))
     residual = np.empty((n_samples, n_experts))
     chunk = max(1, GATHER_ELEMENTS // (n_experts * width * rank))
     for lo in range(0, n_samples, chunk):
-        chunk_rows = rows[lo : lo + chunk]
-        observed_bases = padded_bases[:, chunk_rows]  # U_{k,Ω_i}: (K, b, |Ω|, r)
-        observed_X = np.take_along_axis(padded_X[lo : lo + chunk], chunk_rows, axis=1)  # (b, |Ω|)
+        chunk_rows, chunk_padding = rows[lo : lo + chunk], padding[lo : lo + chunk]
+        observed_bases = bases[:, chunk_rows]  # U_{k,Ω_i}: (K, b, |Ω|, r)
+        observed_bases[:, chunk_padding] = 0.0
+        observed_X = np.take_along_axis(X[lo : lo + chunk], chunk_rows, axis=1)  # (b, |Ω|)
+        observed_X[chunk_padding] = 0.0
         transposed = observed_bases.transpose(0, 1, 3, 2)
         gram = transposed @ observed_bases  # (K, b, r, r)
         rhs = transposed @ observed_X[None, :, :, None]  # (K, b, r, 1)
