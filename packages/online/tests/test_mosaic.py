@@ -561,3 +561,21 @@ def test_step_rule_and_change_detection_are_checked(params: dict, message: str) 
     MoSAIC(3, 3, n_init=1, step_size=2.0, step_rule="sigma", random_state=0).fit(X)  # η > 1 is fine
     with pytest.raises(ValueError, match=message):
         MoSAIC(3, 3, n_init=1, random_state=0, **params).fit(X)
+
+
+def test_contraction_sweep_shows_the_exponent_set_by_tau() -> None:
+    """The protocol must not hide that the decay exponent follows the schedule: on the same
+    stationary-then-switch stream, a larger τ gives a clearly larger fitted exponent, and the
+    residual test restarts the experts at the switch in every run."""
+    from mixlab.online.mosaic.experiment import contraction_sweep
+
+    config = Config.from_profile(
+        "quick", n_features=60, n_subspaces=3, rank=3, n_source=300, n_init=1,
+        epoch_lengths=(400, 100, 600, 100, 100), step_decay_sweep=(5.0, 200.0),
+    )  # fmt: skip
+    sweep = contraction_sweep(config, 0.5, 0)
+    slow, fast = (sweep["contraction"][f"mosaic_tau{tau}"][0]["exponent"] for tau in (5, 200))
+    assert slow is not None
+    assert fast is not None
+    assert fast > 2 * slow, (slow, fast)
+    assert all(record["delays"][0] is not None for record in sweep["detections"].values())
