@@ -43,8 +43,8 @@ class Config(ExperimentConfig):
     """rank r of each subspace (K·r = 20 is the global rank)"""
     observed_fractions: tuple[float, ...] = (0.2, 0.3, 0.5)
     """observation rates p of the streams"""
-    n_seeds: int = 2
-    """streams per rate, seeded seed, seed+1, ..."""
+    n_seeds: int = 3
+    """streams per rate (and routing sweeps), seeded seed, seed+1, ..."""
     noise: float = 1e-3
     """noise standard deviation per entry (0: noiseless)"""
     n_source: int = 1500
