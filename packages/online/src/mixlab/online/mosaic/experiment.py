@@ -868,14 +868,14 @@ def _mark_epochs(axes: Any, cell: dict[str, Any]) -> None:
 
 def _plot_errors(streams: list[dict[str, Any]], config: Config, path: Path) -> None:
     """Windowed NRMSE over the stream for the first seed at each rate, epochs marked."""
-    shown = (
-        "mosaic",
+    shown = (  # mosaic last, on top of k-GROUSE's curve, which it equals once pre-training is forgotten
         "mosaic_decreasing",
         *SINGLE_SUBSPACE,
         "kgrouse",
         "frozen",
         "oracle",
         "windowed",
+        "mosaic",
     )
     rates = config.observed_fractions
     figure = Figure(figsize=(5 * len(rates), 4))
@@ -917,7 +917,8 @@ def _plot_diagnostics(
         excess = np.cumsum(cell["bin_squared_error"][name]) - oracle
         regret.plot(cell["bin_edges"][1:], excess / energy, label=name)
     _mark_epochs(regret, cell)
-    regret.set(yscale="symlog", xlabel="sample", ylabel="cumulative regret to the oracle",
+    regret.set_yscale("symlog", linthresh=1e-2)
+    regret.set(xlabel="sample", ylabel="cumulative regret to the oracle",
                title=f"p = {rate}, seed {cell['seed']}")  # fmt: skip
     regret.legend(fontsize=7)
     for k, distances in enumerate(cell["distances"]):
