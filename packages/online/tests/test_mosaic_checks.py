@@ -417,6 +417,11 @@ def test_csv_with_a_header_is_refused(tmp_path: Path, capsys: pytest.CaptureFixt
     data.write_text(f"# exported by hand\n,nan,2\n{rows}")
     assert main(["mosaic", "complete", str(data), *options]) == 0, capsys.readouterr().err
     assert np.load(out).shape == (4, 3)
+    # a spreadsheet's byte-order mark is neither a header nor a missing first cell
+    from mixlab.online.mosaic.cli import read_matrix
+
+    data.write_bytes(b"\xef\xbb\xbf1,2,3\n4,,6\n")
+    np.testing.assert_array_equal(read_matrix(data), [[1, 2, 3], [4, np.nan, 6]])
 
 
 # --- regime checks --------------------------------------------------------------------------------

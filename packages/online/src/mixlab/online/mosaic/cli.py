@@ -135,7 +135,10 @@ def read_matrix(path: Path, key: str = "X") -> np.ndarray:
                         f"{path}: the first row {header[:80]!r} is a header, and a header is not "
                         "allowed: remove it (numbers only, one sample per row, empty cells = missing)"
                     )
-                matrix = np.genfromtxt(path, delimiter=",", filling_values=np.nan)
+                # utf-8-sig: a spreadsheet's byte-order mark would otherwise turn the first cell to NaN
+                matrix = np.genfromtxt(
+                    path, delimiter=",", filling_values=np.nan, encoding="utf-8-sig"
+                )
             matrix = np.asarray(matrix, dtype=np.float64)
     except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as error:
         detail = " ".join(str(error).split()) or type(error).__name__

@@ -7,6 +7,7 @@ runs.
 
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -24,6 +25,9 @@ def _is_real(value: object) -> bool:
 
 EPOCHS = ("stationary", "drift", "switch", "slow_drift", "switch_again")
 """the experiment's epochs, in stream order"""
+COMPARISON_WINDOW = 500
+"""samples per window of the k-GROUSE comparison (the stream's tail past the last whole window is
+left out of it)"""
 
 
 def rate_key(rate: float) -> str:
@@ -62,10 +66,13 @@ class Config(ExperimentConfig):
     step_decay: float = 50.0
     """τ of mosaic_decreasing's schedule, in updates of an expert (> 0)"""
     step_decay_sweep: tuple[float, ...] = (5.0, 20.0, 50.0, 200.0)
-    """the τ values of the contraction sweep (each > 0; step_decay's system is reused)"""
+    """the τ values of the contraction sweep (each > 0, distinct to 4 digits)"""
     sigma_step: float = 0.2
-    """η₀ of GROUSE's own schedule θ = η₀‖ρ‖‖p‖/t (> 0; ≈ 1/E‖w‖² = 1/rank makes its first
-    steps about greedy)"""
+    """η₀ of GROUSE's own schedule θ = η₀‖ρ‖‖p‖/t (finite, > 0; about 1/E‖w‖² = 1/rank for the
+    default rank 5, which makes its first steps about greedy)"""
+    small_step: float = 0.05
+    """the constant step of mosaic_small_step and kgrouse_small_step, in (0, 1]: small enough to
+    keep what pre-training learned for longer"""
     detect_changes: float = 10.0
     """the residual test's ratio (> 1) at which the decreasing schedules restart an expert"""
     routing_fractions: tuple[float, ...] = (0.04, 0.06, 0.08, 0.1, 0.12, 0.16, 0.2, 0.3)
@@ -144,19 +151,28 @@ class Config(ExperimentConfig):
         require(
             isinstance(sweep, tuple | list)
             and len(sweep) >= 2
-            and all(_is_real(tau) and tau > 0 for tau in sweep)
-            and len(set(sweep)) == len(sweep),
+            and all(_is_real(tau) and 0 < tau < math.inf for tau in sweep)
+            and len({f"{tau:g}" for tau in sweep}) == len(sweep),
             "step_decay_sweep",
-            "at least two distinct values > 0",
+            "at least two finite values > 0, distinct to 4 digits (they name the systems)",
             sweep,
         )
         require(
-            _is_real(self.sigma_step) and self.sigma_step > 0, "sigma_step", "> 0", self.sigma_step
+            _is_real(self.sigma_step) and 0 < self.sigma_step < math.inf,
+            "sigma_step",
+            "finite and > 0",
+            self.sigma_step,
         )
         require(
-            _is_real(self.detect_changes) and self.detect_changes > 1,
+            _is_real(self.small_step) and 0 < self.small_step <= 1,
+            "small_step",
+            "in (0, 1] (a fraction of the greedy GROUSE step)",
+            self.small_step,
+        )
+        require(
+            _is_real(self.detect_changes) and 1 < self.detect_changes < math.inf,
             "detect_changes",
-            "a ratio > 1",
+            "a finite ratio > 1",
             self.detect_changes,
         )
         require(_is_real(self.noise) and self.noise >= 0, "noise", ">= 0", self.noise)
@@ -171,9 +187,11 @@ class Config(ExperimentConfig):
             isinstance(lengths, tuple | list)
             and len(lengths) == 5
             and all(is_count(length, 4 * self.batch_size) for length in lengths)
-            and all(length % self.batch_size == 0 for length in lengths),
+            and all(length % self.batch_size == 0 for length in lengths)
+            and sum(lengths) >= COMPARISON_WINDOW,
             "epoch_lengths",
-            f"five multiples of batch_size={self.batch_size}, each at least {4 * self.batch_size}",
+            f"five multiples of batch_size={self.batch_size}, each at least {4 * self.batch_size}, "
+            f"at least {COMPARISON_WINDOW} in all (one window of the k-GROUSE comparison)",
             lengths,
         )
         for name in ("drift_rate", "slow_drift_rate"):
@@ -213,7 +231,8 @@ class Config(ExperimentConfig):
 
     def stream(self, observed_fraction: float) -> DriftingSubspaceStream:
         """The experiment's five-epoch stream generator at observation rate ``observed_fraction``:
-        stationary, drift, switch of one subspace, slow drift, switch of another (:data:`EPOCHS`)."""
+        stationary, drift, switch of one subspace, slow drift, switch of one subspace again (drawn
+        afresh: it may be the same one) (:data:`EPOCHS`)."""
         from mixlab.online.mosaic.stream import DriftingSubspaceStream, Epoch
 
         stationary, drift, switch, slow_drift, switch_again = self.epoch_lengths

@@ -1,9 +1,10 @@
 """MoSAIC against the paper's baselines on drifting unions of subspaces (``mixlab run mosaic``).
 
-Every system sees the same stream, prequentially: each batch is completed with the model as it is,
-then the model adapts on it. Streams have five epochs (:data:`~mixlab.online.mosaic.config.EPOCHS`:
-stationary, geodesic drift at ``drift_rate``, abrupt switch of one subspace, slow drift at
-``slow_drift_rate`` = 1e-4, a second switch), at several observation rates and seeds. Systems:
+Every streamed system sees the same stream, prequentially: each batch is completed with the model
+as it is, then the model adapts on it. Streams have five epochs
+(:data:`~mixlab.online.mosaic.config.EPOCHS`: stationary, geodesic drift at ``drift_rate``, abrupt
+switch of one subspace, slow drift at ``slow_drift_rate`` = 1e-4, a second switch), at several
+observation rates and seeds. Streamed systems:
 
 - ``mosaic``: pre-trained routed experts, each sample updates only its expert (ours, constant step);
 - ``mosaic_decreasing``: the same with the decreasing step ``max(min_step, 1/(1 + t_k/τ))``, an
@@ -11,20 +12,22 @@ stationary, geodesic drift at ``drift_rate``, abrupt switch of one subspace, slo
   oracle knowledge of the epochs);
 - ``mosaic_decreasing_oracle_resets``: the same schedule restarted at the true epoch boundaries
   instead (the reference for the detector);
-- ``mosaic_tau{τ}``: ``mosaic_decreasing`` at the other τ of ``step_decay_sweep`` (the contraction
-  exponent as a function of τ);
-- ``mosaic_grouse_schedule``: GROUSE's own step ``θ = η₀‖ρ‖‖p‖/t`` (Balzano et al. 2010), no floor,
-  restarted by the detector;
+- ``mosaic_small_step`` / ``kgrouse_small_step``: MoSAIC and k-GROUSE at the constant step
+  ``small_step`` (0.05), small enough for the pre-trained experts to keep what they learned longer;
 - ``grouse_r`` / ``grouse_Kr``: one GROUSE subspace of rank r / K·r, initialised on the source batch;
 - ``petrels_Kr``: PETRELS at rank K·r, initialised on the source batch;
-- ``kgrouse``: MoSAIC's online phase from random experts (no pre-training);
+- ``kgrouse``: MoSAIC's online phase from random experts (no pre-training), at MoSAIC's step;
 - ``frozen``: the pre-trained experts, never updated;
 - ``oracle``: MoSAIC's experts with the true routing (an upper bound, and the regret's reference);
 - ``windowed``: batch k-subspaces re-fitted on a sliding window (offline reference).
 
-Besides the streams, a routing sweep measures, per seed, the routing accuracy of the true subspaces
-(matched subspace detection with missing data) and of MoSAIC's pre-trained experts as the
-observation rate varies (``routing_fractions``).
+Besides the streams, per rate and seed a contraction sweep (:func:`contraction_sweep`) runs the
+pre-trained experts on a stationary-then-switch stream under the pure decreasing step at every τ of
+``step_decay_sweep`` (``mosaic_tau{τ}``) and under GROUSE's own ``θ = η₀‖ρ‖‖p‖/t``
+(``mosaic_grouse_schedule``, Balzano et al. 2010), each restarted by the residual test; and per
+seed a routing sweep measures the routing accuracy of the true subspaces (matched subspace
+detection with missing data) and of MoSAIC's pre-trained experts as the observation rate varies
+(``routing_fractions``).
 
 Two references say whether the stream can be solved at all at each rate (the regime checks of
 result.json; when one fails every claim is marked untested):
@@ -47,7 +50,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from mixlab.online.mosaic.config import EPOCHS, METHOD, Config, rate_key
+from mixlab.online.mosaic.config import COMPARISON_WINDOW, EPOCHS, METHOD, Config, rate_key
 from mixlab.online.mosaic.diagnostics import (
     contraction_exponent,
     match_experts,
@@ -72,8 +75,10 @@ ORACLE_MAX_NRMSE = 0.05
 STATIC_GROUSE_MAX_NRMSE = 0.1
 """GROUSE at rank r must track one static subspace to this NRMSE at every rate (fixed in advance)"""
 HIGH_ROUTING_ACCURACY = 0.9
-WINDOW = 500
+WINDOW = COMPARISON_WINDOW
 """samples per window of the k-GROUSE comparison"""
+SAME_STEP_KGROUSE = {"mosaic_small_step": "kgrouse_small_step"}
+"""the k-GROUSE each system is compared with window by window (``kgrouse`` unless listed)"""
 HEAD_START = 0.8
 """pre-training's head start: MoSAIC's first-window NRMSE at most this times k-GROUSE's"""
 TRACKS_DRIFT = 0.5
@@ -99,18 +104,21 @@ def system_names(config: Config) -> dict[str, tuple[str, ...]]:
         "mosaic",
         "mosaic_decreasing",
         "mosaic_decreasing_oracle_resets",
+        "mosaic_small_step",
         *SINGLE_SUBSPACE,
         "kgrouse",
+        "kgrouse_small_step",
         "frozen",
         "oracle",
         "windowed",
     )
     tracked = ("mosaic", "mosaic_decreasing", "mosaic_decreasing_oracle_resets")
+    routed = (*tracked, "mosaic_small_step", "kgrouse", "kgrouse_small_step", "frozen", "oracle")
     return {
         "all": (*streamed, *sweep),
         "streamed": streamed,
         "sweep": sweep,
-        "routed": (*tracked, "kgrouse", "frozen", "oracle", "windowed"),
+        "routed": (*routed, "windowed"),
         "tracked": (*tracked, *sweep),
         "detecting": ("mosaic_decreasing", *sweep),
     }
@@ -134,16 +142,19 @@ def _decreasing(mosaic: MoSAIC, tau: float, min_step: float, **params: Any) -> M
     )
 
 
-def build_systems(config: Config, source_X: np.ndarray, seed: int) -> dict[str, Any]:
-    """Every streamed system, pre-trained on the same source batch where it has a pre-training phase."""
-    mosaic = pretrain(config, source_X, seed)
+def build_systems(
+    config: Config, mosaic: MoSAIC, source_X: np.ndarray, seed: int
+) -> dict[str, Any]:
+    """Every streamed system, pre-trained on the same source batch where it has a pre-training
+    phase; the MoSAIC variants are copies of ``mosaic``, pre-trained on it (:func:`pretrain`)."""
     total_rank = config.n_subspaces * config.rank
     return {
-        "mosaic": mosaic,
+        "mosaic": copy.deepcopy(mosaic),
         "mosaic_decreasing": _decreasing(
             mosaic, config.step_decay, config.min_step, detect_changes=config.detect_changes
         ),
         "mosaic_decreasing_oracle_resets": _decreasing(mosaic, config.step_decay, config.min_step),
+        "mosaic_small_step": copy.deepcopy(mosaic).set_params(step_size=config.small_step),
         "grouse_r": GROUSE(config.rank, step_size=config.step_size, random_state=seed).fit(
             source_X
         ),
@@ -155,6 +166,9 @@ def build_systems(config: Config, source_X: np.ndarray, seed: int) -> dict[str, 
         ).fit(source_X),
         "kgrouse": MoSAIC(
             config.n_subspaces, config.rank, step_size=config.step_size, random_state=seed
+        ),
+        "kgrouse_small_step": MoSAIC(
+            config.n_subspaces, config.rank, step_size=config.small_step, random_state=seed
         ),
         "frozen": copy.deepcopy(mosaic).set_params(adapt=False),
         "oracle": copy.deepcopy(mosaic),
@@ -169,18 +183,23 @@ def build_systems(config: Config, source_X: np.ndarray, seed: int) -> dict[str, 
     }
 
 
-def contraction_sweep(config: Config, observed_fraction: float, seed: int) -> dict[str, Any]:
+def contraction_sweep(
+    config: Config, observed_fraction: float, seed: int, mosaic: MoSAIC | None = None
+) -> dict[str, Any]:
     """The switch decay as a function of the step schedule, where nothing else moves: a stream
     of the first (stationary) epoch then the first switch epoch, same rate and seed (so the same
     initial subspaces and source batch), run by the pre-trained experts under the pure decreasing
     step ``1/(1 + t_k/τ)`` for each τ of ``step_decay_sweep`` and under GROUSE's own
     ``θ = η₀‖ρ‖‖p‖/t`` (no floor: the schedule alone sets the decay), every one restarted by the
-    residual test. Returns the switch fit and the detections per system."""
+    residual test. Each decay is fitted over the whole switch epoch, the same stretch for every
+    schedule. ``mosaic``: the experts :func:`pretrain` gives on this seed's source batch (fitted
+    here when None). Returns the switch fit and the detections per system."""
     base = config.stream(observed_fraction)
     stream = replace(
         base, epochs=(base.epochs[0], base.epochs[2]), snapshot_every=config.batch_size
     ).generate(seed)
-    mosaic = pretrain(config, stream.source_X_observed, seed)
+    if mosaic is None:
+        mosaic = pretrain(config, stream.source_X_observed, seed)
     systems = {
         name: _decreasing(mosaic, tau, 0.0, detect_changes=config.detect_changes)
         for tau, name in sweep_names(config).items()
@@ -204,7 +223,7 @@ def contraction_sweep(config: Config, observed_fraction: float, seed: int) -> di
     switch = int(stream.epoch_starts[1])
     return {
         "contraction": {
-            name: [_switch_contraction(np.asarray(d), stream, config, 1)]
+            name: [_switch_contraction(np.asarray(d), stream, config, 1, whole_epoch=True)]
             for name, d in distances.items()
         },
         "detections": {
@@ -232,7 +251,8 @@ def run_stream(config: Config, observed_fraction: float, seed: int) -> dict[str,
     seed; return per-system, per-epoch numbers and the diagnostics."""
     names = system_names(config)
     stream = config.stream(observed_fraction).generate(seed)
-    systems = build_systems(config, stream.source_X_observed, seed)
+    pretrained = pretrain(config, stream.source_X_observed, seed)
+    systems = build_systems(config, pretrained, stream.source_X_observed, seed)
     tracked = [name for name in names["tracked"] if name in systems]
     # The oracle routes each sample to the pre-trained expert matched to its true subspace.
     assignment, _ = match_experts(systems["oracle"].bases_, stream.snapshots[0])
@@ -242,8 +262,10 @@ def run_stream(config: Config, observed_fraction: float, seed: int) -> dict[str,
     observed_X = stream.X
     squared_error = {name: np.zeros(n_samples) for name in systems}
     routes = {name: np.zeros(n_samples, dtype=int) for name in names["routed"]}
-    # per tracked system and batch: distance of each true subspace to its nearest expert
+    # per tracked system and batch: distance of each true subspace to its nearest expert (the
+    # switch fits), and for mosaic_decreasing of each expert to its nearest true subspace (the plot)
     distances: dict[str, list[np.ndarray]] = {name: [] for name in tracked}
+    expert_distances = []
     detections: dict[str, list[int]] = {n: [] for n in names["detecting"] if n in systems}
     epoch_starts = set(stream.epoch_starts.tolist())
     missing_energy = ((stream.X_full * ~stream.mask) ** 2).sum(axis=1)
@@ -269,9 +291,10 @@ def run_stream(config: Config, observed_fraction: float, seed: int) -> dict[str,
             squared_error[name][batch] = (((completed - truth) * ~mask) ** 2).sum(axis=1)
         true_bases = stream.snapshots[np.searchsorted(stream.snapshot_times, start)]
         for name in tracked:
-            distances[name].append(
-                pairwise_subspace_distances(true_bases, systems[name].bases_).min(axis=1)
-            )
+            pairwise = pairwise_subspace_distances(true_bases, systems[name].bases_)
+            distances[name].append(pairwise.min(axis=1))
+            if name == "mosaic_decreasing":
+                expert_distances.append(pairwise.min(axis=0))
 
     epoch_bounds = [*stream.epoch_starts.tolist(), n_samples]
     windows = list(itertools.pairwise(range(0, n_samples + 1, WINDOW)))
@@ -320,13 +343,12 @@ def run_stream(config: Config, observed_fraction: float, seed: int) -> dict[str,
         name: _detection_summary(times, switch_starts, n_samples)
         for name, times in detections.items()
     }
-    sweep = contraction_sweep(config, observed_fraction, seed)
+    sweep = contraction_sweep(config, observed_fraction, seed, pretrained)
     cell["contraction"] |= sweep["contraction"]
     cell["detections"] |= sweep["detections"]
-    # the replaced subspaces' distance to their nearest expert over time, for the plot
-    tracked = np.asarray(distances["mosaic_decreasing"])
-    cell["distance_t"] = (np.arange(len(tracked)) * config.batch_size).tolist()
-    cell["distances"] = tracked.T.tolist()
+    # each expert's distance to its nearest true subspace after each batch, for the plot
+    cell["distance_t"] = (np.arange(1, len(expert_distances) + 1) * config.batch_size).tolist()
+    cell["distances"] = np.asarray(expert_distances).T.tolist()
     cell["reference"] = {
         "true_subspaces": true_subspace_oracle(stream, epoch_bounds),
         "grouse_static": {"nrmse": static_grouse(config, observed_fraction, seed)},
@@ -434,22 +456,28 @@ def routing_sweep(config: Config, seed: int) -> dict[str, Any]:
 
 
 def _switch_contraction(
-    distances: np.ndarray, stream: Any, config: Config, epoch: int
+    distances: np.ndarray, stream: Any, config: Config, epoch: int, *, whole_epoch: bool = False
 ) -> dict[str, Any]:
     """How the replaced subspace's error (distance to its nearest expert) decays after a switch.
 
     The switch counts as recovered when the error at the end of the epoch (median of its last
-    fifth, the floor) is below a quarter of the error right after the switch. The decay is fitted
-    from the switch until the error first reaches twice the floor for a recovered switch (past
-    that, noise and routing set the error), over the whole epoch otherwise (a slow decay is still a
-    decay): the power-law exponent a of ``error ∝ t^(−a)``, and whether a power law fits that
-    stretch better than an exponential. No fit (None) when fewer than 3 points remain."""
+    fifth, the floor) is below a quarter of the error right after the switch. By default only a
+    recovered switch is fitted, from the switch until the error first reaches twice the floor (past
+    that, noise and routing set the error); with ``whole_epoch`` every switch is fitted over the
+    whole epoch (the same stretch for every schedule, as the contraction sweep compares them). The
+    fit: the power-law exponent a of ``error ∝ t^(−a)``, and whether a power law fits that stretch
+    better than an exponential. No fit (None) when fewer than 3 points remain."""
     bounds = [*stream.epoch_starts.tolist(), len(stream.labels)]
     first, last = (bound // config.batch_size for bound in bounds[epoch : epoch + 2])
     errors = distances[first:last, stream.switched[epoch][0]]
     floor = np.median(errors[-max(3, len(errors) // 5) :])
     recovered = bool(floor <= errors[0] / 4)
-    end = int(np.flatnonzero(errors <= 2 * floor)[0]) if recovered else len(errors)
+    if whole_epoch:
+        end = len(errors)
+    elif recovered:
+        end = int(np.flatnonzero(errors <= 2 * floor)[0])
+    else:
+        end = 0
     if end < 3:
         return {"recovered": recovered, "exponent": None, "power_law_fits_better": None}
     steps = np.arange(1, end + 1) * config.batch_size
@@ -470,11 +498,9 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     checkpoints = Checkpointer(out_dir, resume=resume, keep_last=1)
     done: dict[tuple[str, float | None, int], dict[str, Any]] = {}
     if (saved := checkpoints.load_run(config)) is not None:
-        # cells checkpointed by an earlier version of the protocol (no "kind") are run again
         done = {
             (cell["kind"], cell.get("observed_fraction"), cell["seed"]): cell
             for cell in saved["cells"]
-            if "kind" in cell
         }
     with progress(len(planned), "mosaic cells", completed=len(done)) as bar:
         for kind, rate, seed in planned:
@@ -508,7 +534,8 @@ def summarise(
     - ``nrmse_<rate>_<epoch>``; ``nrmse_mean`` over them and ``nrmse_seed_std`` (sample standard
       deviation over seeds of the epoch-mean NRMSE, averaged over rates);
     - ``nrmse_<rate>_first_window``: the first :data:`WINDOW` samples (pre-training's head start);
-      ``windows_below_kgrouse``: share of windows where the NRMSE is below 0.95 × k-GROUSE's;
+      ``windows_below_kgrouse``: share of windows where the NRMSE is below 0.95 × k-GROUSE's
+      (at the same step: :data:`SAME_STEP_KGROUSE`);
     - ``regret``: cumulative squared error minus the oracle's, over the missing energy;
     - ``routing_accuracy_<epoch>``;
     - for the tracked MoSAIC variants, the switch contraction fits: mean exponent, switches
@@ -525,9 +552,7 @@ def summarise(
     for name in names["streamed"]:
         metrics[name] = _stream_fields(name, streams, config) | _switch_fields(name, streams, names)
     for name in names["sweep"]:  # not on the five-epoch streams: only the switch numbers apply
-        metrics[name] = dict.fromkeys(_stream_fields("mosaic", streams, config)) | _switch_fields(
-            name, streams, names
-        )
+        metrics[name] = dict.fromkeys(metrics["mosaic"]) | _switch_fields(name, streams, names)
     keys = list(metrics[names["all"][0]])
     sweep_keys = [f"routing_sweep_{rate_key(rate)}" for rate in config.routing_fractions]
     for name in REFERENCES:
@@ -547,21 +572,18 @@ def _stream_fields(
 ) -> dict[str, float | None]:
     """A streamed system's NRMSE, window, regret and routing numbers (see :func:`summarise`)."""
     rows = [c["systems"][name] for c in streams]
-    baseline = [c["systems"]["kgrouse"] for c in streams]
+    baseline = [c["systems"][SAME_STEP_KGROUSE.get(name, "kgrouse")] for c in streams]
     row: dict[str, float | None] = {}
     spreads = []
     for rate in config.observed_fractions:
         at_rate = [c["systems"][name] for c in streams if c["observed_fraction"] == rate]
         for epoch in EPOCHS:
             row[f"nrmse_{rate_key(rate)}_{epoch}"] = _mean([r[f"nrmse_{epoch}"] for r in at_rate])
+        row[f"nrmse_{rate_key(rate)}_first_window"] = _mean([r["window_nrmse"][0] for r in at_rate])
         per_seed = [np.mean([r[f"nrmse_{e}"] for e in EPOCHS]) for r in at_rate]
         spreads.append(np.std(per_seed, ddof=1) if len(per_seed) > 1 else 0.0)
-    row["nrmse_mean"] = _mean([row[k] for k in row if k.startswith("nrmse_p")])
+    row["nrmse_mean"] = _mean(list(_epoch_cases(row).values()))
     row["nrmse_seed_std"] = float(np.mean(spreads))
-    for rate in config.observed_fractions:
-        at_rate = [c["systems"][name] for c in streams if c["observed_fraction"] == rate]
-        first = [r["window_nrmse"][0] for r in at_rate]
-        row[f"nrmse_{rate_key(rate)}_first_window"] = _mean(first)
     row["windows_below_kgrouse"] = _mean(
         [
             np.mean(np.asarray(r["window_nrmse"]) < 0.95 * np.asarray(b["window_nrmse"]))
@@ -625,10 +647,7 @@ def _reference_row(
             per_seed = [r["nrmse"] for r in at_rate]
             row[f"nrmse_{rate_key(rate)}_stationary"] = float(np.mean(per_seed))
         spreads.append(np.std(per_seed, ddof=1) if len(per_seed) > 1 else 0.0)
-    epochs = tuple(f"_{epoch}" for epoch in EPOCHS)
-    row["nrmse_mean"] = _mean(
-        [v for k, v in row.items() if k.startswith("nrmse_p") and k.endswith(epochs)]
-    )
+    row["nrmse_mean"] = _mean(list(_epoch_cases(row).values()))
     row["nrmse_seed_std"] = float(np.mean(spreads))
     return row
 
@@ -904,13 +923,14 @@ def _plot_errors(streams: list[dict[str, Any]], config: Config, path: Path) -> N
 def _plot_diagnostics(
     streams: list[dict[str, Any]], metrics: dict[str, dict[str, Any]], config: Config, path: Path
 ) -> None:
-    """Four panels: cumulative regret to the oracle, each true subspace's distance to its nearest
-    mosaic_decreasing expert over time (first stream at the middle rate), routing accuracy
-    against p, and the switch contraction exponent against τ."""
+    """Five panels: cumulative regret to the oracle and each mosaic_decreasing expert's distance to
+    its nearest true subspace over time (first stream at the middle rate), the NRMSE ratio to
+    k-GROUSE at the same step per window (mean over streams), routing accuracy against p, and the
+    switch contraction exponent against τ."""
     rate = config.observed_fractions[len(config.observed_fractions) // 2]
     cell = next(c for c in streams if c["observed_fraction"] == rate)
-    figure = Figure(figsize=(18, 4))
-    regret, angles, routing, sweep = (figure.add_subplot(1, 4, i + 1) for i in range(4))
+    figure = Figure(figsize=(22, 4))
+    regret, angles, windows, routing, sweep = (figure.add_subplot(1, 5, i + 1) for i in range(5))
     energy = np.cumsum(cell["bin_missing_energy"])
     oracle = np.cumsum(cell["bin_squared_error"]["oracle"])
     for name in ("mosaic", "mosaic_decreasing", *SINGLE_SUBSPACE, "kgrouse", "frozen", "windowed"):
@@ -922,11 +942,27 @@ def _plot_diagnostics(
                title=f"p = {rate}, seed {cell['seed']}")  # fmt: skip
     regret.legend(fontsize=7)
     for k, distances in enumerate(cell["distances"]):
-        angles.plot(cell["distance_t"], distances, label=f"true subspace {k}")
+        angles.plot(cell["distance_t"], distances, label=f"expert {k}")
     _mark_epochs(angles, cell)
-    angles.set(yscale="log", xlabel="sample", ylabel="‖sin Θ‖ to the nearest expert",
+    angles.set(yscale="log", xlabel="sample", ylabel="‖sin Θ‖ to the nearest true subspace",
                title="mosaic_decreasing")  # fmt: skip
     angles.legend(fontsize=7)
+    for name in ("mosaic", "mosaic_decreasing", "mosaic_small_step"):
+        rival = SAME_STEP_KGROUSE.get(name, "kgrouse")
+        ratios = np.mean(
+            [
+                np.asarray(c["systems"][name]["window_nrmse"])
+                / np.asarray(c["systems"][rival]["window_nrmse"])
+                for c in streams
+            ],
+            axis=0,
+        )
+        ends = WINDOW * np.arange(1, len(ratios) + 1)
+        windows.plot(ends, ratios, marker=".", label=f"{name} / {rival}")
+    windows.axhline(1.0, color="grey", linestyle=":")
+    windows.set(yscale="log", xlabel=f"end of the {WINDOW}-sample window",
+                ylabel="NRMSE ratio to k-GROUSE", title="mean over rates and seeds")  # fmt: skip
+    windows.legend(fontsize=7)
     fractions = sorted(config.routing_fractions)
     for name, label in (("true_subspaces", "true subspaces"), ("mosaic", "pre-trained experts")):
         values = [metrics[name][f"routing_sweep_{rate_key(p)}"] for p in fractions]
@@ -950,6 +986,6 @@ def _plot_diagnostics(
     )
     sweep.axhline(1.0, color="grey", linestyle=":")
     sweep.set(xscale="log", xlabel="τ of the decreasing step", ylabel="contraction exponent a")
-    for axes in (regret, angles, routing, sweep):
+    for axes in (regret, angles, windows, routing, sweep):
         axes.grid(alpha=0.3)
     save_figure(figure, path)
