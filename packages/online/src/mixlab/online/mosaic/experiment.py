@@ -433,13 +433,8 @@ def routing_sweep(config: Config, seed: int) -> dict[str, Any]:
     that rate, on ``routing_samples`` stationary samples per rate."""
     cell: dict[str, Any] = {"kind": "routing", "seed": seed, "true_subspaces": {}, "mosaic": {}}
     for rate in config.routing_fractions:
-        stream = DriftingSubspaceStream(
-            n_features=config.n_features,
-            n_subspaces=config.n_subspaces,
-            rank=config.rank,
-            observed_fraction=rate,
-            noise=config.noise,
-            n_source=config.n_source,
+        stream = replace(
+            config.stream(rate),
             epochs=(Epoch("stationary", config.routing_samples),),
             snapshot_every=config.routing_samples,
         ).generate(seed)
