@@ -589,3 +589,17 @@ def test_contraction_sweep_shows_the_exponent_set_by_tau() -> None:
     assert fast is not None
     assert fast > 2 * slow, (slow, fast)
     assert all(record["delays"][0] is not None for record in sweep["detections"].values())
+
+
+def test_pairwise_subspace_distances_equal_the_principal_angles() -> None:
+    from mixlab.online.mosaic.diagnostics import pairwise_subspace_distances
+
+    rng = np.random.default_rng(6)
+    bases = np.stack([random_basis(20, 3, rng) for _ in range(3)])
+    references = np.stack([random_basis(20, 3, rng) for _ in range(2)] + [bases[1]])
+    pairwise = pairwise_subspace_distances(bases, references)
+    expected = [[subspace_distance(b, t) for t in references] for b in bases]
+    np.testing.assert_allclose(pairwise, expected, atol=1e-7)
+    assert pairwise[1, 2] < 1e-7  # a subspace is at distance 0 from itself
+    with pytest.raises(ValueError, match="references must be a stack of bases"):
+        pairwise_subspace_distances(bases, references[:, :, :2])

@@ -369,7 +369,8 @@ def complete(
     _save_npy(out, completed)
     typer.echo(f"wrote {out}: {len(X)} rows, {int((~observed).sum())} stream entries completed")
     # the median over batches: a single batch's few held-out entries can be far off either way
-    held_out_error = np.nanmedian(held_out) if not np.isnan(held_out).all() else np.nan
+    held_out = [error for error in held_out if not np.isnan(error)]
+    held_out_error = np.median(held_out) if held_out else np.nan
     if held_out_error > 1:  # filling the missing entries with zeros has NRMSE exactly 1
         typer.echo(
             "mixlab-online: warning: the completion looks worse than filling the missing entries "

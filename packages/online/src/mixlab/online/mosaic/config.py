@@ -164,12 +164,6 @@ class Config(ExperimentConfig):
             self.sigma_step,
         )
         require(
-            _is_real(self.small_step) and 0 < self.small_step <= 1,
-            "small_step",
-            "in (0, 1] (a fraction of the greedy GROUSE step)",
-            self.small_step,
-        )
-        require(
             _is_real(self.detect_changes) and 1 < self.detect_changes < math.inf,
             "detect_changes",
             "a finite ratio > 1",
@@ -197,12 +191,10 @@ class Config(ExperimentConfig):
         for name in ("drift_rate", "slow_drift_rate"):
             rate = getattr(self, name)
             require(_is_real(rate) and rate > 0, name, "> 0 radians per sample", rate)
-        require(
-            _is_real(self.step_size) and 0 < self.step_size <= 1,
-            "step_size",
-            "in (0, 1] (a fraction of the greedy GROUSE step)",
-            self.step_size,
-        )
+        for name in ("step_size", "small_step"):
+            step = getattr(self, name)
+            valid = _is_real(step) and 0 < step <= 1
+            require(valid, name, "in (0, 1] (a fraction of the greedy GROUSE step)", step)
         require(
             _is_real(self.step_decay) and self.step_decay > 0,
             "step_decay",

@@ -17,9 +17,16 @@ def subspace_distance(basis: np.ndarray, reference: np.ndarray) -> float:
 def pairwise_subspace_distances(bases: np.ndarray, references: np.ndarray) -> np.ndarray:
     """``‖sin Θ(bases[i], references[j])‖_F`` for every pair, as ``(len(bases), len(references))``.
 
-    For orthonormal rank-r bases ``Σ cos² θ = ‖UᵢᵀVⱼ‖_F²``, so ``‖sin Θ‖_F² = r − ‖UᵢᵀVⱼ‖_F²``: one
-    batched product instead of an SVD per pair (:func:`subspace_distance`; they agree to ~1e-8).
+    For orthonormal bases of the same rank r, ``Σ cos² θ = ‖UᵢᵀVⱼ‖_F²``, so
+    ``‖sin Θ‖_F² = r − ‖UᵢᵀVⱼ‖_F²``: one batched product instead of an SVD per pair
+    (:func:`subspace_distance`, which also takes different ranks; they agree to ~1e-8).
     """
+    require(
+        bases.ndim == references.ndim == 3 and bases.shape[1:] == references.shape[1:],
+        "references",
+        f"a stack of bases of the shape of each of bases {bases.shape[1:]}",
+        references.shape,
+    )
     overlap = np.einsum("inr,jns->ijrs", bases, references)
     return np.sqrt(np.maximum(bases.shape[2] - (overlap**2).sum(axis=(2, 3)), 0.0))
 

@@ -363,12 +363,11 @@ def _detection_summary(
     :data:`DETECTION_DELAY` samples), and the detections far from any switch (false alarms)."""
     times_array = np.asarray(sorted(times), dtype=int)
     delays = []
-    for switch in switch_starts:
-        after = times_array[(times_array >= switch) & (times_array < switch + DETECTION_DELAY)]
-        delays.append(int(after[0] - switch) if len(after) else None)
     near = np.zeros(len(times_array), bool)
     for switch in switch_starts:
-        near |= (times_array >= switch) & (times_array < switch + DETECTION_DELAY)
+        inside = (times_array >= switch) & (times_array < switch + DETECTION_DELAY)
+        delays.append(int(times_array[inside][0] - switch) if inside.any() else None)
+        near |= inside
     return {"delays": delays, "false_alarms": int((~near).sum()), "n_samples": n_samples}
 
 
@@ -440,10 +439,7 @@ def routing_sweep(config: Config, seed: int) -> dict[str, Any]:
         ).generate(seed)
         X = np.where(stream.mask, stream.X_full, 0.0)
         by_truth = route(stream.snapshots[0], X, stream.mask)[0]
-        pretrained = MoSAIC(
-            config.n_subspaces, config.rank, n_init=config.n_init, random_state=seed
-        ).fit(stream.source_X_observed)
-        by_experts = pretrained.route(stream.X)
+        by_experts = pretrain(config, stream.source_X_observed, seed).route(stream.X)
         key = rate_key(rate)
         cell["true_subspaces"][key] = routing_accuracy(by_truth, stream.labels, config.n_subspaces)
         cell["mosaic"][key] = routing_accuracy(by_experts, stream.labels, config.n_subspaces)
