@@ -499,3 +499,27 @@ def test_regime_checks_use_fixed_margins(oracle: float, grouse: float, holds: li
     assert f"{oracle:.4g}" in checks[0].evidence
     assert "p20 drift" in checks[0].evidence
     assert f"{grouse:.4g}" in checks[1].evidence
+
+
+def test_head_start_and_drift_claims_must_hold_on_every_seed() -> None:
+    """Means over seeds would pass (first window 0.0455 against 0.1, drift 0.05 against 0.2); one
+    seed that does not must make the claims fail."""
+    from mixlab.online.mosaic.experiment import claims
+
+    config = Config(observed_fractions=(0.2,), n_seeds=2)
+    streams, sweeps = _fake_cells(0.01, 0.05, config)
+    for seed, (first, drift) in enumerate([(0.001, 0.01), (0.09, 0.15)]):
+        mosaic = dict(streams[seed]["systems"]["mosaic"], window_nrmse=[first, 0.1])
+        mosaic |= {"nrmse_drift": drift, "nrmse_slow_drift": drift}
+        streams[seed]["systems"] = streams[seed]["systems"] | {
+            "mosaic": mosaic,
+            "frozen": dict(mosaic, nrmse_drift=0.2, nrmse_slow_drift=0.2),
+        }
+    metrics = summarise(streams, sweeps, config)
+    assert metrics["mosaic"]["first_window_vs_kgrouse_worst"] == pytest.approx(0.9)
+    assert metrics["mosaic"]["drift_vs_frozen_worst"] == pytest.approx(0.75)
+    verdicts = {claim.text.split(":")[0]: claim.holds for claim in claims(metrics, config)}
+    head_start = next(text for text in verdicts if text.startswith("Pre-training"))
+    drift = next(text for text in verdicts if text.startswith("MoSAIC tracks drift"))
+    assert verdicts[head_start] is False
+    assert verdicts[drift] is False

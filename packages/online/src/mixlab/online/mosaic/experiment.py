@@ -529,6 +529,10 @@ def summarise(
       (at the same step: :data:`SAME_STEP_KGROUSE`);
     - ``regret``: cumulative squared error minus the oracle's, over the missing energy;
     - ``routing_accuracy_<epoch>``;
+    - the worst single stream (rate and seed), for the claims that must hold on every seed:
+      ``first_window_vs_kgrouse_worst`` (first-window NRMSE over the same-step k-GROUSE's, largest),
+      ``drift_vs_frozen_worst`` (drift-epoch NRMSE over the frozen experts', largest) and
+      ``routing_accuracy_worst_stream`` (smallest over streams and epochs);
     - for the tracked MoSAIC variants, the switch contraction fits: mean exponent, switches
       recovered and fitted, share of fits where a power law beats an exponential;
     - for the detecting variants, the residual test: share of switches found within
@@ -584,6 +588,18 @@ def _stream_fields(
     row["regret"] = _mean([r["regret"] for r in rows])
     for epoch in EPOCHS:
         row[f"routing_accuracy_{epoch}"] = _mean([r[f"routing_{epoch}"] for r in rows])
+    # the worst single stream (rate and seed), for claims that must hold on every seed
+    row["first_window_vs_kgrouse_worst"] = max(
+        r["window_nrmse"][0] / b["window_nrmse"][0] for r, b in zip(rows, baseline, strict=True)
+    )
+    frozen = [c["systems"]["frozen"] for c in streams]
+    row["drift_vs_frozen_worst"] = max(
+        r[f"nrmse_{epoch}"] / f[f"nrmse_{epoch}"]
+        for r, f in zip(rows, frozen, strict=True)
+        for epoch in DRIFTS
+    )
+    routed = [r[f"routing_{epoch}"] for r in rows for epoch in EPOCHS]
+    row["routing_accuracy_worst_stream"] = None if routed[0] is None else min(routed)
     return row
 
 
@@ -715,7 +731,8 @@ def _worst_ratio(
 
 def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
     rates = config.observed_fractions
-    routing = [metrics["mosaic"][f"routing_accuracy_{epoch}"] for epoch in EPOCHS]
+    mosaic = metrics["mosaic"]
+    routing = [mosaic[f"routing_accuracy_{epoch}"] for epoch in EPOCHS]
     head_start, head_where = _worst_ratio(
         metrics, "mosaic", "kgrouse", [f"nrmse_{rate_key(rate)}_first_window" for rate in rates]
     )
@@ -736,26 +753,28 @@ def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
         Claim(
             text=f"Pre-training gives MoSAIC a head start over k-GROUSE (the same online phase from "
             f"random experts): its NRMSE over the first {WINDOW} samples is at most {HEAD_START}× "
-            "k-GROUSE's at every rate",
-            holds=head_start <= HEAD_START,
-            evidence=f"worst ratio {head_start:.3g} at {head_where.split('_')[1]}; MoSAIC is more "
-            f"than 5 % below k-GROUSE in {metrics['mosaic']['windows_below_kgrouse']:.0%} of the "
+            "k-GROUSE's in every stream (every rate and seed)",
+            holds=mosaic["first_window_vs_kgrouse_worst"] <= HEAD_START,
+            evidence=f"worst stream's ratio {mosaic['first_window_vs_kgrouse_worst']:.3g} (mean over "
+            f"seeds: worst {head_start:.3g} at {head_where.split('_')[1]}); MoSAIC is more "
+            f"than 5 % below k-GROUSE in {mosaic['windows_below_kgrouse']:.0%} of the "
             f"{WINDOW}-sample windows (mosaic_decreasing: "
             f"{metrics['mosaic_decreasing']['windows_below_kgrouse']:.0%})",
         ),
         Claim(
             text=f"MoSAIC tracks drift where the frozen pre-trained experts fail: its NRMSE in both "
             f"drift epochs (ω = {config.drift_rate:g} and {config.slow_drift_rate:g} rad/sample) is at "
-            f"most {TRACKS_DRIFT}× the frozen experts' at every rate",
-            holds=drift <= TRACKS_DRIFT,
-            evidence=f"worst ratio {drift:.3g} at {' '.join(drift_where.split('_', 2)[1:])}",
+            f"most {TRACKS_DRIFT}× the frozen experts' in every stream (every rate and seed)",
+            holds=mosaic["drift_vs_frozen_worst"] <= TRACKS_DRIFT,
+            evidence=f"worst stream's ratio {mosaic['drift_vs_frozen_worst']:.3g} (mean over "
+            f"seeds: worst {drift:.3g} at {' '.join(drift_where.split('_', 2)[1:])})",
         ),
-        Claim.compare(
-            f"MoSAIC's routing accuracy stays at or above {HIGH_ROUTING_ACCURACY} in every epoch "
-            "(worst epoch, mean over rates and seeds)",
-            min(routing),
-            ">=",
-            HIGH_ROUTING_ACCURACY,
+        Claim(
+            text=f"MoSAIC's routing accuracy stays at or above {HIGH_ROUTING_ACCURACY} in every "
+            "epoch of every stream (every rate and seed)",
+            holds=mosaic["routing_accuracy_worst_stream"] >= HIGH_ROUTING_ACCURACY,
+            evidence=f"worst stream and epoch {mosaic['routing_accuracy_worst_stream']:.4g}; "
+            f"worst epoch of the mean over streams {min(routing):.4g}",
         ),
         _detection_claim(metrics),
         *_contraction_claims(metrics, config),
