@@ -31,8 +31,10 @@ core: 400 samples at n <= 100, 200 at n <= 1,000, 60 above (``--samples`` sets o
 (``threadpoolctl.threadpool_limits(1)``; the setting is recorded in the config).
 
 Metrics, per system and cell (null where a system did not run): ``ms_per_sample_n{n}_r{r}``,
-``vs_grouse_Kr_n{n}_r{r}`` (time per sample over grouse_Kr's, measured in the same run) and
-``state_vs_grouse_Kr_n{n}_r{r}`` (the learned state that ``save`` writes, over grouse_Kr's).
+``vs_grouse_Kr_n{n}_r{r}`` (time per sample over grouse_Kr's, measured in the same run),
+``state_vs_grouse_Kr_n{n}_r{r}`` (the learned state that ``save`` writes, over grouse_Kr's) and
+``peak_mb_n{n}_r{r}`` (the peak of Python-tracked allocations, NumPy buffers included, during one
+more untimed pass, by ``tracemalloc``: the working memory a step adds above the model).
 
 Cost slopes, for mosaic, grouse_r and grouse_Kr: the least-squares slope of log(time) against
 log(n) at each r (``slope_n_r{r}``) and of log(time) against log(r) at each n (``slope_r_n{n}``),
@@ -63,6 +65,7 @@ import argparse
 import copy
 import statistics
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -154,10 +157,18 @@ def measure(
             tic = time.perf_counter()
             feed(model, timed)
             times[name].append(time.perf_counter() - tic)
+    peaks = {}
+    for name, model in started.items():  # one more pass, untimed: tracemalloc slows NumPy calls
+        model = copy.deepcopy(model)
+        tracemalloc.start()
+        feed(model, timed)
+        peaks[name] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
     rows = {
         name: {
             "seconds_per_sample": statistics.median(times[name]) / samples,
             "state_bytes": state_bytes(model),
+            "peak_bytes": peaks[name],
         }
         for name, model in started.items()
     }
@@ -165,7 +176,7 @@ def measure(
         print(
             f"n={n_features:>6} r={rank:>3} p={observed:.1f} {name:11s} "
             f"{1e3 * row['seconds_per_sample']:9.4f} ms/sample  "
-            f"state {row['state_bytes'] / 1e6:9.3f} MB"
+            f"state {row['state_bytes'] / 1e6:9.3f} MB  peak {row['peak_bytes'] / 1e6:9.3f} MB"
         )
     return rows
 
@@ -207,6 +218,7 @@ def build_metrics(
             metrics[name][f"state_vs_grouse_Kr_n{n}_r{r}"] = (
                 None if row is None else row["state_bytes"] / reference["state_bytes"]
             )
+            metrics[name][f"peak_mb_n{n}_r{r}"] = None if row is None else row["peak_bytes"] / 1e6
     for name in SYSTEMS:
         ms = metrics[name]
         fit = name in SLOPE_SYSTEMS
