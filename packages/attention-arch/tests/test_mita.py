@@ -81,7 +81,8 @@ def test_mita_equals_a_direct_joint_softmax():
     grid = q0[1:].T.reshape(4, 2, 2, 2, 2)  # d, p_h, 2, p_w, 2
     landmarks = grid.mean(dim=(2, 4)).reshape(4, 4).T  # (M, d)
     agent_values = (landmarks @ k0.T / 2).softmax(-1) @ v0
-    for i in range(17):
+    torch.testing.assert_close(out[0], (k0 @ q0[0] / 2).softmax(-1) @ v0)  # the CLS query
+    for i in range(1, 17):
         expert = int((landmarks @ q0[i]).argmax())
         keys = (landmarks[expert] @ k0.T).topk(5).indices
         logits = torch.cat([landmarks @ q0[i] / 4, k0[keys] @ q0[i] / 2])
@@ -119,30 +120,77 @@ def test_sparse_baselines_match_masked_attention(kind):
     torch.testing.assert_close(module.attend(q, k, v, None, False), expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("impl", ["grouped", "dense"])
 @pytest.mark.parametrize("router_top", [1, 2])
 @pytest.mark.parametrize("shared", [True, False])
-def test_fused_and_gathered_mita_agree_with_dropped_keys(router_top, shared):
-    """Both paths compute Eq. (5), per batch element and head, also when a query's expert has
-    fewer kept keys than k' and some pool cells are empty."""
-    q, k, v = qkv(batch=2, heads=3, tokens=65, dim=8)
-    fused = layer(
-        "mita", dim=24, heads=3, pool_size=4, top_k=12, router_top=router_top, shared=shared
-    )
-    gathered = layer("mita", dim=24, heads=3, pool_size=4, top_k=12, router_top=router_top,
-                     shared=shared, impl="gather")  # fmt: skip
-    torch.testing.assert_close(
-        fused.attend(q, k, v, None, False),
-        gathered.attend(q, k, v, None, False),
-        atol=1e-5,
-        rtol=1e-5,
-    )
+@pytest.mark.parametrize("full_prefix", [True, False])
+def test_grouped_and_dense_paths_equal_the_gathered_reference(
+    impl, router_top, shared, full_prefix
+):
+    """Every path computes Eq. (5), values and gradients, per batch element and head, also
+    when a query's expert has fewer kept keys than k' and some pool cells are empty."""
+    q, k, v = (t.double().requires_grad_() for t in qkv(batch=2, heads=3, tokens=65, dim=8))
+    config = dict(dim=24, heads=3, pool_size=4, top_k=12, router_top=router_top, shared=shared,
+                  full_prefix=full_prefix)  # fmt: skip
+    ours, reference = layer("mita", impl=impl, **config), layer("mita", impl="gather", **config)
+    out, expected = ours.attend(q, k, v, None, False), reference.attend(q, k, v, None, False)
+    torch.testing.assert_close(out, expected)
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+    expected_grads = torch.autograd.grad(expected.square().sum(), (q, k, v))
+    torch.testing.assert_close(grads, expected_grads)
     keep = torch.ones(2, 65, dtype=torch.bool)
     keep[0, 1:33] = False  # the top half of image 0: whole pool cells empty
     keep[1, 40:60] = False
-    with pruned(fused, keep), pruned(gathered, keep):
-        a, b = fused.attend(q, k, v, None, False), gathered.attend(q, k, v, None, False)
-    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    with pruned(ours, keep), pruned(reference, keep):
+        a, b = ours.attend(q, k, v, None, False), reference.attend(q, k, v, None, False)
+    torch.testing.assert_close(a, b)
     assert torch.isfinite(a).all()
+
+
+def test_auto_falls_back_to_the_dense_path_while_experts_cover_n():
+    """M·k' + M >= N: the dense path (full attention's size), which with no shared expert and
+    k' = N is full attention itself; beyond, the grouped path."""
+    small = layer("mita", grid=(4, 4), pool_size=2, top_k=4)  # 2²·(4 + 1) = 20 >= 17 tokens
+    assert small.path(17) == "dense"
+    assert layer("mita", pool_size=2, top_k=4).path(65) == "grouped"  # 20 < 65
+    x = torch.randn(2, 17, 16)
+    full = layer("full", grid=(4, 4))
+    everything = layer("mita_routed_only", grid=(4, 4), pool_size=2, top_k=17)
+    everything.load_state_dict(full.state_dict())
+    assert everything.path(17) == "dense"
+    torch.testing.assert_close(everything(x), full(x), atol=1e-5, rtol=1e-5)
+
+
+def test_executed_flops_are_counted_and_grouped_stays_within_10_percent_of_the_algorithm():
+    """``executed_flops`` equals what torch's FLOP counter sees the path multiply; the grouped
+    path's padding costs under 10 % beyond the algorithm's own count."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    for impl, grid, prefix, shared in (
+        ("auto", (64, 64), 1, True), ("auto", (64, 64), 0, False), ("auto", (8, 8), 1, True),
+        ("gather", (16, 16), 0, True),
+    ):  # fmt: skip
+        module = MiTAAttention(64, 2, num_prefix_tokens=prefix, grid_size=grid, pool_size=4,
+                               top_k=16, impl=impl, shared=shared)  # fmt: skip
+        n = grid[0] * grid[1] + prefix
+        q, k, v = qkv(batch=1, heads=2, tokens=n, dim=32)
+        with FlopCounterMode(display=False) as counter:
+            module.attend(q, k, v, None, False)
+        assert counter.get_total_flops() == module.executed_flops(n)
+        if module.path(n) == "grouped":
+            assert module.executed_flops(n) <= 1.1 * module.attention_flops(n)
+    assert module.executed_flops(n) == module.attention_flops(n)  # the gather path
+
+
+@pytest.mark.parametrize("grid", [(16, 16), (4, 4)])
+def test_mita_compiles_without_graph_breaks(grid):
+    """No host sync (``.item()``, ``.tolist()``) or data-dependent shape on either path."""
+    module = layer("mita", dim=32, grid=grid, pool_size=2, top_k=8)
+    x = torch.randn(2, grid[0] * grid[1] + 1, 32)
+    assert module.path(x.shape[1]) == ("grouped" if grid == (16, 16) else "dense")
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(module)(x)
+    assert explained.graph_break_count == 0, explained.break_reasons
 
 
 def test_top2_routing_differs_from_top1_and_uses_half_the_keys_per_expert():
@@ -198,12 +246,23 @@ def test_prefix_tokens_stay_out_of_the_grid_and_attend_normally():
     replace_attention(model, "mita", pool_size=2, top_k=12)
     assert model.blocks[0].attn.num_prefix_tokens == 3
     assert model(torch.randn(2, 1, 32, 32)).shape == (2, 10)
-    # A prefix token's query routes like any other query: changing it changes its output only.
+    # With full_prefix (default), a prefix query is plain softmax attention over every key ...
+    q, k, v = qkv(batch=2, heads=2, tokens=66, dim=8)
     module = layer("mita", prefix=2, pool_size=2, top_k=12)
-    x = torch.randn(1, 66, 16)
-    y = x.clone()
-    y[:, 0] += 1.0
-    assert not torch.allclose(module(x)[:, 0], module(y)[:, 0])
+    out = module.attend(q, k, v, None, False)
+    torch.testing.assert_close(
+        out[:, :, :2], F.scaled_dot_product_attention(q[:, :, :2], k, v), atol=1e-6, rtol=1e-5
+    )
+    # ... and it moves no landmark: changing it leaves every patch token's output as it was.
+    moved = q.clone()
+    moved[:, :, :2] += 3.0
+    changed = module.attend(moved, k, v, None, False)
+    torch.testing.assert_close(changed[:, :, 2:], out[:, :, 2:])
+    assert not torch.allclose(changed[:, :, :2], out[:, :, :2])
+    # Routed like any query (full_prefix=False), it still never enters a landmark.
+    routed = layer("mita", prefix=2, pool_size=2, top_k=12, full_prefix=False)
+    changed = routed.attend(moved, k, v, None, False)
+    torch.testing.assert_close(changed[:, :, 2:], routed.attend(q, k, v, None, False)[:, :, 2:])
 
 
 def test_forward_accepts_timm_arguments_and_refuses_masks_it_cannot_honour():
@@ -283,14 +342,21 @@ class LargestTensor(TorchDispatchMode):
         return out
 
 
-def test_mita_never_allocates_an_n_by_n_matrix():
-    n = 8192
-    module = MiTAAttention(16, 1, num_prefix_tokens=0, grid_size=(64, 128), pool_size=4, top_k=16)
-    x = torch.randn(1, n, 16, requires_grad=True)
+def test_mita_never_allocates_n_squared_or_n_k_d_elements():
+    """The grouped path, forward and backward: nothing of N² (67 M) or N·k·d (2.1 M) elements;
+    the largest tensors are the projections' (N·3·C) and the gate's (M·N)."""
+    n, k, d = 8192, 16, 16
+    module = MiTAAttention(d, 1, num_prefix_tokens=0, grid_size=(64, 128), pool_size=4, top_k=k)
+    assert module.path(n) == "grouped"
+    x = torch.randn(1, n, d, requires_grad=True)
     with LargestTensor() as probe:
         module(x).sum().backward()
-    assert probe.largest <= n * 16 * (1 + 16)  # the N × M·(1 + k) mask; N² = 67 M
-    with LargestTensor() as control:  # the probe does see a quadratic score matrix
+    assert probe.largest <= n * 3 * d < n * k * d // 4
+    module.impl = "gather"  # the probe does see the gathered N·k·d keys ...
+    with LargestTensor() as control:
+        module(x)
+    assert control.largest == n * k * d
+    with LargestTensor() as control:  # ... and a quadratic score matrix
         _ = x[0] @ x[0].T
     assert control.largest == n * n
 

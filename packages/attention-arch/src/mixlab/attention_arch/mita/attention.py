@@ -19,9 +19,10 @@ with q, k, v ∈ ℝ^{N×d}:
 5. one joint softmax over the M shared slots (logits q·r/d, the code's double scaling) and the k
    routed keys (logits q·k/√d):  o_i = Σ_m α_im V_s[m] + Σ_{j∈S_e(i)} β_ij v_j.
 
-The algorithm costs O(N·(M + k)·d) per head (``impl="gather"``); the default fused path runs one
-softmax over all M·k' expert keys with a routing mask, O(N·M·k'·d). Both are linear in N: no
-N×N matrix is ever built.
+The algorithm costs O(N·(M + k)·d) per head, and that is what runs: beyond N = M·k' + M the
+default path groups the queries by expert (static-shape tiles, no N·k·d copy of the keys, no
+host sync), and below it one dense softmax with MiTA's routing as a mask is cheaper than any
+gather. Prefix queries (CLS, registers) get plain full attention by default (``full_prefix``).
 
 The patch grid the landmarks pool over is read per forward pass: from a :class:`PatchGrid` that
 follows the model's patch embedding (``set_input_size``, ``dynamic_img_size=True``), a fixed
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, Self
 
 import torch
@@ -467,6 +469,26 @@ def gathered_attention(
     return out if extra_logits is None else out + weights[..., :slots] @ extra_values
 
 
+IMPLEMENTATIONS = ("auto", "grouped", "dense", "gather")
+"""the execution paths of :class:`MiTAAttention` (``impl``)"""
+
+
+@dataclass
+class Routes:
+    """What MiTA's routing decided for one forward, for the path that executes Eq. (5):
+    ``selected`` (B, H, M, k') keys of each expert S_m, ``experts`` (B, H, Nq, r) e(i) of each
+    routed query, ``kept`` (B, H, M, k', 1) bool or None (which selected keys survive a key
+    mask), ``shared_logits`` (B, H, Nq, M) q·r/d, ``landmarks`` (B, H, M, d), ``agent_values``
+    (B, H, M, d) V_s or None without the shared expert."""
+
+    selected: torch.Tensor
+    experts: torch.Tensor
+    kept: torch.Tensor | None
+    shared_logits: torch.Tensor
+    landmarks: torch.Tensor
+    agent_values: torch.Tensor | None
+
+
 class MiTAAttention(TokenAttention):
     """Mixture-of-Top-k Attention (module docstring), a drop-in for timm's ``Attention``.
 
@@ -481,13 +503,25 @@ class MiTAAttention(TokenAttention):
             variant). Its weights are new and start at zero, so a swapped-in module starts as
             plain MiTA; a standard checkpoint then loads with ``strict=False`` (only ``dwc.*``
             missing).
-        impl: ``"fused"`` (default): one softmax over the M shared slots and all M·k' expert
-            keys with a routing mask (an SDPA call when ``fused_attn``, timm's flag; the explicit
-            weights through ``attn_drop`` when not), O(N·M·k') memory, fast on CPUs while M·k'
-            is small next to N; ``"gather"``: each query gathers its own k keys, O(N·k·d)
-            memory and the algorithm's O(N·(M + k)·d) FLOPs (always explicit weights). Both
-            compute Eq. (5) exactly.
+        full_prefix: prefix queries (CLS, registers) attend to every key with plain softmax
+            attention, so a CLS token summarises the whole image (default); False routes them
+            like patch queries. Either way they are never pooled into landmarks.
+        impl: how Eq. (5) is executed; every path computes it exactly (:meth:`path`).
+            ``"auto"`` (default): ``"dense"`` while the M·k' expert keys and M slots number at
+            least N (no path is then cheaper than full attention's size), else ``"grouped"``.
+            ``"grouped"``: the queries sorted by expert into tiles of T (padded per expert);
+            a tile meets its expert's k' keys and the M shared slots only. The algorithm's
+            O(N·(M + k)·d) FLOPs plus at most T·(M + 1) padded rows, memory linear in N and no
+            N·k·d copy of the keys; static shapes and no host sync (``torch.compile`` traces
+            it whole). ``"dense"``: one softmax over the M slots and all N keys with MiTA's
+            routing as an additive mask (full attention's cost, plus M slots).
+            ``"gather"``: each query gathers its own k keys, O(N·k·d) memory, the explicit
+            normalised weights through ``attn_drop``: the reference.
     """
+
+    max_tile: int = 64
+    """the most queries per tile of the grouped path; a tile is also at most 1/16 of the
+    queries per expert (``tile_size``), so padding adds at most about 1/16 of the routed work"""
 
     def __init__(
         self,
@@ -500,13 +534,15 @@ class MiTAAttention(TokenAttention):
         shared: bool = True,
         routed: bool = True,
         dwc: bool = False,
-        impl: str = "fused",
+        full_prefix: bool = True,
+        impl: str = "auto",
         **kwargs: Any,
     ) -> None:
         super().__init__(dim, num_heads, **kwargs)
-        if impl not in ("fused", "gather"):
-            raise ValueError(f"impl must be 'fused' or 'gather', got {impl!r}")
+        if impl not in IMPLEMENTATIONS:
+            raise ValueError(f"impl must be one of {IMPLEMENTATIONS}, got {impl!r}")
         self.impl = impl
+        self.full_prefix = bool(full_prefix)
         self.pool_size = pool_grid(pool_size)
         if not shared and not routed:
             raise ValueError("shared and routed cannot both be False: nothing would be attended")
@@ -533,94 +569,218 @@ class MiTAAttention(TokenAttention):
     def num_landmarks(self) -> int:
         return self.pool_size[0] * self.pool_size[1]
 
+    @property
+    def per_expert(self) -> int:
+        """k': the keys each routed expert selects."""
+        return self.top_k // self.router_top
+
     def _check_sizes(self, num_tokens: int) -> None:
         self.token_grid(num_tokens)
-        if self.routed and self.top_k // self.router_top > num_tokens:
+        if self.routed and self.per_expert > num_tokens:
             raise ValueError(
-                f"top_k={self.top_k} per expert ({self.top_k // self.router_top}) is larger "
+                f"top_k={self.top_k} per expert ({self.per_expert}) is larger "
                 f"than the number of tokens N={num_tokens}"
             )
+
+    def path(self, num_tokens: int) -> str:
+        """The execution path for ``num_tokens`` tokens: ``impl``, or for ``"auto"`` ``"dense"``
+        while M·k' + M >= N and ``"grouped"`` beyond."""
+        if self.impl != "auto":
+            return self.impl
+        slots = self.num_landmarks * (self.per_expert + 1)
+        return "dense" if slots >= num_tokens else "grouped"
+
+    def tile_size(self, entries: int) -> int:
+        """T, queries per tile of the grouped path for ``entries`` (query, expert) pairs: at most
+        ``max_tile`` and at most 1/16 of the mean pairs per expert."""
+        return max(1, min(self.max_tile, entries // (16 * self.num_landmarks)))
+
+    def routed_queries(self, num_tokens: int) -> int:
+        """Queries that go through the experts (all but the prefix with ``full_prefix``)."""
+        return num_tokens - (self.num_prefix_tokens if self.full_prefix else 0)
 
     def attend(self, q, k, v, attn_mask, is_causal):
         self._check_sizes(q.shape[2])
         scale = q.shape[-1] ** -0.5
         landmarks, empty = self.pooled_queries(q, self.pool_size)  # R: (B, H, M, d)
         dropped = self.masked_keys(q.shape[0], q.device)
+        prefix = q.shape[2] - self.routed_queries(q.shape[2])
+        queries = q[:, :, prefix:]
         gate = landmarks @ k.transpose(-1, -2) * scale  # r_m·k_j/√d: (B, H, M, N)
         if dropped is not None:
             gate = gate.masked_fill(dropped, float("-inf"))
         # q·r/d: the code passes `router * scale` as key and the kernel scales by 1/√d again.
-        shared_logits = q @ landmarks.transpose(-1, -2) * (scale * scale)  # (B, H, N, M)
+        shared_logits = queries @ landmarks.transpose(-1, -2) * (scale * scale)  # (B, H, Nq, M)
         if empty is not None:  # a pool cell with no kept token is no expert
             shared_logits = shared_logits.masked_fill(empty, float("-inf"))
         agent_values = gate.softmax(dim=-1) @ v if self.shared else None  # V_s: (B, H, M, d)
         if not self.routed:
-            return self.attn_drop(shared_logits.softmax(dim=-1)) @ agent_values
-        per_expert = self.top_k // self.router_top
-        selected = gate.topk(per_expert, dim=-1).indices  # S_m: (B, H, M, k')
-        if self.record_selection:  # the union ∪_m S_m per head, for coverage and pruning
-            union = q.new_zeros(q.shape[:3], dtype=torch.bool)
-            self.last_selection = union.scatter_(2, selected.detach().flatten(2), True)
+            out = self.attn_drop(shared_logits.softmax(dim=-1)) @ agent_values
+        else:
+            selected = gate.topk(self.per_expert, dim=-1).indices  # S_m: (B, H, M, k')
+            if self.record_selection:  # the union ∪_m S_m per head, for coverage and pruning
+                union = q.new_zeros(q.shape[:3], dtype=torch.bool)
+                self.last_selection = union.scatter_(2, selected.detach().flatten(2), True)
+                if dropped is not None:
+                    self.last_selection &= ~dropped.reshape(q.shape[0], 1, -1)
+            experts = shared_logits.topk(self.router_top, dim=-1).indices  # e(i): (B, H, Nq, r)
+            kept = None  # (B, H, M, k', 1): which selected keys are kept (fewer than k' kept)
             if dropped is not None:
-                self.last_selection &= ~dropped.reshape(q.shape[0], 1, -1)
-        experts = shared_logits.topk(self.router_top, dim=-1).indices  # e(i): (B, H, N, r)
-        if self.impl == "gather":  # Eq. (5) per query: the k keys of e(i), O(N·(M + k)·d)
-            index = torch.gather(
-                selected[:, :, None].expand(-1, -1, q.shape[2], -1, -1),
-                3,
-                experts[..., None].expand(-1, -1, -1, -1, per_expert),
-            ).flatten(-2)  # (B, H, N, r·k'): the keys of each query's expert(s)
-            return gathered_attention(
-                q,
-                k,
-                v,
-                index,
-                allowed=None if dropped is None else ~dropped.reshape(q.shape[0], -1),
-                extra_logits=shared_logits if self.shared else None,
-                extra_values=agent_values,
-                attn_drop=self.attn_drop,
-            )
-        # Fused: the experts are shared by all queries, so their keys are gathered once (M·k'
-        # rows) and every query meets all of them in one softmax; a boolean mask keeps the M
-        # shared slots and the keys of the query's own expert(s) e(i). Memory O(N·M·(1 + k')),
-        # linear in N, but M× the routed products of the algorithm (see attention_flops).
-        routed_to = torch.zeros_like(shared_logits, dtype=torch.bool).scatter_(3, experts, True)
-        allowed = routed_to[..., None].expand(-1, -1, -1, -1, per_expert).flatten(-2)
-        keys = gather_tokens(k, selected).flatten(2, 3)
-        values = gather_tokens(v, selected).flatten(2, 3)
-        if dropped is not None:  # fewer kept keys than k': the dropped ones were picked last
-            keep = (~dropped).reshape(k.shape[0], 1, -1, 1).expand_as(k[..., :1])
-            kept = gather_tokens(keep, selected)  # (B, H, M, k', 1)
-            allowed = allowed & kept.reshape(*kept.shape[:2], 1, -1)
+                keep = (~dropped).reshape(k.shape[0], 1, -1, 1).expand_as(k[..., :1])
+                kept = gather_tokens(keep, selected)
+            routes = Routes(selected, experts, kept, shared_logits, landmarks, agent_values)
+            execute = {"grouped": self._grouped, "dense": self._dense, "gather": self._gathered}
+            out = execute[self.path(q.shape[2])](queries, k, v, routes)
+        if not prefix:
+            return out
+        # Prefix queries: plain softmax attention over every (kept) key.
+        head = self.softmax_attention(q[:, :, :prefix], k, v, None if dropped is None else ~dropped)
+        return torch.cat([head, out], dim=2)
+
+    def _gathered(self, queries, k, v, routes: Routes) -> torch.Tensor:
+        """Eq. (5) per query: the k keys of e(i) gathered, O(N·(M + k)·d)."""
+        per_query = routes.selected[:, :, None].expand(-1, -1, queries.shape[2], -1, -1)
+        pick = routes.experts[..., None].expand(-1, -1, -1, -1, self.per_expert)
+        index = torch.gather(per_query, 3, pick).flatten(-2)  # (B, H, Nq, r·k')
+        allowed = None
+        if self.key_mask is not None:
+            allowed = self.key_mask.to(queries.device).reshape(queries.shape[0], -1)
+        return gathered_attention(
+            queries,
+            k,
+            v,
+            index,
+            allowed=allowed,
+            extra_logits=routes.shared_logits if self.shared else None,
+            extra_values=routes.agent_values,
+            attn_drop=self.attn_drop,
+        )
+
+    def _dense(self, queries, k, v, routes: Routes) -> torch.Tensor:
+        """One softmax over the M slots and all N keys; the routing is an additive mask
+        log(multiplicity): 0 for a key of e(i), log 2 for one both top-2 experts picked (it
+        counts twice in Eq. (5)), −inf for the rest. For N <= M·k' + M."""
+        batch, heads, _num_queries, _ = queries.shape
+        num_keys = k.shape[2]
+        picked = torch.ones_like(routes.selected, dtype=queries.dtype)
+        if routes.kept is not None:
+            picked = picked * routes.kept.squeeze(-1)
+        membership = queries.new_zeros(batch, heads, self.num_landmarks, num_keys)
+        membership = membership.scatter_(3, routes.selected, picked)  # (B, H, M, N)
+        count = sum(
+            membership.gather(2, routes.experts[..., j, None].expand(-1, -1, -1, num_keys))
+            for j in range(self.router_top)
+        )  # (B, H, Nq, N): how often query i's experts picked key j
+        bias = count.log()
+        if not self.shared:
+            return self.softmax_attention(queries, k, v, bias)
+        slots = torch.zeros_like(routes.shared_logits)
+        slots = slots.masked_fill(routes.shared_logits == float("-inf"), float("-inf"))
+        scale = queries.shape[-1] ** -0.5
+        keys = torch.cat([routes.landmarks * scale, k], dim=2)
+        values = torch.cat([routes.agent_values, v], dim=2)
+        return self.softmax_attention(queries, keys, values, torch.cat([slots, bias], dim=-1))
+
+    def _grouped(self, queries, k, v, routes: Routes) -> torch.Tensor:
+        """Queries grouped by expert: Eq. (5) at the algorithm's cost with static shapes.
+
+        Each (query, expert) pair is an entry; the entries are sorted by expert and laid out in
+        tiles of T slots, each expert's run padded to whole tiles, so a tile belongs to one
+        expert and meets only its k' keys: (tiles, T, d) × (tiles, k', d) products. The joint
+        softmax with the M shared slots (and, for top-2, the other expert's keys) is assembled
+        from each part's log-sum-exp, so every weight is the normalised one of Eq. (5).
+        """
+        batch, heads, num_queries, dim = queries.shape
+        per_expert, experts_per_query = self.per_expert, self.router_top
+        entries = num_queries * experts_per_query
+        tile = self.tile_size(entries)
+        num_tiles = -(-entries // tile) + self.num_landmarks  # static: ≥ Σ_m ⌈count_m / T⌉
+        device = queries.device
+        entry_expert = routes.experts.flatten(2)  # (B, H, E); entry e is query e // r
+        count = torch.zeros(batch, heads, self.num_landmarks, dtype=torch.long, device=device)
+        count = count.scatter_add_(2, entry_expert, torch.ones_like(entry_expert))
+        tiles = (count + tile - 1) // tile
+        tile_end = tiles.cumsum(-1)  # (B, H, M): the tile after each expert's last
+        first_slot = (tile_end - tiles) * tile
+        first_entry = count.cumsum(-1) - count  # where each expert's run starts, unpadded
+        order = entry_expert.argsort(dim=-1, stable=True)
+        sorted_expert = entry_expert.gather(2, order)
+        rank = torch.arange(entries, device=device) - first_entry.gather(2, sorted_expert)
+        slot_of_entry = torch.empty_like(order).scatter_(
+            2, order, first_slot.gather(2, sorted_expert) + rank
+        )  # (B, H, E)
+        entry_query = torch.arange(entries, device=device).div(
+            experts_per_query, rounding_mode="floor"
+        )
+        slot_query = torch.zeros(
+            batch, heads, num_tiles * tile, dtype=torch.long, device=device
+        ).scatter_(2, slot_of_entry, entry_query.expand_as(slot_of_entry))  # padding: query 0
+        tile_ids = torch.arange(num_tiles, device=device)[:, None]
+        tile_expert = (tile_ids >= tile_end[..., None, :]).sum(-1)  # (B, H, tiles)
+        tile_expert = tile_expert.clamp_max(self.num_landmarks - 1)  # trailing empty tiles
+        slot_queries = queries.gather(2, slot_query[..., None].expand(-1, -1, -1, dim))
+        pick = tile_expert[..., None, None].expand(-1, -1, -1, per_expert, dim)
+        tile_keys = gather_tokens(k, routes.selected).gather(2, pick)  # (B, H, tiles, k', d)
+        tile_values = gather_tokens(v, routes.selected).gather(2, pick)
+        logits = slot_queries.view(batch, heads, num_tiles, tile, dim) @ tile_keys.transpose(-1, -2)
+        logits = logits * dim**-0.5  # (B, H, tiles, T, k')
+        if routes.kept is not None:
+            pick_kept = tile_expert[..., None, None].expand(-1, -1, -1, per_expert, 1)
+            tile_kept = routes.kept.gather(2, pick_kept).transpose(-1, -2)  # (B, H, tiles, 1, k')
+            logits = logits.masked_fill(~tile_kept, float("-inf"))
+        # Back to entries (padding never enters a softmax): (B, H, E, k'), N·k numbers.
+        at_entry = slot_of_entry[..., None].expand(-1, -1, -1, per_expert)
+        entry_logits = logits.flatten(2, 3).gather(2, at_entry)
+        parts = entry_logits.logsumexp(-1).view(batch, heads, num_queries, experts_per_query)
         if self.shared:
-            keys = torch.cat([landmarks * scale, keys], dim=2)
-            values = torch.cat([agent_values, values], dim=2)
-            slots = allowed.new_ones(*allowed.shape[:3], landmarks.shape[2])
-            if empty is not None:
-                slots = slots & ~empty
-            allowed = torch.cat([slots, allowed], dim=-1)
-        return self.softmax_attention(q, keys, values, allowed)
+            parts = torch.cat([routes.shared_logits.logsumexp(-1, keepdim=True), parts], dim=-1)
+        total = parts.logsumexp(-1)  # (B, H, Nq): log of Eq. (5)'s softmax denominator
+        entry_total = total.repeat_interleave(experts_per_query, dim=-1)[..., None]
+        weights = self.attn_drop((entry_logits - entry_total).exp())
+        slot_weights = torch.zeros_like(logits).flatten(2, 3).scatter(2, at_entry, weights)
+        slot_out = slot_weights.view_as(logits) @ tile_values  # (B, H, tiles, T, d)
+        at_entry = slot_of_entry[..., None].expand(-1, -1, -1, dim)
+        out = slot_out.flatten(2, 3).gather(2, at_entry)
+        out = out.view(batch, heads, num_queries, experts_per_query, dim).sum(3)
+        if self.shared:
+            shared_weights = self.attn_drop((routes.shared_logits - total[..., None]).exp())
+            out = out + shared_weights @ routes.agent_values
+        return out
 
     def attention_flops(self, num_tokens: int) -> int:
-        """The algorithm's FLOPs (what the authors' varlen kernel and ``impl="gather"`` run):
-        gate R·Kᵀ, routing q·R, agent values and their use, and k routed keys per query. The
-        default ``impl="fused"`` path computes every query against all M·k' expert keys and masks
-        (``executed_flops``), which is faster on a CPU while M·k' is small next to N."""
+        """The algorithm's FLOPs (what the authors' varlen kernel, ``"grouped"`` up to padding,
+        and ``"gather"`` run): gate R·Kᵀ, routing q·R, agent values and their use, k routed
+        keys per query; and full attention for prefix queries with ``full_prefix``."""
         n, m, d = num_tokens, self.num_landmarks, self.head_dim
+        queries = self.routed_queries(n)
         per_head = 2 * n * m * d  # gate R·Kᵀ (routing needs it even without the shared expert)
-        per_head += 2 * n * m * d  # routing / shared logits q·R
+        per_head += 2 * queries * m * d  # routing / shared logits q·R
         if self.shared:
-            per_head += 2 * n * m * d * 2  # agent values softmax(RKᵀ)V and their use α·V_s
+            per_head += 2 * m * n * d + 2 * queries * m * d  # V_s = softmax(RKᵀ)V and α·V_s
         if self.routed:
-            per_head += 4 * n * self.top_k * d  # q·k_j and β·v_j over the routed keys
+            per_head += 4 * queries * self.top_k * d  # q·k_j and β·v_j over the routed keys
+        per_head += 4 * (n - queries) * n * d  # prefix queries over every key
         return self.num_heads * per_head + self._dwc_flops(n)
 
     def executed_flops(self, num_tokens: int, batch: int = 1) -> int:
-        """FLOPs of the path ``impl`` selects (the fused one also multiplies masked products)."""
-        if self.impl == "gather" or not self.routed:
+        """FLOPs of the path :meth:`path` takes: the grouped one also multiplies its padded
+        slots, the dense one every key (and the M slots) for every query."""
+        path = self.path(num_tokens)
+        if path == "gather" or not self.routed:
             return self.attention_flops(num_tokens)
         n, m, d = num_tokens, self.num_landmarks, self.head_dim
-        slots = m * (self.top_k // self.router_top) + (m if self.shared else 0)
-        per_head = 2 * n * m * d * (3 if self.shared else 1)  # gate, agent values, q·R routing
-        per_head += 4 * n * slots * d  # the fused SDPA over every expert key and shared slot
-        return self.num_heads * per_head + self._dwc_flops(n)
+        queries = self.routed_queries(n)
+        routed = 4 * queries * self.top_k * d
+        if path == "grouped":
+            entries = queries * self.router_top
+            tile = self.tile_size(entries)
+            slots = (-(-entries // tile) + m) * tile
+            return (
+                self.attention_flops(n)
+                + self.num_heads * 4 * (slots - entries) * self.per_expert * d
+            )
+        # dense: the routing logits again inside the one softmax, over N keys
+        shared_use = 2 * queries * m * d if self.shared else 0
+        keys = n + (m if self.shared else 0)
+        dense = 4 * queries * keys * d
+        return self.attention_flops(n) + self.num_heads * (dense - routed - shared_use)
