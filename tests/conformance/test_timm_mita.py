@@ -132,7 +132,10 @@ def test_fused_attn_chooses_sdpa_or_weights_that_timm_can_extract(name, monkeypa
         maps = AttentionExtract(explicit, method="hook")(x)
     assert sorted(maps) == ["blocks.0.attn.attn_drop", "blocks.1.attn.attn_drop"]
     tokens = explicit.num_prefix_tokens + explicit.patch_embed.num_patches
-    for weights in maps.values():  # (B, H, N, M + M·k'): the shared slots and the expert keys
+    assert attention_modules(explicit)[0].path(tokens) == "dense"  # M·(k' + 1) = 20 >= N
+    for weights in maps.values():  # (B, H, N, M + N): the dense path's shared slots and keys
         assert weights.shape[:3] == (2, explicit.blocks[0].attn.num_heads, tokens)
-        assert weights.shape[3] == 4 + 4 * 4
+        assert weights.shape[3] == 4 + tokens
+        routed = weights[:, :, explicit.num_prefix_tokens :, 4:]
+        assert ((routed > 0).sum(-1) <= 4).all()  # a patch query weighs its expert's k' keys
         torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:3]))

@@ -182,6 +182,30 @@ def test_executed_flops_are_counted_and_grouped_stays_within_10_percent_of_the_a
     assert module.executed_flops(n) == module.attention_flops(n)  # the gather path
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_grouped_path_on_cuda_matches_the_reference_and_compiles_whole():
+    """On a GPU: the grouped path equals the gathered reference in fp32 and stays close in
+    bf16, and ``torch.compile(fullgraph=True)`` runs it, forward and backward, to the eager
+    values."""
+    module = MiTAAttention(64, 4, num_prefix_tokens=1, grid_size=(32, 32), pool_size=4, top_k=32)
+    module = module.cuda()
+    x = torch.randn(2, 1025, 64, device="cuda", requires_grad=True)
+    assert module.path(1025) == "grouped"
+    out = module(x)
+    module.impl = "gather"
+    torch.testing.assert_close(out, module(x), atol=1e-4, rtol=1e-4)
+    module.impl = "auto"
+    low = module.to(torch.bfloat16)(x.detach().bfloat16())
+    torch.testing.assert_close(low.float(), out, atol=5e-2, rtol=5e-2)
+    module.float()
+    compiled = torch.compile(module, fullgraph=True)
+    out_compiled = compiled(x)
+    torch.testing.assert_close(out_compiled, out, atol=1e-4, rtol=1e-4)
+    (grad,) = torch.autograd.grad(out.square().sum(), x)
+    (grad_compiled,) = torch.autograd.grad(out_compiled.square().sum(), x)
+    torch.testing.assert_close(grad_compiled, grad, atol=1e-3, rtol=1e-3)
+
+
 @pytest.mark.parametrize("grid", [(16, 16), (4, 4)])
 def test_mita_compiles_without_graph_breaks(grid):
     """No host sync (``.item()``, ``.tolist()``) or data-dependent shape on either path."""

@@ -629,7 +629,9 @@ class MiTAAttention(TokenAttention):
                 keep = (~dropped).reshape(k.shape[0], 1, -1, 1).expand_as(k[..., :1])
                 kept = gather_tokens(keep, selected)
             routes = Routes(selected, experts, kept, shared_logits, landmarks, agent_values)
-            execute = {"grouped": self._grouped, "dense": self._dense, "gather": self._gathered}
+            if self.path(q.shape[2]) == "dense":  # one softmax, prefix rows included
+                return self._dense(q, k, v, routes, dropped)
+            execute = {"grouped": self._grouped, "gather": self._gathered}
             out = execute[self.path(q.shape[2])](queries, k, v, routes)
         if not prefix:
             return out
@@ -656,12 +658,14 @@ class MiTAAttention(TokenAttention):
             attn_drop=self.attn_drop,
         )
 
-    def _dense(self, queries, k, v, routes: Routes) -> torch.Tensor:
-        """One softmax over the M slots and all N keys; the routing is an additive mask
+    def _dense(self, q, k, v, routes: Routes, dropped: torch.Tensor | None) -> torch.Tensor:
+        """One softmax over the M slots and all N keys, for every query (one SDPA call, or one
+        (N, M + N) weight matrix through ``attn_drop``); the routing is an additive mask
         log(multiplicity): 0 for a key of e(i), log 2 for one both top-2 experts picked (it
-        counts twice in Eq. (5)), −inf for the rest. For N <= M·k' + M."""
-        batch, heads, _num_queries, _ = queries.shape
-        num_keys = k.shape[2]
+        counts twice in Eq. (5)), −inf for the rest. Prefix rows (``full_prefix``) allow every
+        kept key and no slot. For N <= M·k' + M."""
+        batch, heads, num_keys, _ = q.shape
+        queries = q[:, :, num_keys - routes.experts.shape[2] :]
         picked = torch.ones_like(routes.selected, dtype=queries.dtype)
         if routes.kept is not None:
             picked = picked * routes.kept.squeeze(-1)
@@ -672,14 +676,22 @@ class MiTAAttention(TokenAttention):
             for j in range(self.router_top)
         )  # (B, H, Nq, N): how often query i's experts picked key j
         bias = count.log()
-        if not self.shared:
-            return self.softmax_attention(queries, k, v, bias)
-        slots = torch.zeros_like(routes.shared_logits)
-        slots = slots.masked_fill(routes.shared_logits == float("-inf"), float("-inf"))
-        scale = queries.shape[-1] ** -0.5
-        keys = torch.cat([routes.landmarks * scale, k], dim=2)
-        values = torch.cat([routes.agent_values, v], dim=2)
-        return self.softmax_attention(queries, keys, values, torch.cat([slots, bias], dim=-1))
+        if self.shared:
+            slots = torch.zeros_like(routes.shared_logits)
+            slots = slots.masked_fill(routes.shared_logits == float("-inf"), float("-inf"))
+            bias = torch.cat([slots, bias], dim=-1)
+            scale = q.shape[-1] ** -0.5
+            k = torch.cat([routes.landmarks * scale, k], dim=2)
+            v = torch.cat([routes.agent_values, v], dim=2)
+        if (prefix := num_keys - queries.shape[2]) > 0:  # every kept key, no slot
+            head = bias.new_zeros(batch, 1, prefix, num_keys)
+            if dropped is not None:
+                head = head.masked_fill(dropped, float("-inf"))
+            if self.shared:
+                no_slots = head.new_full((batch, 1, prefix, self.num_landmarks), float("-inf"))
+                head = torch.cat([no_slots, head], dim=-1)
+            bias = torch.cat([head.expand(-1, heads, -1, -1), bias], dim=2)
+        return self.softmax_attention(q, k, v, bias)
 
     def _grouped(self, queries, k, v, routes: Routes) -> torch.Tensor:
         """Queries grouped by expert: Eq. (5) at the algorithm's cost with static shapes.
@@ -709,38 +721,36 @@ class MiTAAttention(TokenAttention):
         slot_of_entry = torch.empty_like(order).scatter_(
             2, order, first_slot.gather(2, sorted_expert) + rank
         )  # (B, H, E)
-        entry_query = torch.arange(entries, device=device).div(
-            experts_per_query, rounding_mode="floor"
-        )
-        slot_query = torch.zeros(
-            batch, heads, num_tiles * tile, dtype=torch.long, device=device
-        ).scatter_(2, slot_of_entry, entry_query.expand_as(slot_of_entry))  # padding: query 0
+        slot_entry = torch.full(
+            (batch, heads, num_tiles * tile), entries, dtype=torch.long, device=device
+        ).scatter_(2, slot_of_entry, torch.arange(entries, device=device).expand_as(order))
+        slot_query = slot_entry.div(experts_per_query, rounding_mode="floor")  # padding: Nq
         tile_ids = torch.arange(num_tiles, device=device)[:, None]
         tile_expert = (tile_ids >= tile_end[..., None, :]).sum(-1)  # (B, H, tiles)
         tile_expert = tile_expert.clamp_max(self.num_landmarks - 1)  # trailing empty tiles
-        slot_queries = queries.gather(2, slot_query[..., None].expand(-1, -1, -1, dim))
-        pick = tile_expert[..., None, None].expand(-1, -1, -1, per_expert, dim)
-        tile_keys = gather_tokens(k, routes.selected).gather(2, pick)  # (B, H, tiles, k', d)
-        tile_values = gather_tokens(v, routes.selected).gather(2, pick)
+        # Row gathers (index_select, whose backward is an index_add) throughout: a padding slot
+        # reads query 0 (its output is never read back) and a zero weight row.
+        slot_queries = gather_tokens(queries, slot_query.clamp_max(num_queries - 1))
+        tile_keys_index = gather_tokens(routes.selected, tile_expert)  # (B, H, tiles, k')
+        tile_keys = gather_tokens(k, tile_keys_index)  # (B, H, tiles, k', d)
+        tile_values = gather_tokens(v, tile_keys_index)
         logits = slot_queries.view(batch, heads, num_tiles, tile, dim) @ tile_keys.transpose(-1, -2)
         logits = logits * dim**-0.5  # (B, H, tiles, T, k')
         if routes.kept is not None:
-            pick_kept = tile_expert[..., None, None].expand(-1, -1, -1, per_expert, 1)
-            tile_kept = routes.kept.gather(2, pick_kept).transpose(-1, -2)  # (B, H, tiles, 1, k')
-            logits = logits.masked_fill(~tile_kept, float("-inf"))
+            tile_kept = gather_tokens(routes.kept.squeeze(-1), tile_expert)  # (B, H, tiles, k')
+            logits = logits.masked_fill(~tile_kept[..., None, :], float("-inf"))
         # Back to entries (padding never enters a softmax): (B, H, E, k'), N·k numbers.
-        at_entry = slot_of_entry[..., None].expand(-1, -1, -1, per_expert)
-        entry_logits = logits.flatten(2, 3).gather(2, at_entry)
+        entry_logits = gather_tokens(logits.flatten(2, 3), slot_of_entry)
         parts = entry_logits.logsumexp(-1).view(batch, heads, num_queries, experts_per_query)
         if self.shared:
             parts = torch.cat([routes.shared_logits.logsumexp(-1, keepdim=True), parts], dim=-1)
         total = parts.logsumexp(-1)  # (B, H, Nq): log of Eq. (5)'s softmax denominator
         entry_total = total.repeat_interleave(experts_per_query, dim=-1)[..., None]
         weights = self.attn_drop((entry_logits - entry_total).exp())
-        slot_weights = torch.zeros_like(logits).flatten(2, 3).scatter(2, at_entry, weights)
+        weights = torch.cat([weights, weights.new_zeros(batch, heads, 1, per_expert)], dim=2)
+        slot_weights = gather_tokens(weights, slot_entry)  # entry E: the zero row
         slot_out = slot_weights.view_as(logits) @ tile_values  # (B, H, tiles, T, d)
-        at_entry = slot_of_entry[..., None].expand(-1, -1, -1, dim)
-        out = slot_out.flatten(2, 3).gather(2, at_entry)
+        out = gather_tokens(slot_out.flatten(2, 3), slot_of_entry)
         out = out.view(batch, heads, num_queries, experts_per_query, dim).sum(3)
         if self.shared:
             shared_weights = self.attn_drop((routes.shared_logits - total[..., None]).exp())
@@ -779,8 +789,9 @@ class MiTAAttention(TokenAttention):
                 self.attention_flops(n)
                 + self.num_heads * 4 * (slots - entries) * self.per_expert * d
             )
-        # dense: the routing logits again inside the one softmax, over N keys
+        # dense: every query (prefix ones too) over N keys and the M slots in one softmax, which
+        # computes the routing logits q·R a second time
         shared_use = 2 * queries * m * d if self.shared else 0
-        keys = n + (m if self.shared else 0)
-        dense = 4 * queries * keys * d
-        return self.attention_flops(n) + self.num_heads * (dense - routed - shared_use)
+        prefix = 4 * (n - queries) * n * d
+        dense = 4 * n * (n + (m if self.shared else 0)) * d
+        return self.attention_flops(n) + self.num_heads * (dense - routed - shared_use - prefix)
