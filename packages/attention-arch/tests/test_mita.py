@@ -510,8 +510,9 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
     monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
     config = Config(
         steps=6, pretrain_steps=6, finetune_steps=3, train_size=64, test_size=32, coverage_every=3,
-        batch_size=8, systems=("full", "mita", "moba", "topk"),
+        batch_size=8, systems=("full", "mita", "moba", "topk"), class_token=True,
     )  # fmt: skip
+    assert config.shape.num_tokens == 65  # the CLS-token ViT: MiTA's prefix path in every cell
     result = run(config, tmp_path / "run")
     assert set(result.metrics) == {"full", "mita", "moba", "topk"}
     assert len(result.claims) == 3
