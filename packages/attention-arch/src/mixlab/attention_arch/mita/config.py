@@ -96,9 +96,8 @@ class Config(ExperimentConfig):
     quarter of the digit), one fragment of clutter and 20,000 training canvases. Full attention,
     seed 0, test accuracy after 1,500 steps (probes before the run, on the test split; the
     choice was made among these only): 0.856 here, 0.812 with 2 fragments (0.859 after 2,000
-    steps), 0.783 with 4, 0.712
-    with 4 at lr 3e-3. With 16-pixel digits, 4 fragments and 5,000 canvases (the first testbed)
-    it reached 0.51 after 2,000 steps.
+    steps), 0.783 with 4, 0.712 with 4 at lr 3e-3. With 16-pixel digits, 4 fragments and 5,000
+    canvases (the first testbed) it reached 0.51 after 2,000 steps.
     """
 
     canvas: int = 32
