@@ -626,7 +626,10 @@ class MiTAAttention(TokenAttention):
                 self.last_selection = union.scatter_(2, selected.detach().flatten(2), True)
                 if dropped is not None:
                     self.last_selection &= ~dropped.reshape(q.shape[0], 1, -1)
-            experts = shared_logits.topk(self.router_top, dim=-1).indices  # e(i): (B, H, Nq, r)
+            if self.router_top == 1:  # e(i): (B, H, Nq, r)
+                experts = shared_logits.argmax(dim=-1, keepdim=True)
+            else:
+                experts = shared_logits.topk(self.router_top, dim=-1).indices
             kept = None  # (B, H, M, k', 1): which selected keys are kept (fewer than k' kept)
             if dropped is not None:
                 keep = (~dropped).reshape(k.shape[0], 1, -1, 1).expand_as(k[..., :1])
@@ -663,37 +666,38 @@ class MiTAAttention(TokenAttention):
 
     def _dense(self, q, k, v, routes: Routes, dropped: torch.Tensor | None) -> torch.Tensor:
         """One softmax over the M slots and all N keys, for every query (one SDPA call, or one
-        (N, M + N) weight matrix through ``attn_drop``); the routing is an additive mask
-        log(multiplicity): 0 for a key of e(i), log 2 for one both top-2 experts picked (it
-        counts twice in Eq. (5)), −inf for the rest. Prefix rows (``full_prefix``) allow every
-        kept key and no slot. For N <= M·k' + M."""
-        batch, heads, num_keys, _ = q.shape
-        queries = q[:, :, num_keys - routes.experts.shape[2] :]
-        picked = torch.ones_like(routes.selected, dtype=queries.dtype)
+        (N, M + N) weight matrix through ``attn_drop``), with MiTA's routing as an additive
+        mask. For N <= M·k' + M, where no gather is cheaper.
+
+        The mask is gathered whole from M + 1 rows over [M slots | N keys]: one per expert (0
+        at its k' kept keys, −inf elsewhere) and one for prefix queries (every kept key, no
+        slot). A top-2 query takes the log-sum-exp of its two rows: log 2 at a key both experts
+        picked (it counts twice in Eq. (5)), and each row carries the slots at −log 2 so that
+        they count once.
+        """
+        batch, heads, num_tokens, _ = q.shape
+        experts, r = routes.experts, self.router_top
+        landmarks, slots = self.num_landmarks, self.num_landmarks if self.shared else 0
+        rows = q.new_full((batch, heads, landmarks + 1, slots + num_tokens), float("-inf"))
+        picked = torch.zeros_like(routes.selected, dtype=q.dtype)
         if routes.kept is not None:
-            picked = picked * routes.kept.squeeze(-1)
-        membership = queries.new_zeros(batch, heads, self.num_landmarks, num_keys)
-        membership = membership.scatter_(3, routes.selected, picked)  # (B, H, M, N)
-        count = sum(
-            membership.gather(2, routes.experts[..., j, None].expand(-1, -1, -1, num_keys))
-            for j in range(self.router_top)
-        )  # (B, H, Nq, N): how often query i's experts picked key j
-        bias = count.log()
+            picked = picked.masked_fill(~routes.kept.squeeze(-1), float("-inf"))
+        rows[:, :, :landmarks, slots:].scatter_(3, routes.selected, picked)
         if self.shared:
-            slots = torch.zeros_like(routes.shared_logits)
-            slots = slots.masked_fill(routes.shared_logits == float("-inf"), float("-inf"))
-            bias = torch.cat([slots, bias], dim=-1)
-            scale = q.shape[-1] ** -0.5
-            k = torch.cat([routes.landmarks * scale, k], dim=2)
+            empty = routes.shared_logits[:, :, :1] == float("-inf")  # (B, H, 1, M)
+            slot_bias = torch.full_like(routes.shared_logits[:, :, :1], -math.log(r))
+            rows[:, :, :landmarks, :slots] = slot_bias.masked_fill(empty, float("-inf"))
+        rows[:, :, landmarks, slots:] = 0.0
+        if dropped is not None:
+            rows[:, :, landmarks, slots:].masked_fill_(dropped.reshape(batch, 1, -1), float("-inf"))
+        prefix = num_tokens - experts.shape[2]
+        index = torch.cat([experts.new_full((batch, heads, prefix, r), landmarks), experts], dim=2)
+        bias = gather_tokens(rows, index[..., 0])  # whole rows: a copy each, (B, H, N, M + N)
+        if r == 2:
+            bias = torch.logaddexp(bias, gather_tokens(rows, index[..., 1]))
+        if self.shared:
+            k = torch.cat([routes.landmarks * q.shape[-1] ** -0.5, k], dim=2)
             v = torch.cat([routes.agent_values, v], dim=2)
-        if (prefix := num_keys - queries.shape[2]) > 0:  # every kept key, no slot
-            head = bias.new_zeros(batch, 1, prefix, num_keys)
-            if dropped is not None:
-                head = head.masked_fill(dropped, float("-inf"))
-            if self.shared:
-                no_slots = head.new_full((batch, 1, prefix, self.num_landmarks), float("-inf"))
-                head = torch.cat([no_slots, head], dim=-1)
-            bias = torch.cat([head.expand(-1, heads, -1, -1), bias], dim=2)
         return self.softmax_attention(q, k, v, bias)
 
     def _grouped(self, queries, k, v, routes: Routes) -> torch.Tensor:
@@ -706,7 +710,7 @@ class MiTAAttention(TokenAttention):
         from each part's log-sum-exp, so every weight is the normalised one of Eq. (5).
         """
         batch, heads, num_queries, dim = queries.shape
-        per_expert, experts_per_query = self.per_expert, self.router_top
+        _per_expert, experts_per_query = self.per_expert, self.router_top
         entries = num_queries * experts_per_query
         tile = self.tile_size(entries)
         num_tiles = -(-entries // tile) + self.num_landmarks  # static: ≥ Σ_m ⌈count_m / T⌉
@@ -727,37 +731,42 @@ class MiTAAttention(TokenAttention):
         slot_entry = torch.full(
             (batch, heads, num_tiles * tile), entries, dtype=torch.long, device=device
         ).scatter_(2, slot_of_entry, torch.arange(entries, device=device).expand_as(order))
-        slot_query = slot_entry.div(experts_per_query, rounding_mode="floor")  # padding: Nq
+        slot_query = slot_entry.div(experts_per_query, rounding_mode="floor")
+        slot_query = slot_query.clamp_max(num_queries - 1)  # padding reads the last query
         tile_ids = torch.arange(num_tiles, device=device)[:, None]
         tile_expert = (tile_ids >= tile_end[..., None, :]).sum(-1)  # (B, H, tiles)
         tile_expert = tile_expert.clamp_max(self.num_landmarks - 1)  # trailing empty tiles
-        # Row gathers (index_select, whose backward is an index_add) throughout: a padding slot
-        # reads query 0 (its output is never read back) and a zero weight row.
-        slot_queries = gather_tokens(queries, slot_query.clamp_max(num_queries - 1))
+        # Row gathers (index_select, whose backward is an index_add) throughout; a padding
+        # slot's output is never read back.
+        slot_queries = gather_tokens(queries, slot_query)
         tile_keys_index = gather_tokens(routes.selected, tile_expert)  # (B, H, tiles, k')
         tile_keys = gather_tokens(k, tile_keys_index)  # (B, H, tiles, k', d)
         tile_values = gather_tokens(v, tile_keys_index)
+        # In-place edits of fresh tensors from here on (autograd allows them: no backward
+        # needs what they overwrite): at N = 16,384 they keep the peak near SDPA's.
         logits = slot_queries.view(batch, heads, num_tiles, tile, dim) @ tile_keys.transpose(-1, -2)
-        logits = logits * dim**-0.5  # (B, H, tiles, T, k')
+        logits = logits.mul_(dim**-0.5)  # (B, H, tiles, T, k')
         if routes.kept is not None:
             tile_kept = gather_tokens(routes.kept.squeeze(-1), tile_expert)  # (B, H, tiles, k')
-            logits = logits.masked_fill(~tile_kept[..., None, :], float("-inf"))
-        # Back to entries (padding never enters a softmax): (B, H, E, k'), N·k numbers.
-        entry_logits = gather_tokens(logits.flatten(2, 3), slot_of_entry)
-        parts = entry_logits.logsumexp(-1).view(batch, heads, num_queries, experts_per_query)
+            logits = logits.masked_fill_(~tile_kept[..., None, :], float("-inf"))
+        # Padding rows get the most negative finite logit: their weights come out 0, and their
+        # log-sum-exp stays finite, so no 0·NaN reaches a gradient.
+        padding = (slot_entry == entries).view(batch, heads, num_tiles, tile, 1)
+        logits = logits.masked_fill_(padding, torch.finfo(logits.dtype).min)
+        slot_lse = logits.logsumexp(-1).flatten(2)  # (B, H, L): each entry's part, in slots
+        parts = slot_lse.gather(2, slot_of_entry).view(batch, heads, num_queries, -1)
         if self.shared:
             parts = torch.cat([routes.shared_logits.logsumexp(-1, keepdim=True), parts], dim=-1)
         total = parts.logsumexp(-1)  # (B, H, Nq): log of Eq. (5)'s softmax denominator
-        entry_total = total.repeat_interleave(experts_per_query, dim=-1)[..., None]
-        weights = self.attn_drop((entry_logits - entry_total).exp())
-        weights = torch.cat([weights, weights.new_zeros(batch, heads, 1, per_expert)], dim=2)
-        slot_weights = gather_tokens(weights, slot_entry)  # entry E: the zero row
-        slot_out = slot_weights.view_as(logits) @ tile_values  # (B, H, tiles, T, d)
+        slot_total = total.gather(2, slot_query)
+        weights = self.attn_drop((logits - slot_total.view_as(padding)).exp_())
+        slot_out = weights @ tile_values  # (B, H, tiles, T, d)
         out = gather_tokens(slot_out.flatten(2, 3), slot_of_entry)
-        out = out.view(batch, heads, num_queries, experts_per_query, dim).sum(3)
+        out = out.view(batch, heads, num_queries, experts_per_query, dim)
+        out = out[..., 0, :] if experts_per_query == 1 else out.sum(3)
         if self.shared:
-            shared_weights = self.attn_drop((routes.shared_logits - total[..., None]).exp())
-            out = out + shared_weights @ routes.agent_values
+            shared_weights = self.attn_drop((routes.shared_logits - total[..., None]).exp_())
+            out = out.add_(shared_weights @ routes.agent_values)
         return out
 
     def attention_flops(self, num_tokens: int) -> int:
