@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 
@@ -140,11 +141,15 @@ def test_grouped_and_dense_paths_equal_the_gathered_reference(
     torch.testing.assert_close(grads, expected_grads)
     keep = torch.ones(2, 65, dtype=torch.bool)
     keep[0, 1:33] = False  # the top half of image 0: whole pool cells empty
-    keep[1, 40:60] = False
+    keep[1, 1:60] = False  # image 1 keeps 6 tokens: fewer than k' = 12 (top-1)
     with pruned(ours, keep), pruned(reference, keep):
         a, b = ours.attend(q, k, v, None, False), reference.attend(q, k, v, None, False)
+        grads = torch.autograd.grad(a.square().sum(), (q, k, v))
+        expected_grads = torch.autograd.grad(b.square().sum(), (q, k, v))
     torch.testing.assert_close(a, b)
+    torch.testing.assert_close(grads, expected_grads)
     assert torch.isfinite(a).all()
+    assert all(torch.isfinite(g).all() for g in grads)
 
 
 def test_auto_falls_back_to_the_dense_path_while_experts_cover_n():
@@ -166,20 +171,20 @@ def test_executed_flops_are_counted_and_grouped_stays_within_10_percent_of_the_a
     path's padding costs under 10 % beyond the algorithm's own count."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    for impl, grid, prefix, shared in (
-        ("auto", (64, 64), 1, True), ("auto", (64, 64), 0, False), ("auto", (8, 8), 1, True),
-        ("gather", (16, 16), 0, True),
+    for grid, prefix, options in (
+        ((64, 64), 1, {}), ((64, 64), 0, {"shared": False}), ((64, 64), 1, {"router_top": 2}),
+        ((64, 64), 1, {"full_prefix": False}), ((8, 8), 1, {}), ((8, 8), 1, {"shared": False}),
+        ((8, 8), 2, {"router_top": 2}), ((16, 16), 0, {"impl": "gather"}),
     ):  # fmt: skip
         module = MiTAAttention(64, 2, num_prefix_tokens=prefix, grid_size=grid, pool_size=4,
-                               top_k=16, impl=impl, shared=shared)  # fmt: skip
+                               top_k=16, **options)  # fmt: skip
         n = grid[0] * grid[1] + prefix
         q, k, v = qkv(batch=1, heads=2, tokens=n, dim=32)
         with FlopCounterMode(display=False) as counter:
             module.attend(q, k, v, None, False)
-        assert counter.get_total_flops() == module.executed_flops(n)
+        assert counter.get_total_flops() == module.executed_flops(n), (grid, prefix, options)
         if module.path(n) == "grouped":
             assert module.executed_flops(n) <= 1.1 * module.attention_flops(n)
-    assert module.executed_flops(n) == module.attention_flops(n)  # the gather path
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -195,9 +200,13 @@ def test_grouped_path_on_cuda_matches_the_reference_and_compiles_whole():
     module.impl = "gather"
     torch.testing.assert_close(out, module(x), atol=1e-4, rtol=1e-4)
     module.impl = "auto"
-    low = module.to(torch.bfloat16)(x.detach().bfloat16())
-    torch.testing.assert_close(low.float(), out, atol=5e-2, rtol=5e-2)
-    module.float()
+    # bf16: the grouped path against the gathered one at the same precision (a rounding can
+    # change a routing decision, so fp32 is no reference for it)
+    low = copy.deepcopy(module).to(torch.bfloat16)
+    low_x = x.detach().bfloat16()
+    low_out = low(low_x)
+    low.impl = "gather"
+    torch.testing.assert_close(low_out, low(low_x), atol=2e-2, rtol=2e-2)
     compiled = torch.compile(module, fullgraph=True)
     out_compiled = compiled(x)
     torch.testing.assert_close(out_compiled, out, atol=1e-4, rtol=1e-4)

@@ -117,8 +117,8 @@ class TokenAttention(Attention, ABC):
 
     Args:
         num_prefix_tokens: leading tokens (CLS, registers) that sit outside the patch grid. They
-            query and are keyed like any token but are never pooled into landmarks (nor rotated
-            by EVA's rotary embedding).
+            are keyed like any token but never pooled into landmarks (nor rotated by EVA's
+            rotary embedding); how they query is the kind's (MiTA: full attention by default).
         grid_size: the patch grid: a fixed ``(h, w)``; a :class:`PatchGrid` that follows the
             model's input (what :func:`~mixlab.attention_arch.mita.replace_attention` passes);
             or ``None``, a square grid inferred from N.
@@ -478,12 +478,14 @@ class Routes:
     """What MiTA's routing decided for one forward, for the path that executes Eq. (5):
     ``selected`` (B, H, M, k') keys of each expert S_m, ``experts`` (B, H, Nq, r) e(i) of each
     routed query, ``kept`` (B, H, M, k', 1) bool or None (which selected keys survive a key
-    mask), ``shared_logits`` (B, H, Nq, M) q·r/d, ``landmarks`` (B, H, M, d), ``agent_values``
+    mask), ``empty`` (B, 1, 1, M) bool or None (pool cells with no kept token: no expert),
+    ``shared_logits`` (B, H, Nq, M) q·r/d, ``landmarks`` (B, H, M, d), ``agent_values``
     (B, H, M, d) V_s or None without the shared expert."""
 
     selected: torch.Tensor
     experts: torch.Tensor
     kept: torch.Tensor | None
+    empty: torch.Tensor | None
     shared_logits: torch.Tensor
     landmarks: torch.Tensor
     agent_values: torch.Tensor | None
@@ -508,7 +510,9 @@ class MiTAAttention(TokenAttention):
             like patch queries. Either way they are never pooled into landmarks.
         impl: how Eq. (5) is executed; every path computes it exactly (:meth:`path`).
             ``"auto"`` (default): ``"dense"`` while the M·k' expert keys and M slots number at
-            least N (no path is then cheaper than full attention's size), else ``"grouped"``.
+            least N, else ``"grouped"`` (a rule of thumb: below it the grouped path's gathers
+            and small products cost more time than one dense softmax on a CPU, though the
+            dense one multiplies more; ``executed_flops`` counts what runs).
             ``"grouped"``: the queries sorted by expert into tiles of T (padded per expert);
             a tile meets its expert's k' keys and the M shared slots only. The algorithm's
             O(N·(M + k)·d) FLOPs plus at most T·(M + 1) padded rows (:meth:`tile_size`; under
@@ -634,7 +638,7 @@ class MiTAAttention(TokenAttention):
             if dropped is not None:
                 keep = (~dropped).reshape(k.shape[0], 1, -1, 1).expand_as(k[..., :1])
                 kept = gather_tokens(keep, selected)
-            routes = Routes(selected, experts, kept, shared_logits, landmarks, agent_values)
+            routes = Routes(selected, experts, kept, empty, shared_logits, landmarks, agent_values)
             if self.path(q.shape[2]) == "dense":  # one softmax, prefix rows included
                 return self._dense(q, k, v, routes, dropped)
             execute = {"grouped": self._grouped, "gather": self._gathered}
@@ -684,9 +688,10 @@ class MiTAAttention(TokenAttention):
             picked = picked.masked_fill(~routes.kept.squeeze(-1), float("-inf"))
         rows[:, :, :landmarks, slots:].scatter_(3, routes.selected, picked)
         if self.shared:
-            empty = routes.shared_logits[:, :, :1] == float("-inf")  # (B, H, 1, M)
             slot_bias = torch.full_like(routes.shared_logits[:, :, :1], -math.log(r))
-            rows[:, :, :landmarks, :slots] = slot_bias.masked_fill(empty, float("-inf"))
+            if routes.empty is not None:
+                slot_bias = slot_bias.masked_fill(routes.empty, float("-inf"))
+            rows[:, :, :landmarks, :slots] = slot_bias
         rows[:, :, landmarks, slots:] = 0.0
         if dropped is not None:
             rows[:, :, landmarks, slots:].masked_fill_(dropped.reshape(batch, 1, -1), float("-inf"))
@@ -710,7 +715,7 @@ class MiTAAttention(TokenAttention):
         from each part's log-sum-exp, so every weight is the normalised one of Eq. (5).
         """
         batch, heads, num_queries, dim = queries.shape
-        _per_expert, experts_per_query = self.per_expert, self.router_top
+        experts_per_query = self.router_top
         entries = num_queries * experts_per_query
         tile = self.tile_size(entries)
         num_tiles = -(-entries // tile) + self.num_landmarks  # static: ≥ Σ_m ⌈count_m / T⌉

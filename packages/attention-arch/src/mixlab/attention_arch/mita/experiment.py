@@ -4,8 +4,8 @@
    per query (MiTA: M landmarks + k routed keys; MoBA: 2 blocks of budget/2; top-k: budget;
    Agent and shared-only: budget agents; routed-only: budget keys), trained from scratch with the
    same steps, data, optimiser and seeds. With the algorithms' attention FLOPs per image (and the
-   FLOPs our CPU paths execute) and the peak memory of one layer's forward + backward (measured
-   in a fresh process).
+   FLOPs the path each layer takes executes) and the peak memory of one layer's forward +
+   backward (measured in a fresh process).
 2. Easy generalisation: the cached full-attention ViT with MiTA, MoBA and top-k swapped in (same
    weights), zero-shot and after ``finetune_steps``; full attention fine-tuned as long is the
    control for what the extra steps alone give.
