@@ -169,11 +169,15 @@ def swap(
     layers = attention_modules(vit)
     tokens = layers[0].num_prefix_tokens + vit.patch_embed.num_patches
     flops = sum(layer.attention_flops(tokens) for layer in layers)
+    executed = sum(layer.executed_flops(tokens) for layer in layers)
     full = sum(FullAttention.attention_flops(layer, tokens) for layer in layers)
+    path = getattr(layers[0], "path", lambda n: None)(tokens)
     typer.echo(
         f"{model}: {len(layers)} blocks -> {attention}, {tokens} tokens, output {tuple(output.shape)}, "
         f"state dict keys {'unchanged' if same else 'CHANGED (new parameters)'}, "
-        f"attention GFLOPs/image {flops / 1e9:.3f} ({flops / full:.1%} of full attention)"
+        f"attention GFLOPs/image {flops / 1e9:.3f} ({flops / full:.1%} of full attention), "
+        f"executed {executed / 1e9:.3f} ({executed / full:.1%}"
+        + (f", {path} path)" if path else ")")
     )
     if out is not None:
         _save_tensors(vit.state_dict(), out)
