@@ -21,8 +21,9 @@ with q, k, v ∈ ℝ^{N×d}:
 
 The algorithm costs O(N·(M + k)·d) per head, and that is what runs: beyond N = M·k' + M the
 default path groups the queries by expert (static-shape tiles, no N·k·d copy of the keys, no
-host sync), and below it one dense softmax with MiTA's routing as a mask is cheaper than any
-gather. Prefix queries (CLS, registers) get plain full attention by default (``full_prefix``).
+host sync); below it one dense softmax with MiTA's routing as a mask runs faster on a CPU,
+though it multiplies more (``executed_flops``). Prefix queries (CLS, registers) get plain full
+attention by default (``full_prefix``).
 
 The patch grid the landmarks pool over is read per forward pass: from a :class:`PatchGrid` that
 follows the model's patch embedding (``set_input_size``, ``dynamic_img_size=True``), a fixed
