@@ -40,6 +40,7 @@ from mixlab.attention_arch.mita.profile import (
 from mixlab.attention_arch.mita.swap import matched_config
 from mixlab.shared import Claim, line_plot
 from mixlab.shared.result import write_benchmark
+from mixlab.shared.stats import loglog_slope
 
 GRIDS = {  # N: (patch grid, prefix tokens)
     197: ((14, 14), 1),
@@ -84,12 +85,10 @@ def layer_spec(system: str, budget: int, n: int) -> dict:
     return spec
 
 
-def slope(tokens: list[int], values: list[float]) -> float:
-    keep = [(n, v) for n, v in zip(tokens, values, strict=True) if n >= SLOPE_FROM and v > 0]
-    if len(keep) < 2:
-        return float("nan")
-    x, y = np.log([n for n, _ in keep]), np.log([v for _, v in keep])
-    return float(np.polyfit(x, y, 1)[0])
+def slope(tokens: list[int], values: list[float]) -> float | None:
+    """Log-log slope over the sizes N >= SLOPE_FROM (None with fewer than two)."""
+    keep = [(n, v) for n, v in zip(tokens, values, strict=True) if n >= SLOPE_FROM]
+    return loglog_slope([n for n, _ in keep], [v for _, v in keep])
 
 
 def crossover(tokens: list[int], mita: list[float], full: list[float]) -> int | None:
@@ -170,8 +169,9 @@ def main() -> None:
                 slope(tokens, [runs[r] for runs in seconds[(kind, mode)]])
                 for r in range(args.repeats)
             ]
-            row[f"{mode}_time_slope_min"] = float(min(per_repeat))
-            row[f"{mode}_time_slope_max"] = float(max(per_repeat))
+            known = [s for s in per_repeat if s is not None]
+            row[f"{mode}_time_slope_min"] = min(known) if known else None
+            row[f"{mode}_time_slope_max"] = max(known) if known else None
             row[f"{mode}_memory_slope"] = slope(tokens, memory[(kind, mode)])
             row[f"{mode}_crossover_tokens"] = crossover(
                 tokens, median[(kind, mode)], median[("full", mode)]

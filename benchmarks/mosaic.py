@@ -75,6 +75,7 @@ from matplotlib.figure import Figure
 from mixlab.online.mosaic import GROUSE, PETRELS, DriftingSubspaceStream, Epoch, MoSAIC
 from mixlab.shared import Claim, save_figure
 from mixlab.shared.result import write_benchmark
+from mixlab.shared.stats import loglog_slope
 
 N_SUBSPACES, OBSERVED, SEED = 4, 0.3, 0
 SYSTEMS = ("mosaic", "grouse_r", "grouse_Kr", "petrels_Kr")
@@ -181,15 +182,6 @@ def measure(
     return rows
 
 
-def fitted_slope(xs: list[int], ys: list[float | None]) -> float | None:
-    """Least-squares slope of log(y) against log(x); None with fewer than 2 points."""
-    points = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None and y > 0]
-    if len(points) < 2:
-        return None
-    logs = np.log(np.array(points, dtype=float))
-    return float(np.polyfit(logs[:, 0], logs[:, 1], 1)[0])
-
-
 def summarise(slopes: list[float | None], prefix: str) -> dict[str, float | None]:
     """Mean, min and max of ``slopes`` (None where there is none)."""
     values = [s for s in slopes if s is not None]
@@ -223,11 +215,11 @@ def build_metrics(
         ms = metrics[name]
         fit = name in SLOPE_SYSTEMS
         slopes_n = {
-            r: fitted_slope(dims, [ms[f"ms_per_sample_n{n}_r{r}"] for n in dims]) if fit else None
+            r: loglog_slope(dims, [ms[f"ms_per_sample_n{n}_r{r}"] for n in dims]) if fit else None
             for r in ranks
         }
         slopes_r = {
-            n: fitted_slope(ranks, [ms[f"ms_per_sample_n{n}_r{r}"] for r in ranks]) if fit else None
+            n: loglog_slope(ranks, [ms[f"ms_per_sample_n{n}_r{r}"] for r in ranks]) if fit else None
             for n in dims
         }
         ms.update({f"slope_n_r{r}": slope for r, slope in slopes_n.items()})

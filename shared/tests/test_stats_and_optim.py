@@ -45,3 +45,11 @@ def test_warmup_cosine_rises_then_decays_to_zero():
     assert rates[-1] < 1e-3
     with pytest.raises(ValueError, match="steps"):
         warmup_cosine(optimizer, 0)
+
+
+def test_loglog_slope_fits_positive_points_and_needs_two():
+    from mixlab.shared.stats import loglog_slope
+
+    assert abs(loglog_slope([1, 2, 4, 8], [3, 12, 48, 192]) - 2.0) < 1e-9  # y = 3x²
+    assert abs(loglog_slope([1, 2, 4], [5, None, 20]) - 1.0) < 1e-9  # None and y <= 0 skipped
+    assert loglog_slope([1, 2], [0.0, 4.0]) is None

@@ -1,4 +1,5 @@
-"""Summaries over seeds, and the median wall time of a call (or of several, interleaved)."""
+"""Summaries over seeds, the median wall time of a call (or of several, interleaved), and the
+log-log slope of a measured curve."""
 
 from __future__ import annotations
 
@@ -56,3 +57,13 @@ def interleaved_median_seconds(
             calls[name]()
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(values) for name, values in times.items()}
+
+
+def loglog_slope(xs: Sequence[float], ys: Sequence[float | None]) -> float | None:
+    """Least-squares slope of log(y) against log(x) over the points with y > 0 (how a cost grows
+    with size: 1 linear, 2 quadratic); None with fewer than 2 such points."""
+    points = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None and y > 0]
+    if len(points) < 2:
+        return None
+    logs = np.log(np.array(points, dtype=float))
+    return float(np.polyfit(logs[:, 0], logs[:, 1], 1)[0])
