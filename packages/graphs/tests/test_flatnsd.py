@@ -20,6 +20,7 @@ from mixlab.graphs.flatnsd import (
     MessagePassingNet,
     NSDConv,
     SheafDiffusionNet,
+    check_disjoint,
     check_edge_index,
     diffusion_sensitivity,
     jacobian_sensitivity,
@@ -28,6 +29,7 @@ from mixlab.graphs.flatnsd import (
     ring_transfer,
     sheaf_effective_resistance,
     sheaf_laplacian,
+    split_graphs,
     total_sheaf_resistance,
     train_readout,
     tree_neighbors_match,
@@ -263,7 +265,9 @@ def test_heat_update_is_the_matrix_exponential():
     node_maps, _ = conv.sheaf(x, edge_index)
     delta = sheaf_laplacian(edge_index, node_maps=node_maps, normalization="augmented").to_dense()
     heat = torch.linalg.matrix_exp(-1.0 * delta)  # t = 1 at initialisation
-    expected = torch.nn.functional.elu(heat @ x.view(n * 2, 3)).reshape(n, 6)
+    diffused = (heat @ x.view(n * 2, 3)).view(n, 2, 3)
+    both = torch.cat([x.view(n, 2, 3), diffused], dim=-1)  # BuNN: [x ‖ H(t)x] → FFN
+    expected = torch.nn.functional.elu(conv.ffn(both)).reshape(n, 6)
     torch.testing.assert_close(conv(x, edge_index), expected)
 
 
@@ -293,8 +297,14 @@ def test_heat_series_is_accurate_at_the_largest_time():
     delta = delta.to_dense()
     assert float(torch.linalg.eigvalsh(delta).max()) > 1.5
     assert math.isclose(float(conv.diffusion_time.detach()[0]), 2.0)
-    exact = torch.linalg.matrix_exp(-2.0 * delta) @ x.view(n * 2, 3)
-    expected = torch.nn.functional.elu(exact).reshape(n, 6)
+    exact = (torch.linalg.matrix_exp(-2.0 * delta) @ x.view(n * 2, 3)).view(n, 2, 3)
+    with torch.no_grad():  # the FFN reads only the diffused half: compare the series alone
+        conv.ffn[0].weight.copy_(torch.cat([torch.zeros(3, 3), torch.eye(3)], dim=1))
+        conv.ffn[0].bias.zero_()
+        conv.ffn[2].weight.copy_(torch.eye(3))
+        conv.ffn[2].bias.zero_()
+    elu = torch.nn.functional.elu
+    expected = elu(elu(exact)).reshape(n, 6)
     torch.testing.assert_close(
         conv(x, edge_index), expected, atol=0.011 * float(x.abs().max()) * 2, rtol=0
     )
@@ -321,6 +331,52 @@ def test_gradients_reach_the_map_learner(sheaf):
         assert torch.isfinite(parameter.grad).all(), name
         assert parameter.grad.abs().sum() > 0, name
     assert any(name.startswith("map_learner") for name, _ in conv.named_parameters())
+
+
+def test_gnn_map_learner_reads_the_neighbourhood_and_gets_gradients():
+    """BuNN's φ: a node's map depends on its neighbours' features, and every GraphSAGE weight
+    gets a gradient through the diffusion."""
+    edge_index, n = graph(nx.path_graph(5))
+    torch.manual_seed(0)
+    conv = FlatNSDConv(4, 2, map_gnn_layers=2).double()
+    x = torch.randn(n, 8, dtype=torch.float64)
+    maps, _ = conv.sheaf(x, edge_index)
+    moved = x.clone()
+    moved[3] += 1.0  # two hops from node 1, three from node 0
+    moved_maps, _ = conv.sheaf(moved, edge_index)
+    assert not torch.allclose(moved_maps[1], maps[1])
+    torch.testing.assert_close(moved_maps[0], maps[0])  # two GraphSAGE layers see two hops
+    linear_only = FlatNSDConv(4, 2).double()
+    linear_maps, _ = linear_only.sheaf(x, edge_index)
+    torch.testing.assert_close(linear_only.sheaf(moved, edge_index)[0][1], linear_maps[1])
+    conv(x, edge_index).square().sum().backward()
+    sage = [p for name, p in conv.named_parameters() if name.startswith("map_learner.gnn")]
+    assert len(sage) >= 4
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in sage)
+
+
+def test_bundles_diffuse_each_channel_group_on_its_own_bundle():
+    edge_index, n = graph(nx.barbell_graph(3, 1))
+    torch.manual_seed(0)
+    conv = FlatNSDConv(6, 2, bundles=3, edge_weights=False).double()
+    x = torch.randn(n, 12, dtype=torch.float64)
+    reverse = check_edge_index(edge_index, n)
+    maps, _ = conv.sheaf(x, edge_index)
+    assert maps.shape == (n, 3, 2, 2)
+    y = torch.randn(n, 2, 6, dtype=torch.float64)
+    ones = torch.ones(edge_index.size(1), dtype=torch.float64)
+    applied = conv.operator(x, edge_index, reverse, ones)(y)
+    for bundle in range(3):
+        delta = sheaf_laplacian(
+            edge_index, node_maps=maps[:, bundle], normalization="augmented"
+        ).to_dense()
+        group = y[:, :, 2 * bundle : 2 * bundle + 2]  # channels split evenly, in order
+        torch.testing.assert_close(
+            applied[:, :, 2 * bundle : 2 * bundle + 2].reshape(n * 2, 2),
+            delta @ group.reshape(n * 2, 2),
+        )
+    with pytest.raises(ValueError, match="bundles must divide channels"):
+        FlatNSDConv(4, 2, bundles=3)
 
 
 @pytest.mark.parametrize(
@@ -393,7 +449,7 @@ def test_bad_configuration_is_named(build, match):
 
 
 def test_models_run_node_and_graph_tasks():
-    graphs = ring_transfer(3, 6)
+    graphs = ring_transfer(3, 6, noise_features=0)
     batch = next(iter(__import__("torch_geometric.loader").loader.DataLoader(graphs, batch_size=3)))
     for model in (
         SheafDiffusionNet(5, 4, sheaf="flat", num_layers=2),
@@ -423,13 +479,39 @@ def test_layer_handles_a_large_sparse_graph():
 def test_ring_transfer_puts_the_label_at_the_far_node():
     graphs = ring_transfer(20, 8, seed=3)
     for data in graphs:
-        assert data.x.shape == (8, 5)
+        assert data.x.shape == (8, 5 + 2)  # the signal and 2 random features
         assert data.edge_index.shape == (2, 16)
-        assert int(data.x[4].argmax()) == int(data.y)
-        assert float(data.x[4].sum()) == 1.0
-        assert float(data.x[0].abs().sum()) == 0.0
+        assert int(data.x[4, :5].argmax()) == int(data.y)
+        assert float(data.x[4, :5].sum()) == 1.0
+        assert float(data.x[0, :5].abs().sum()) == 0.0
         assert bool(data.target_mask[0])
     assert ring_transfer(20, 8, seed=3)[5].y == graphs[5].y
+    assert ring_transfer(4, 8, noise_features=0)[0].x.shape == (8, 5)
+
+
+def test_ring_test_graphs_are_held_out():
+    """Without the random features a ring has 5 distinct graphs and every test graph is a copy
+    of a training graph; with them none is."""
+    check_disjoint(ring_transfer(200, 6, seed=0), ring_transfer(100, 6, seed=1))
+    with pytest.raises(ValueError, match="100 of 100 test graphs equal a training graph"):
+        check_disjoint(
+            ring_transfer(200, 6, noise_features=0, seed=0),
+            ring_transfer(100, 6, noise_features=0, seed=1),
+        )
+
+
+def test_tree_split_holds_out_distinct_examples():
+    graphs = tree_neighbors_match(2, max_graphs=10_000)
+    train, test = split_graphs(graphs, 0.2, seed=2)
+    assert (len(train), len(test)) == (77, 19)
+    examples = {(int(g.x[0].argmax()), tuple(g.x[3:, 5:].argmax(1).tolist())) for g in train}
+    assert not any(
+        (int(g.x[0].argmax()), tuple(g.x[3:, 5:].argmax(1).tolist())) in examples for g in test
+    )
+    with pytest.raises(ValueError, match="test graphs equal a training graph"):
+        check_disjoint(train, [*test, train[0]])
+    with pytest.raises(ValueError, match="test_fraction"):
+        split_graphs(graphs, 1.0)
 
 
 def test_tree_neighbors_match_label_is_the_value_under_the_root_key():
@@ -441,8 +523,9 @@ def test_tree_neighbors_match_label_is_the_value_under_the_root_key():
         leaf = leaves - 1 + key  # leaf with key k holds key slot k + 1
         assert int(data.x[leaf, leaves + 1 :].argmax()) - 1 == int(data.y)
         assert data.num_nodes == 15
-        assert data.edge_index.size(1) == 28
+        assert data.edge_index.size(1) == 28 + 15  # both directions and a self-loop per node
     assert len(tree_neighbors_match(2, max_graphs=10_000)) == 24 * 4  # all permutations × keys
+    assert tree_neighbors_match(2, self_loops=False)[0].edge_index.size(1) == 12
 
 
 def test_transform_annotates_resistance():
@@ -460,7 +543,7 @@ def test_transform_annotates_resistance():
 
 
 def test_learned_resistance_is_one_without_edge_weights():
-    data = ring_transfer(1, 6)[0]
+    data = ring_transfer(1, 6, noise_features=0)[0]
     model = SheafDiffusionNet(5, 5, sheaf="flat", num_layers=2, edge_weights=False)
     statistics = learned_sheaf_statistics(model, data.x, data.edge_index)
     assert math.isclose(statistics["resistance"], 1.0, rel_tol=1e-9)
@@ -473,10 +556,11 @@ def test_learned_resistance_is_one_without_edge_weights():
 
 def test_training_is_seeded_and_learns_a_short_ring():
     train, test = ring_transfer(200, 4, seed=0), ring_transfer(50, 4, seed=1)
+    features = train[0].num_features
 
     def fit():
         torch.manual_seed(0)
-        model = SheafDiffusionNet(5, 5, sheaf="flat", num_layers=2)
+        model = SheafDiffusionNet(features, 5, sheaf="flat", num_layers=2)
         return train_readout(model, train, test, epochs=15, seed=0)
 
     first, second = fit(), fit()
@@ -494,6 +578,7 @@ TINY = {
     "tree_graphs": 40,
     "n_seeds": 2,
     "epochs": 1,
+    "tree_epochs": 1,
     "systems": ("gcn", "flatnsd"),
     "channels": 4,
 }
@@ -503,7 +588,7 @@ def test_experiment_writes_every_system_and_resumes(tmp_path):
     config = Config(**TINY)
     result = run_experiment(config, tmp_path)
     assert set(result.metrics) == {"gcn", "flatnsd"}
-    assert len(result.claims) == 7
+    assert len(result.claims) == 9
     regime_texts = [check.text for check in result.regime]
     assert len(regime_texts) == 2
     assert "smallest ring" in regime_texts[0]
@@ -518,11 +603,12 @@ def test_experiment_writes_every_system_and_resumes(tmp_path):
     theory = [
         claim for claim in result.claims if not any(claim.text in c.gates for c in result.regime)
     ]
-    assert len(theory) == 4
+    assert len(theory) == 6
     assert all(claim.tested for claim in theory)  # exact computations: never gated
     assert result.metrics["gcn"]["resistance_start"] is None
     assert result.metrics["flatnsd"]["resistance_start"] is not None
-    assert json.loads((tmp_path / "theory.json").read_text())["ring"]["spearman_linear"] < -0.9
+    ring = json.loads((tmp_path / "theory.json").read_text())["ring"]
+    assert ring["graphs"]["C12"]["spearman_linear"] == -1.0  # ties handled
     assert (tmp_path / "ring_accuracy.png").exists()
     resumed = run_experiment(config, tmp_path, resume=True)
     assert resumed.metrics == result.metrics
@@ -567,6 +653,10 @@ def test_killed_experiment_resumes_where_it_stopped(tmp_path, monkeypatch):
         ("systems", ("flatnsd", "mlp")),
         ("epochs", 0),
         ("lr", 0.0),
+        ("tree_lr", float("inf")),
+        ("tree_epochs", 0),
+        ("ring_noise", -1),
+        ("tree_test_fraction", 1.0),
     ],
 )
 def test_config_rejects_bad_values(field, value):
@@ -607,7 +697,9 @@ def test_cli_train_saves_a_loadable_model(tmp_path, capsys):
     assert "integrity" in metrics  # the sidecar records the weights' SHA-256
     from safetensors.torch import load_file
 
-    model = SheafDiffusionNet(5, 5, sheaf="flat", channels=4, num_layers=metrics["layers"])
+    model = SheafDiffusionNet(
+        7, 5, sheaf="flat", channels=4, num_layers=metrics["layers"], map_gnn_layers=1
+    )  # the flatnsd system: 5 signal + 2 random features, BuNN's one-layer GNN φ
     model.load_state_dict(load_file(str(out / "model.safetensors")))
     loaded, info = load_trained(out)
     assert info["train_accuracy"] == metrics["train_accuracy"]

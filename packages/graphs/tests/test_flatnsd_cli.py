@@ -222,9 +222,9 @@ def saved(tmp_path) -> Path:
 
     torch.manual_seed(0)
     folder = tmp_path / "model"
-    info = {"task": "ring", "size": 4, "model": "gcn", "in_channels": 5, "classes": 5}
+    info = {"task": "ring", "size": 4, "model": "gcn", "in_channels": 7, "classes": 5}
     info |= {"layers": 2, "width": 4, "stalk_dim": 2, "train_accuracy": 0.5, "seed": 0}
-    save_trained(build_model("gcn", 5, 5, 2, 4, 2), folder, info)
+    save_trained(build_model("gcn", 7, 5, 2, 4, 2), folder, info)
     return folder
 
 
@@ -243,7 +243,7 @@ def test_saved_model_round_trips(saved):
 
     _network, info = load_trained(saved)
     assert info["model"] == "gcn"
-    assert info["format"] == "mixlab.graphs.flatnsd.model/1"
+    assert info["format"] == "mixlab.graphs.flatnsd.model/2"
     assert "integrity" in _sidecar(saved)
     assert not list(saved.glob(".*partial"))
 

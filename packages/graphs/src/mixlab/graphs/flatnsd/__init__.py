@@ -32,7 +32,9 @@ _MODULE_OF = {
     "sheaf_effective_resistance": "sheaf",
     "sheaf_laplacian": "sheaf",
     "total_sheaf_resistance": "sheaf",
+    "check_disjoint": "tasks",
     "ring_transfer": "tasks",
+    "split_graphs": "tasks",
     "tree_neighbors_match": "tasks",
     "theory_checks": "theory",
     "load_trained": "training",
@@ -53,6 +55,7 @@ __all__ = [
     "NodeMapLearner",
     "SheafDiffusionConv",
     "SheafDiffusionNet",
+    "check_disjoint",
     "check_edge_index",
     "diffusion_sensitivity",
     "jacobian_sensitivity",
@@ -62,6 +65,7 @@ __all__ = [
     "save_trained",
     "sheaf_effective_resistance",
     "sheaf_laplacian",
+    "split_graphs",
     "theory_checks",
     "total_sheaf_resistance",
     "train_readout",
@@ -85,7 +89,12 @@ if TYPE_CHECKING:
         sheaf_laplacian,
         total_sheaf_resistance,
     )
-    from mixlab.graphs.flatnsd.tasks import ring_transfer, tree_neighbors_match
+    from mixlab.graphs.flatnsd.tasks import (
+        check_disjoint,
+        ring_transfer,
+        split_graphs,
+        tree_neighbors_match,
+    )
     from mixlab.graphs.flatnsd.theory import theory_checks
     from mixlab.graphs.flatnsd.training import load_trained, save_trained, train_readout
     from mixlab.graphs.flatnsd.transforms import AddSheafResistance, learned_sheaf_statistics

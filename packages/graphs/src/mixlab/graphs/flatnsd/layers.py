@@ -6,12 +6,15 @@ f×f orthogonal, as in NSD's ``disc_models.py``), then diffuses with the normali
 Δ_F = (D+I)^{-1/2} L_F (D+I)^{-1/2}:
 
 - ``update="discrete"`` (NSD): X ← (1 + tanh ε) ⊙ X − ELU(Δ_F W_left X W_right);
-- ``update="heat"`` (BuNN-style): X ← ELU(H(t) W_left X W_right) with the heat kernel
-  H(t) = exp(−tΔ_F) as a K-term Taylor series (K = 12: within 0.011 of exp(−tλ) on the whole
-  spectrum) and a learnable time t ∈ (0, 2) per channel (BuNN uses K = 8 with t = 1, where
-  8 terms suffice; at tλ = 4 they would give 0.53 for exp(−4) = 0.018).
-  There is no residual: H(t) keeps constant sections, so X + ELU(H(t)X) would double them at
-  every layer (measured: training stalls at chance on RingTransfer with 4 layers).
+- ``update="heat"`` (BuNN-style): X ← ELU(FFN([X ‖ H(t) W_left X W_right])) with the heat
+  kernel H(t) = exp(−tΔ_F) as a K-term Taylor series (K = 12: within 0.011 of exp(−tλ) on the
+  whole spectrum), a learnable time t ∈ (0, 2) per channel (BuNN uses K = 8 with t = 1, where
+  8 terms suffice; at tλ = 4 they would give 0.53 for exp(−4) = 0.018), and BuNN's concatenation
+  of the input with the diffused signal, mixed by a two-layer FFN over the channels (the same
+  for every stalk coordinate, so it commutes with the bundle's maps). There is no plain
+  residual: H(t) keeps constant sections, so X + ELU(H(t)X) would double them at every layer
+  (measured: training stalls at chance on RingTransfer with 4 layers); the FFN learns how much
+  of X to keep.
 
 :class:`FlatNSDConv` learns one map per node (a flat bundle): Δ_F = Âᵀ(Δ_w ⊗ I)Â needs one graph
 propagation of d·f numbers per edge. :class:`NSDConv` learns per-edge maps (NSD's diagonal,
@@ -35,6 +38,7 @@ from mixlab.graphs.flatnsd.maps import (
     EdgeMapLearner,
     EdgeWeightLearner,
     NodeMapLearner,
+    check_count,
     check_kind,
 )
 from mixlab.graphs.flatnsd.sheaf import (
@@ -52,8 +56,7 @@ Operator = Callable[[Tensor], Tensor]
 
 
 def _check_positive(value: int, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    check_count(value, name, 1)
 
 
 class SheafDiffusionConv(MessagePassing):
@@ -93,6 +96,13 @@ class SheafDiffusionConv(MessagePassing):
         discrete = update == "discrete"
         self.epsilon = nn.Parameter(torch.empty(stalk_dim)) if discrete else None
         self.time_logit = nn.Parameter(torch.empty(channels)) if update == "heat" else None
+        self.ffn = (
+            None
+            if discrete
+            else nn.Sequential(
+                nn.Linear(2 * channels, channels), nn.ELU(), nn.Linear(channels, channels)
+            )
+        )
 
     def reset_parameters(self) -> None:
         with torch.no_grad():
@@ -105,6 +115,9 @@ class SheafDiffusionConv(MessagePassing):
         for module in self.children():
             if hasattr(module, "reset_parameters"):
                 module.reset_parameters()
+        for layer in self.ffn or ():
+            if isinstance(layer, nn.Linear):
+                layer.reset_parameters()
 
     @property
     def diffusion_time(self) -> Tensor | None:
@@ -146,7 +159,7 @@ class SheafDiffusionConv(MessagePassing):
             for k in range(1, self.taylor_terms + 1):
                 term = -(time / k) * laplacian(term)
                 heat = heat + term
-            out = F.elu(heat)
+            out = F.elu(self.ffn(torch.cat([stalks, heat], dim=-1)))
         return out.reshape(x.size(0), -1)
 
     def _check_x(self, x: Tensor) -> None:
@@ -200,7 +213,10 @@ class FlatNSDConv(SheafDiffusionConv):
     Δ_F y = Mᵀ Âᵀ (L_w ⊗ I) Â M y with M_v = (w_v A_vᵀA_v + I)^{-1/2} (w_v the weighted degree),
     so one layer costs one graph propagation of d·f numbers per edge plus N small d×d products.
     ``maps="orthogonal"`` (O(d), the paper's flat bundle) or ``"general"`` (invertible, exp of a
-    matrix); ``edge_weights=True`` learns w_e = σ(W[x_i ‖ x_j]), the only part of a flat sheaf
+    matrix), learned from x_v (``map_gnn_layers=0``) or by BuNN's small GNN over the graph
+    (``map_gnn_layers`` GraphSAGE layers); ``bundles`` splits the f channels into that many groups,
+    each diffused on its own learned bundle (BuNN's several bundles, with one edge weight per edge
+    shared by all); ``edge_weights=True`` learns w_e = σ(W[x_i ‖ x_j]), the only part of a flat sheaf
     that can move its effective resistance (see :func:`sheaf_effective_resistance`); a given
     ``edge_weight`` multiplies it. ``torch.compile(conv, fullgraph=True)`` works with the
     orthogonal maps (the general maps' inverse square root branches on the data).
@@ -216,6 +232,8 @@ class FlatNSDConv(SheafDiffusionConv):
         stalk_dim: int = 2,
         *,
         maps: str = "orthogonal",
+        map_gnn_layers: int = 0,
+        bundles: int = 1,
         edge_weights: bool = True,
         update: str = "discrete",
         taylor_terms: int = 12,
@@ -229,17 +247,23 @@ class FlatNSDConv(SheafDiffusionConv):
             remove_self_loops=remove_self_loops,
         )
         check_kind(maps, NODE_MAP_KINDS, "maps")
-        self.maps = maps
+        check_count(bundles, "bundles", 1)
+        if channels % bundles:
+            raise ValueError(f"bundles must divide channels = {channels}, got {bundles}")
+        self.maps, self.bundles = maps, bundles
         width = stalk_dim * channels
-        self.map_learner = NodeMapLearner(width, stalk_dim, maps)
+        self.map_learner = NodeMapLearner(
+            width, stalk_dim, maps, gnn_layers=map_gnn_layers, bundles=bundles
+        )
         self.weight_learner = EdgeWeightLearner(width) if edge_weights else None
         self.reset_parameters()
 
     def sheaf(
         self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
-        """The flat sheaf this layer builds from ``x``: node maps [N, d, d] and the edge weights
-        [E] it diffuses with (learned × ``edge_weight``, 0 on self-loops)."""
+        """The flat sheaf this layer builds from ``x``: node maps [N, d, d] (or
+        [N, bundles, d, d]) and the edge weights [E] it diffuses with (learned × ``edge_weight``,
+        0 on self-loops)."""
         self._check_x(x)
         reverse = self.check_edges(edge_index, x.size(0))
         edge_index = edge_index.long()
@@ -249,25 +273,29 @@ class FlatNSDConv(SheafDiffusionConv):
     def _sheaf(
         self, x: Tensor, edge_index: Tensor, reverse: Tensor, weight: Tensor
     ) -> tuple[Tensor, Tensor]:
-        node_maps = self.map_learner(x)
+        node_maps = self.map_learner(x, edge_index)
         if self.weight_learner is not None:
             weight = self.weight_learner(x, edge_index, reverse) * weight
         return node_maps, weight
 
     def operator(self, x: Tensor, edge_index: Tensor, reverse: Tensor, weight: Tensor) -> Operator:
         node_maps, weight = self._sheaf(x, edge_index, reverse, weight)
-        degree = x.new_zeros(x.size(0)).index_add_(0, edge_index[1], weight)
+        num_nodes, b, d = x.size(0), self.bundles, self.stalk_dim
+        node_maps = node_maps.view(num_nodes, b, d, d)
+        degree = x.new_zeros(num_nodes).index_add_(0, edge_index[1], weight)
         if self.maps == "orthogonal":  # A_vᵀA_v = I: the normaliser is a scalar per node
-            lift = node_maps * (degree + 1).rsqrt()[:, None, None]
+            lift = node_maps * (degree + 1).rsqrt()[:, None, None, None]
         else:
-            eye = torch.eye(self.stalk_dim, dtype=x.dtype, device=x.device)
-            gram = degree[:, None, None] * node_maps.transpose(-1, -2) @ node_maps
-            lift = node_maps @ inverse_sqrt_spd(gram + eye)
+            eye = torch.eye(d, dtype=x.dtype, device=x.device)
+            gram = degree[:, None, None, None] * node_maps.transpose(-1, -2) @ node_maps
+            lift = node_maps @ inverse_sqrt_spd((gram + eye).view(-1, d, d)).view_as(node_maps)
 
         def apply(y: Tensor) -> Tensor:
-            z = lift @ y
+            # [N, d, f] → [N, bundles, d, f / bundles]: each channel group on its own bundle
+            z = lift @ y.view(num_nodes, d, b, -1).transpose(1, 2)
             neighbours = self._neighbour_sum(edge_index, z, weight=weight)
-            return lift.transpose(-1, -2) @ (degree[:, None, None] * z - neighbours)
+            out = lift.transpose(-1, -2) @ (degree[:, None, None, None] * z - neighbours)
+            return out.transpose(1, 2).reshape_as(y)
 
         return apply
 

@@ -2,14 +2,16 @@
 
 NSD's ``LocalConcatSheafLearner`` reads F = tanh(W[x_i ‖ x_j]) from the two endpoint features;
 orthogonal maps come from a skew-symmetric matrix (here the Cayley transform, which replaces the
-compiled ``torch_householder`` of the authors' code). FlatNSD learns one map per node from x_v
-alone, so the same map serves every edge at v and the bundle is flat.
+compiled ``torch_householder`` of the authors' code). FlatNSD learns one map per node (from x_v,
+or from a small GNN over the graph as BuNN does), so the same map serves every edge at v and the
+bundle is flat.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch_geometric.nn import SAGEConv
 
 NODE_MAP_KINDS = ("orthogonal", "general")
 EDGE_MAP_KINDS = ("diag", "orthogonal", "general")
@@ -39,25 +41,57 @@ def check_kind(kind: str, allowed: tuple[str, ...], name: str) -> None:
         raise ValueError(f"{name} must be one of {list(allowed)}, got {kind!r}")
 
 
-class NodeMapLearner(nn.Module):
-    """A_v = orth(tanh(W x_v)) (``"orthogonal"``, Cayley) or exp(tanh(W x_v)) (``"general"``:
-    invertible, det = e^{tr} > 0) for every node: a flat bundle."""
+def check_count(value: int, name: str, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
-    def __init__(self, in_channels: int, stalk_dim: int, kind: str = "orthogonal") -> None:
+
+class NodeMapLearner(nn.Module):
+    """A_v = orth(tanh(φ(x)_v)) (``"orthogonal"``, Cayley) or exp(tanh(φ(x)_v)) (``"general"``:
+    invertible, det = e^{tr} > 0) for every node: a flat bundle.
+
+    φ is a linear map of x_v alone (``gnn_layers=0``, NSD's learner restricted to one node) or,
+    as in BuNN (Bamberger et al., ICLR 2025), a small GNN: ``gnn_layers`` GraphSAGE layers
+    (mean aggregation, ReLU) and a linear head, so a node's map can depend on its neighbourhood.
+    ``bundles`` > 1 learns that many independent bundles: the output is [N, bundles, d, d]
+    (else [N, d, d]).
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        stalk_dim: int,
+        kind: str = "orthogonal",
+        *,
+        gnn_layers: int = 0,
+        bundles: int = 1,
+    ) -> None:
         super().__init__()
         check_kind(kind, NODE_MAP_KINDS, "maps")
-        self.stalk_dim, self.kind = stalk_dim, kind
-        self.linear = nn.Linear(in_channels, map_parameter_count(kind, stalk_dim), bias=False)
+        check_count(gnn_layers, "gnn_layers", 0)
+        check_count(bundles, "bundles", 1)
+        self.stalk_dim, self.kind, self.bundles = stalk_dim, kind, bundles
+        self.gnn = nn.ModuleList(SAGEConv(in_channels, in_channels) for _ in range(gnn_layers))
+        outputs = bundles * map_parameter_count(kind, stalk_dim)
+        self.linear = nn.Linear(in_channels, outputs, bias=False)
 
     def reset_parameters(self) -> None:
+        for conv in self.gnn:
+            conv.reset_parameters()
         self.linear.reset_parameters()
 
-    def forward(self, x: Tensor) -> Tensor:
-        params = torch.tanh(self.linear(x))
+    def forward(self, x: Tensor, edge_index: Tensor | None = None) -> Tensor:
+        if self.gnn and edge_index is None:
+            raise ValueError("a map learner with gnn_layers > 0 needs the graph's edge_index")
+        for conv in self.gnn:
+            x = torch.relu(conv(x, edge_index))
+        params = torch.tanh(self.linear(x)).view(x.size(0), self.bundles, -1)
         d = self.stalk_dim
         if self.kind == "orthogonal":
-            return cayley(skew_symmetric(params, d))
-        return torch.linalg.matrix_exp(params.view(-1, d, d))
+            maps = cayley(skew_symmetric(params, d))
+        else:
+            maps = torch.linalg.matrix_exp(params.view(x.size(0), self.bundles, d, d))
+        return maps if self.bundles > 1 else maps.squeeze(1)
 
 
 class EdgeMapLearner(nn.Module):

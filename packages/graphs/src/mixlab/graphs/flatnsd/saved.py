@@ -12,12 +12,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mixlab.graphs.flatnsd.config import MAX_TREE_DEPTH, RING_CLASSES, SYSTEMS
+from mixlab.graphs.flatnsd.config import MAX_TREE_DEPTH, RING_CLASSES, RING_NOISE, SYSTEMS
 from mixlab.shared.files import CheckpointError, read_sidecar
 
 MODEL_FILE = "model.safetensors"
 SIDECAR_FILE = "metrics.json"
-MODEL_FORMAT = "mixlab.graphs.flatnsd.model/1"
+MODEL_FORMAT = "mixlab.graphs.flatnsd.model/2"  # 2: rings carry random features
 BUILD_KEYS = ("in_channels", "classes", "layers", "width", "stalk_dim")
 """the integers (each >= 1) that, with ``model``, rebuild a saved network with build_model"""
 
@@ -25,7 +25,7 @@ BUILD_KEYS = ("in_channels", "classes", "layers", "width", "stalk_dim")
 def task_shape(task: str, size: int) -> tuple[int, int] | None:
     """(node features, classes) of a benchmark task, or None for an unknown task or size."""
     if task == "ring" and size >= 3:
-        return RING_CLASSES, RING_CLASSES
+        return RING_CLASSES + RING_NOISE, RING_CLASSES
     if task == "tree" and 2 <= size <= MAX_TREE_DEPTH:
         return 2 * (2**size + 1), 2**size
     return None

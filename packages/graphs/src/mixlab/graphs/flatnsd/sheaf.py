@@ -15,6 +15,8 @@ L[i,j] = −w_e F_{i⊴e}ᵀF_{j⊴e}.
 
 from __future__ import annotations
 
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 
 import torch
@@ -22,6 +24,12 @@ from torch import Tensor
 
 DENSE_LIMIT = 6000
 """largest n·d for which resistances are computed with a dense pseudo-inverse"""
+
+EDGE_INDEX_CACHE_SIZE = 8
+"""validated ``edge_index`` tensors whose reverse permutation :func:`check_edge_index` keeps"""
+
+_validated_edge_indices: OrderedDict[tuple, tuple[weakref.ref, Tensor]] = OrderedDict()
+"""cache key → (a weak reference to the validated tensor, its reverse permutation)"""
 
 
 def check_edge_index(
@@ -33,6 +41,12 @@ def check_edge_index(
     ``self_loops=True`` lets self-loops through (a self-loop is its own reverse). Under
     ``torch.compile`` only the shape and dtype are checked: the value checks branch on the data,
     which would break the graph, so validate a graph once in eager mode.
+
+    Validation sorts all E edges, which costs more than a sheaf layer on a large graph, so the
+    permutation of the last :data:`EDGE_INDEX_CACHE_SIZE` validated tensors is cached (see
+    :func:`_cache_key`): a model that sees the same ``edge_index`` every forward validates it
+    once, and an in-place edit of the tensor validates it again. The same permutation tensor is
+    returned on every hit; do not modify it.
     """
     if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2:
         shape = tuple(edge_index.shape) if isinstance(edge_index, Tensor) else type(edge_index)
@@ -41,6 +55,56 @@ def check_edge_index(
         raise ValueError(f"{name} must hold integer node indices, got dtype {edge_index.dtype}")
     if num_nodes < 1:
         raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
+    key = _cache_key(edge_index, num_nodes, self_loops)
+    if key is not None and (cached := _validated_edge_indices.get(key)) is not None:
+        reference, reverse = cached
+        if reference() is edge_index:  # not a new tensor that reuses a freed tensor's id
+            _validated_edge_indices.move_to_end(key)
+            return reverse
+    reverse = _validate_edge_index(edge_index, num_nodes, name, self_loops)
+    if key is not None:
+        _remember(key, edge_index, reverse)
+    return reverse
+
+
+def _cache_key(edge_index: Tensor, num_nodes: int, self_loops: bool) -> tuple | None:
+    """What must match for a cached validation to hold: the tensor object (``id``, confirmed
+    through a weak reference on lookup), its version counter (every in-place edit bumps it), its
+    memory, layout, dtype and device, and the arguments that change the verdict. None where no
+    cache applies: under ``torch.compile`` (``id`` and weak references do not trace), for
+    inference-mode tensors (they have no version counter, so an edit would go unnoticed) and for
+    tensors without strided memory.
+    """
+    if (
+        torch.compiler.is_compiling()
+        or edge_index.layout != torch.strided
+        or edge_index.is_inference()
+    ):
+        return None
+    return (
+        id(edge_index),
+        edge_index._version,
+        edge_index.data_ptr(),
+        tuple(edge_index.shape),
+        edge_index.stride(),
+        edge_index.dtype,
+        edge_index.device,
+        num_nodes,
+        self_loops,
+    )
+
+
+def _remember(key: tuple, edge_index: Tensor, reverse: Tensor) -> None:
+    """Cache ``reverse`` under ``key``; the entry goes when ``edge_index`` is freed, and the
+    least recently used one when the cache is full."""
+    reference = weakref.ref(edge_index, lambda _: _validated_edge_indices.pop(key, None))
+    _validated_edge_indices[key] = (reference, reverse)
+    while len(_validated_edge_indices) > EDGE_INDEX_CACHE_SIZE:
+        _validated_edge_indices.popitem(last=False)
+
+
+def _validate_edge_index(edge_index: Tensor, num_nodes: int, name: str, self_loops: bool) -> Tensor:
+    """The checks and the reverse permutation of :func:`check_edge_index`, uncached."""
     if edge_index.numel() == 0:
         return torch.zeros(0, dtype=torch.long, device=edge_index.device)
     source, target = edge_index.long()
@@ -271,15 +335,29 @@ def sheaf_effective_resistance(
     num_nodes: int | None = None,
     edge_weight: Tensor | None = None,
     pairs: Tensor | None = None,
+    transport: bool = True,
 ) -> Tensor:
     """Sheaf effective resistance R^F as [P, d, d] matrices (float64).
 
     For every edge of ``edge_index`` (default) this is the Hansen–Ghrist edge form
     R_e = δ_e L_F⁺ δ_eᵀ. For a flat bundle, ``pairs`` [2, P] may name any node pairs:
-    R^F_{uv} = B_uvᵀ L_F⁺ B_uv with B_uv = e_u ⊗ A_uᵀ − e_v ⊗ A_vᵀ. For a flat bundle this equals
-    R_uv·I_d, the graph's resistance, whatever the (invertible) maps: only edge weights move it.
-    Without maps (``node_maps=None, edge_maps=None``) it is the graph's resistance, d = 1.
-    Pairs in different connected components have infinite resistance.
+    R^F_{uv} = B_uvᵀ L_F⁺ B_uv with B_uv = e_u ⊗ A_uᵀ − e_v ⊗ A_vᵀ = Âᵀ((e_u − e_v) ⊗ I_d),
+    Â = diag(A_v). For a flat bundle this equals R_uv·I_d, the graph's resistance, whatever the
+    (invertible) maps: L_F = Âᵀ(L ⊗ I)Â, so Â L_F⁺ Âᵀ acts as L⁺ ⊗ I on the range of B_uv, and
+    only edge weights move it. Without maps (``node_maps=None, edge_maps=None``) it is the graph's
+    resistance, d = 1. Pairs in different connected components have infinite resistance.
+
+    ``transport=False`` drops the maps from B_uv: the un-transported form
+    R̃_uv = ((e_u − e_v) ⊗ I)ᵀ L_F⁺ ((e_u − e_v) ⊗ I) = L⁺_F[u,u] − L⁺_F[u,v] − L⁺_F[v,u] + L⁺_F[v,v]
+    (d×d blocks of L_F⁺), for edges and for any ``pairs``, of a flat bundle or a per-edge sheaf.
+    It measures how far apart the raw stalk vectors x_u and x_v are allowed to be, not the
+    transported difference A_u x_u − A_v x_v the sheaf compares, so it depends on the maps (and on
+    each stalk's basis): for an orthogonal flat bundle L_F⁺[u,v] = L⁺_uv A_uᵀA_v, hence
+    R̃_uv = (L⁺_uu + L⁺_vv)·I − L⁺_uv (A_uᵀA_v + A_vᵀA_u) and
+    tr R̃_uv = d (L⁺_uu + L⁺_vv) − 2 L⁺_uv tr(A_uᵀA_v),
+    which is R_uv·I for identity maps. (e_u − e_v) ⊗ I is in general not orthogonal to ker L_F
+    (the global sections x_v = A_v⁻¹c), so R̃ is the pseudo-inverse's quadratic form, not the
+    energy of a unit flow.
     """
     if edge_maps is None and node_maps is None:
         node_maps = _graph_as_line_bundle(edge_index, num_nodes)
@@ -298,25 +376,29 @@ def sheaf_effective_resistance(
     if pairs is None:
         u, v, map_u, map_v = edge_index[1], edge_index[0], target_maps, source_maps
     else:
-        if node_maps is None:
+        if node_maps is None and transport:
             raise ValueError(
-                "pairs other than edges need a flat bundle (node_maps): a general sheaf has no "
-                "path-independent transport between non-adjacent stalks"
+                "pairs other than edges need a flat bundle (node_maps) or transport=False: a "
+                "general sheaf has no path-independent transport between non-adjacent stalks"
             )
         if pairs.dim() != 2 or pairs.size(0) != 2:
             raise ValueError(f"pairs must be a [2, P] tensor, got {tuple(pairs.shape)}")
         if pairs.numel() and (int(pairs.min()) < 0 or int(pairs.max()) >= num_nodes):
             raise ValueError(f"pairs has node indices outside [0, num_nodes={num_nodes})")
         u, v = pairs
-        map_u, map_v = node_maps[u], node_maps[v]
-    map_u, map_v = map_u.double(), map_v.double()
-    transpose = lambda m: m.transpose(-1, -2)  # noqa: E731
-    resistance = (
-        map_u @ inverse[u, u] @ transpose(map_u)
-        - map_u @ inverse[u, v] @ transpose(map_v)
-        - map_v @ inverse[v, u] @ transpose(map_u)
-        + map_v @ inverse[v, v] @ transpose(map_v)
-    )
+        if transport:
+            map_u, map_v = node_maps[u], node_maps[v]
+    if transport:
+        map_u, map_v = map_u.double(), map_v.double()
+        transpose = lambda m: m.transpose(-1, -2)  # noqa: E731
+        resistance = (
+            map_u @ inverse[u, u] @ transpose(map_u)
+            - map_u @ inverse[u, v] @ transpose(map_v)
+            - map_v @ inverse[v, u] @ transpose(map_u)
+            + map_v @ inverse[v, v] @ transpose(map_v)
+        )
+    else:
+        resistance = inverse[u, u] - inverse[u, v] - inverse[v, u] + inverse[v, v]
     if pairs is not None:
         labels = connected_components(edge_index, num_nodes)
         apart = labels[u] != labels[v]
@@ -376,7 +458,13 @@ def diffusion_sensitivity(
     return total.view(num_nodes, d, num_nodes, d).norm(dim=(1, 3))
 
 
-def jacobian_sensitivity(function: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
-    """S[v, u] = ‖∂ function(x)_v / ∂x_u‖_F for a node-wise map [N, F_in] → [N, F_out]."""
-    jacobian = torch.autograd.functional.jacobian(function, x)  # [N, F_out, N, F_in]
+def jacobian_sensitivity(
+    function: Callable[[Tensor], Tensor], x: Tensor, *, vectorize: bool = False
+) -> Tensor:
+    """S[v, u] = ‖∂ function(x)_v / ∂x_u‖_F for a node-wise map [N, F_in] → [N, F_out].
+
+    ``vectorize=True`` runs the N·F_out backward passes as one batched pass (``torch.vmap``),
+    several times faster, for functions whose backward vmap supports (no data-dependent Python
+    control flow on the batched gradients)."""
+    jacobian = torch.autograd.functional.jacobian(function, x, vectorize=vectorize)
     return jacobian.norm(dim=(1, 3))

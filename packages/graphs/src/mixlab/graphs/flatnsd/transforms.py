@@ -61,7 +61,8 @@ class AddSheafResistance(BaseTransform):
 def learned_sheaf_statistics(
     model: SheafDiffusionNet, x: Tensor, edge_index: Tensor
 ) -> dict[str, float]:
-    """What the flat sheaves a FlatNSD model builds on one graph look like, averaged over layers:
+    """What the flat sheaves a FlatNSD model builds on one graph look like, averaged over layers
+    (and bundles):
     ``resistance``, their total sheaf effective resistance relative to the graph's own (1 means
     unchanged), and ``mean_edge_weight``, the learned weights that alone can move it (R ∝ 1/w)."""
     if not all(isinstance(conv, FlatNSDConv) for conv in model.convs):
@@ -73,10 +74,12 @@ def learned_sheaf_statistics(
         resistances, weights = [], []
         for conv, h in zip(model.convs, model.layer_inputs(x, edge_index), strict=True):
             node_maps, weight = conv.sheaf(h, edge_index)
-            total = total_sheaf_resistance(
-                edge_index, node_maps=node_maps.double(), edge_weight=weight.double()
-            )
-            resistances.append(float(total) / (conv.stalk_dim * baseline))
+            d = conv.stalk_dim
+            for bundle in node_maps.view(x.size(0), -1, d, d).unbind(1):  # each of the bundles
+                total = total_sheaf_resistance(
+                    edge_index, node_maps=bundle.double(), edge_weight=weight.double()
+                )
+                resistances.append(float(total) / (d * baseline))
             weights.append(float(weight.mean()))
     model.train(was_training)
     return {
