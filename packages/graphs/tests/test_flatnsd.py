@@ -655,7 +655,7 @@ def test_killed_experiment_resumes_where_it_stopped(tmp_path, monkeypatch):
         ("lr", 0.0),
         ("tree_lr", float("inf")),
         ("tree_epochs", 0),
-        ("ring_noise", -1),
+        ("ring_noise", 0),
         ("tree_test_fraction", 1.0),
     ],
 )

@@ -120,7 +120,12 @@ class Config(ExperimentConfig):
             f"one or more distinct integers in [2, {MAX_TREE_DEPTH}]",
             self.tree_depths,
         )
-        require(is_count(self.ring_noise, 0), "ring_noise", "an integer >= 0", self.ring_noise)
+        require(
+            is_count(self.ring_noise),
+            "ring_noise",
+            "an integer >= 1 (without random features the test rings repeat training rings)",
+            self.ring_noise,
+        )
         require(
             isinstance(self.tree_test_fraction, int | float)
             and not isinstance(self.tree_test_fraction, bool)
