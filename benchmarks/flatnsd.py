@@ -10,7 +10,9 @@ random graphs: large, 20,000 nodes and 10^5 directed edges; small, 2,000 nodes a
 
 - ``gcn``: PyG GCNConv, hidden 32. The first reference: the cheapest message passing a user
   would pick, so every time is also given relative to it;
-- ``flatnsd`` / ``flatnsd_heat``: FlatNSDConv, discrete and heat (12 Taylor terms) updates;
+- ``flatnsd`` / ``flatnsd_heat``: FlatNSDConv as the experiment trains it (``config.SYSTEMS``):
+  discrete with BuNN's one-layer GraphSAGE φ, and heat (12 Taylor terms, concat + FFN, two
+  bundles);
 - ``nsd_diag`` / ``nsd_bundle`` / ``nsd_general``: NSDConv, per-edge maps, by message passing;
 - ``nsd_authors``: general NSD as its authors run it (twitter-research/neural-sheaf-diffusion,
   ``GeneralLaplacianBuilder`` and ``torch_sparse.spmm``): the index of every nonzero of the
@@ -24,7 +26,7 @@ multiplied with ``torch.sparse.mm``, whose backward allocates a dense (N·d)² g
 20,000 nodes): its 143× GCN figure, and FlatNSD's 28× lead over it, measured that proxy, not NSD.
 
 Each system runs in its own subprocess, one after the other, so that its peak resident memory
-(ru_maxrss above the process's level after building the data) is its own. Time is the median of
+(ru_maxrss above the resident memory after building the data) is its own. Time is the median of
 5 epochs after 2 warm-up epochs, reported as ratios to GCN and to ``nsd_authors`` measured in the
 same run.
 """
@@ -45,6 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mixlab.graphs.flatnsd import MessagePassingNet, SheafDiffusionNet
+from mixlab.graphs.flatnsd.config import SYSTEMS as EXPERIMENT_SYSTEMS
 from mixlab.graphs.flatnsd.layers import NSDConv, Operator
 from mixlab.graphs.flatnsd.sheaf import inverse_sqrt_spd
 from mixlab.shared import Claim, bar_plot
@@ -136,28 +139,16 @@ class AuthorsNSDConv(NSDConv):
 
 
 def build(system: str, edge_index: Tensor, num_nodes: int) -> nn.Module:
-    """The 2-layer model of ``system``; ``nsd_authors`` is built for the graph, as the authors'
-    models are."""
-    if system == "gcn":
+    """The 2-layer model of ``system``, with the experiment's options (``config.SYSTEMS``: FlatNSD
+    with BuNN's GNN φ, FlatNSD-heat on two bundles); ``nsd_authors`` is general NSD built for the
+    graph, as the authors' models are."""
+    family, options = EXPERIMENT_SYSTEMS["nsd_general" if system == "nsd_authors" else system]
+    if family == "mp":
         return MessagePassingNet(
-            FEATURES, CLASSES, conv="gcn", hidden=STALK * CHANNELS, num_layers=LAYERS
+            FEATURES, CLASSES, hidden=STALK * CHANNELS, num_layers=LAYERS, **options
         )
-    sheaf, update = {
-        "flatnsd": ("flat", "discrete"),
-        "flatnsd_heat": ("flat", "heat"),
-        "nsd_diag": ("diag", "discrete"),
-        "nsd_bundle": ("bundle", "discrete"),
-        "nsd_general": ("general", "discrete"),
-        "nsd_authors": ("general", "discrete"),
-    }[system]
     model = SheafDiffusionNet(
-        FEATURES,
-        CLASSES,
-        sheaf=sheaf,
-        update=update,
-        stalk_dim=STALK,
-        channels=CHANNELS,
-        num_layers=LAYERS,
+        FEATURES, CLASSES, stalk_dim=STALK, channels=CHANNELS, num_layers=LAYERS, **options
     )
     if system == "nsd_authors":
         model.convs = nn.ModuleList(
@@ -179,11 +170,17 @@ def random_graph(nodes: int, directed_edges: int, seed: int = 0):
     return x, coalesce(edge_index, num_nodes=nodes), y
 
 
+def current_rss_kib() -> float:
+    """The process's resident memory now (Linux), in KiB like ``ru_maxrss``."""
+    resident_pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return resident_pages * resource.getpagesize() / 1024
+
+
 def worker(system: str, nodes: int, edges: int) -> dict:
     torch.set_flush_denormal(True)
     torch.manual_seed(0)
     x, edge_index, y = random_graph(nodes, edges)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = current_rss_kib()  # not ru_maxrss: building the data left temporaries above this
     model = build(system, edge_index, nodes)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 

@@ -91,7 +91,15 @@ def test_both_profiles_are_valid():
 
 
 def _metrics(ring: float, tree: float) -> dict[str, dict[str, float]]:
-    return {"gcn": {"ring4_test_accuracy": ring, "tree2_train_accuracy": tree}}
+    """GCN's worst seeds at ``ring`` and ``tree``; the means are higher, and must not count."""
+    return {
+        "gcn": {
+            "ring4_test_accuracy_min": ring,
+            "tree2_train_accuracy_min": tree,
+            "ring4_test_accuracy": 1.0,
+            "tree2_train_accuracy": 1.0,
+        }
+    }
 
 
 @pytest.mark.parametrize(
@@ -105,8 +113,8 @@ def test_regime_is_gcn_at_the_smallest_sizes(ring, tree, holds):
     checks = regime(_metrics(ring, tree), config)
     assert REGIME_ACCURACY == 0.9
     assert [check.holds for check in checks] == holds
-    assert f"gcn ring 4 test accuracy {ring:.4g} >= 0.9" == checks[0].evidence
-    assert f"gcn tree 2 train accuracy {tree:.4g} >= 0.9" == checks[1].evidence
+    assert f"gcn ring 4 test accuracy, worst seed {ring:.4g} >= 0.9" == checks[0].evidence
+    assert f"gcn tree 2 train accuracy, worst seed {tree:.4g} >= 0.9" == checks[1].evidence
 
 
 def test_a_failed_regime_check_gates_only_the_claims_of_its_task():

@@ -7,8 +7,8 @@ import networkx as nx
 import numpy as np
 import pytest
 import torch
+from flatnsd_graphs import generator, graph
 from scipy.stats import spearmanr
-from torch_geometric.utils import from_networkx
 
 from mixlab.graphs.flatnsd import sheaf
 from mixlab.graphs.flatnsd.layers import SheafDiffusionNet
@@ -36,15 +36,6 @@ from mixlab.graphs.flatnsd.theory import (
 )
 
 D = 3
-
-
-def graph(g: nx.Graph) -> tuple[torch.Tensor, int]:
-    g = nx.convert_node_labels_to_integers(g)
-    return from_networkx(g).edge_index, g.number_of_nodes()
-
-
-def generator(seed: int = 0) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 def all_pairs(n: int) -> torch.Tensor:

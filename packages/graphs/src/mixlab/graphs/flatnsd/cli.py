@@ -273,6 +273,7 @@ def train(
         "test_accuracy": result.test_accuracy,
         "epochs": result.epochs,
         "lr": lr,
+        "graphs": graphs,
         "seed": seed,
     }
     # Rebuild with training.load_trained(out): metrics.json records the SHA-256 of the weights.
@@ -293,7 +294,8 @@ def evaluate(
     seed: Annotated[int, typer.Option(help="seed of the fresh graphs")] = 123_456,
 ) -> None:
     """Load a model saved by ``train`` (checking its SHA-256) and score it on fresh graphs of its
-    task and size."""
+    task and size that are not among its training graphs (rebuilt from the ``graphs`` and
+    ``seed`` it was trained with; a depth-2 tree has only 96 distinct examples)."""
     check_input_folder(model_dir, "MODEL_DIR")
     check_count(graphs, "--graphs")
     check_seed(seed)
@@ -302,14 +304,22 @@ def evaluate(
 
     read_model_info(model_dir)  # the sidecar and the weights' SHA-256, before torch loads
 
-    from mixlab.graphs.flatnsd.tasks import ring_transfer, tree_neighbors_match
+    from mixlab.graphs.flatnsd.tasks import ring_transfer, tree_neighbors_match, unseen
     from mixlab.graphs.flatnsd.training import accuracy, load_trained
 
     network, info = load_trained(model_dir)
     task, size = info["task"], info["size"]
     if task == "ring":
-        scored = ring_transfer(graphs, size, seed=seed)
+        fresh = ring_transfer(graphs, size, seed=seed)
     else:
-        scored = tree_neighbors_match(size, max_graphs=graphs, seed=seed)
+        fresh = tree_neighbors_match(size, max_graphs=graphs, seed=seed)
+    if isinstance(info.get("graphs"), int) and isinstance(info.get("seed"), int):
+        trained_on = _task_graphs(task, size, info["graphs"], info["seed"])[0]
+        scored = unseen(fresh, trained_on)
+        which = f"graphs not seen in training ({len(fresh) - len(scored)} seen ones dropped)"
+    else:  # saved by save_trained without the training set's recipe
+        scored, which = fresh, "graphs (the training set is unknown: some may be training graphs)"
+    if not scored:
+        raise ValueError(f"every fresh graph is a training graph; pass another --seed than {seed}")
     score = accuracy(network, scored)
-    typer.echo(f"{info['model']} on {task} {size}: accuracy {score:.3f} on {len(scored)} graphs")
+    typer.echo(f"{info['model']} on {task} {size}: accuracy {score:.3f} on {len(scored)} {which}")

@@ -11,7 +11,7 @@ f×f orthogonal, as in NSD's ``disc_models.py``), then diffuses with the normali
   whole spectrum), a learnable time t ∈ (0, 2) per channel (BuNN uses K = 8 with t = 1, where
   8 terms suffice; at tλ = 4 they would give 0.53 for exp(−4) = 0.018), and BuNN's concatenation
   of the input with the diffused signal, mixed by a two-layer FFN over the channels (the same
-  for every stalk coordinate, so it commutes with the bundle's maps). There is no plain
+  for every stalk coordinate; it mixes channels, not stalk dimensions). There is no plain
   residual: H(t) keeps constant sections, so X + ELU(H(t)X) would double them at every layer
   (measured: training stalls at chance on RingTransfer with 4 layers); the FFN learns how much
   of X to keep.
@@ -219,7 +219,8 @@ class FlatNSDConv(SheafDiffusionConv):
     shared by all); ``edge_weights=True`` learns w_e = σ(W[x_i ‖ x_j]), the only part of a flat sheaf
     that can move its effective resistance (see :func:`sheaf_effective_resistance`); a given
     ``edge_weight`` multiplies it. ``torch.compile(conv, fullgraph=True)`` works with the
-    orthogonal maps (the general maps' inverse square root branches on the data).
+    orthogonal maps learned from x_v (the general maps' inverse square root branches on the data,
+    and the GNN φ drops the edges of weight 0, a data-dependent shape).
 
         >>> conv = FlatNSDConv(channels=16, stalk_dim=2)
         >>> out = conv(x, edge_index)       # x: [N, 32], edge_index undirected
@@ -247,6 +248,7 @@ class FlatNSDConv(SheafDiffusionConv):
             remove_self_loops=remove_self_loops,
         )
         check_kind(maps, NODE_MAP_KINDS, "maps")
+        check_count(map_gnn_layers, "map_gnn_layers", 0)
         check_count(bundles, "bundles", 1)
         if channels % bundles:
             raise ValueError(f"bundles must divide channels = {channels}, got {bundles}")
@@ -273,7 +275,10 @@ class FlatNSDConv(SheafDiffusionConv):
     def _sheaf(
         self, x: Tensor, edge_index: Tensor, reverse: Tensor, weight: Tensor
     ) -> tuple[Tensor, Tensor]:
-        node_maps = self.map_learner(x, edge_index)
+        # φ reads the graph without the edges of weight 0 (removed ones, and self-loops, which
+        # SAGE's mean would count twice beside the node's own term)
+        kept = edge_index if not self.map_learner.gnn else edge_index[:, weight > 0]
+        node_maps = self.map_learner(x, kept)
         if self.weight_learner is not None:
             weight = self.weight_learner(x, edge_index, reverse) * weight
         return node_maps, weight

@@ -73,7 +73,9 @@ def _cache_key(edge_index: Tensor, num_nodes: int, self_loops: bool) -> tuple | 
     memory, layout, dtype and device, and the arguments that change the verdict. None where no
     cache applies: under ``torch.compile`` (``id`` and weak references do not trace), for
     inference-mode tensors (they have no version counter, so an edit would go unnoticed) and for
-    tensors without strided memory.
+    tensors without strided memory. Writes that bypass the version counter (through ``.data``,
+    or a NumPy array sharing the memory) go unnoticed too: validate such a tensor again with a
+    fresh copy.
     """
     if (
         torch.compiler.is_compiling()

@@ -26,6 +26,7 @@ __all__ = [
     "ring_transfer",
     "split_graphs",
     "tree_neighbors_match",
+    "unseen",
 ]
 
 
@@ -102,11 +103,16 @@ def tree_neighbors_match(
     first_leaf = num_leaves - 1
     mask = torch.zeros(num_nodes, dtype=torch.bool)
     mask[0] = True
-    # Alon & Yahav: up to 1000 value permutations, each with every key.
+    # Alon & Yahav: up to 1000 value permutations, each with every key; distinct, or a repeated
+    # example could land on both sides of a train/test split.
     if math.factorial(num_leaves) <= 1000:
         permutations = [np.array(p) for p in itertools.permutations(range(num_leaves))]
     else:
-        permutations = [rng.permutation(num_leaves) for _ in range(1000)]
+        drawn: dict[tuple[int, ...], np.ndarray] = {}
+        while len(drawn) < 1000:
+            permutation = rng.permutation(num_leaves)
+            drawn.setdefault(tuple(permutation.tolist()), permutation)
+        permutations = list(drawn.values())
     examples = [(key, perm) for perm in permutations for key in range(num_leaves)]
     if len(examples) > max_graphs:
         chosen = rng.choice(len(examples), size=max_graphs, replace=False)
@@ -135,10 +141,15 @@ def _fingerprint(graph: Data) -> bytes:
     return digest.digest()
 
 
+def unseen(graphs: Sequence[Data], seen: Sequence[Data]) -> list[Data]:
+    """The graphs of ``graphs`` that equal no graph of ``seen`` (features, edges, label)."""
+    fingerprints = {_fingerprint(graph) for graph in seen}
+    return [graph for graph in graphs if _fingerprint(graph) not in fingerprints]
+
+
 def check_disjoint(train: Sequence[Data], test: Sequence[Data]) -> None:
     """Raise ``ValueError`` if any test graph equals a training graph (features, edges, label)."""
-    seen = {_fingerprint(graph) for graph in train}
-    repeated = sum(_fingerprint(graph) in seen for graph in test)
+    repeated = len(test) - len(unseen(test, train))
     if repeated:
         raise ValueError(
             f"{repeated} of {len(test)} test graphs equal a training graph; "
