@@ -49,7 +49,7 @@ from torch import Tensor, nn
 from mixlab.graphs.flatnsd import MessagePassingNet, SheafDiffusionNet
 from mixlab.graphs.flatnsd.config import SYSTEMS as EXPERIMENT_SYSTEMS
 from mixlab.graphs.flatnsd.layers import NSDConv, Operator
-from mixlab.graphs.flatnsd.sheaf import inverse_sqrt_spd
+from mixlab.graphs.flatnsd.sheaf import laplacian_blocks, laplacian_index
 from mixlab.shared import Claim, bar_plot
 from mixlab.shared.result import write_benchmark
 
@@ -64,21 +64,6 @@ SYSTEMS = (
     "nsd_authors",
 )
 MEMORY_LIMIT_MB = 1024
-
-
-def laplacian_index(edge_index: Tensor, num_nodes: int, stalk_dim: int) -> tuple[Tensor, Tensor]:
-    """Row and column, in the (N·d)² matrix, of every entry of the Laplacian's d×d blocks: the N
-    diagonal blocks, then one block per directed edge at (target, source), each row-major.
-
-    Built once per graph, as the authors' Laplacian builders do in their constructor."""
-    d = stalk_dim
-    nodes = torch.arange(num_nodes, device=edge_index.device)
-    block_rows = torch.cat([nodes, edge_index[1]])
-    block_cols = torch.cat([nodes, edge_index[0]])
-    inner = torch.arange(d, device=edge_index.device)
-    rows = (block_rows[:, None, None] * d + inner[None, :, None]).expand(-1, d, d)
-    cols = (block_cols[:, None, None] * d + inner[None, None, :]).expand(-1, d, d)
-    return rows.reshape(-1), cols.reshape(-1)
 
 
 def spmm(rows: Tensor, cols: Tensor, values: Tensor, dense: Tensor, size: int) -> Tensor:
@@ -109,27 +94,22 @@ class AuthorsNSDConv(NSDConv):
         self.register_buffer("cols", cols, persistent=False)
         self.num_nodes = num_nodes
 
-    def laplacian_values(
-        self, x: Tensor, edge_index: Tensor, reverse: Tensor, weight: Tensor
-    ) -> Tensor:
+    def laplacian_values(self, x: Tensor, edge_index: Tensor, weight: Tensor) -> Tensor:
         """The entries of (D+I)^{-1/2} L_F (D+I)^{-1/2} in :func:`laplacian_index`'s order, from
         the maps F = tanh(W[x_i ‖ x_j]): what the authors' builder computes every forward."""
-        target, source = edge_index[1], edge_index[0]
-        target_maps = self.sheaf(x, edge_index)  # F_{i⊴e}, i the target of edge e
-        source_maps = target_maps[reverse]  # F_{j⊴e}, stored on the reverse edge
-        weight = weight[:, None, None]
-        d = self.stalk_dim
-        gram = weight * target_maps.mT @ target_maps
-        diagonal = x.new_zeros(x.size(0), d, d).index_add_(0, target, gram)
-        off = -weight * target_maps.mT @ source_maps
-        scale = inverse_sqrt_spd(diagonal + torch.eye(d, dtype=x.dtype, device=x.device))
-        blocks = torch.cat([scale @ diagonal @ scale, scale[target] @ off @ scale[source]])
-        return blocks.reshape(-1)
+        diagonal, off = laplacian_blocks(
+            edge_index,
+            edge_maps=self.sheaf(x, edge_index),
+            num_nodes=x.size(0),
+            edge_weight=weight,
+            normalization="augmented",
+        )
+        return torch.cat([diagonal, off]).reshape(-1)
 
     def operator(self, x: Tensor, edge_index: Tensor, reverse: Tensor, weight: Tensor) -> Operator:
         if x.size(0) != self.num_nodes or not torch.equal(edge_index, self.graph):
             raise ValueError("AuthorsNSDConv runs only on the graph it was built with")
-        values = self.laplacian_values(x, edge_index, reverse, weight)
+        values = self.laplacian_values(x, edge_index, weight)
         size = x.size(0) * self.stalk_dim
 
         def apply(y: Tensor) -> Tensor:

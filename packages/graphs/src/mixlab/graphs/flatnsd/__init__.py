@@ -34,6 +34,8 @@ _MODULE_OF = {
     "total_sheaf_resistance": "sheaf",
     "check_disjoint": "tasks",
     "ring_transfer": "tasks",
+    "ring_transfer_split": "tasks",
+    "tree_neighbors_match_split": "tasks",
     "split_graphs": "tasks",
     "tree_neighbors_match": "tasks",
     "theory_checks": "theory",
@@ -62,6 +64,7 @@ __all__ = [
     "learned_sheaf_statistics",
     "load_trained",
     "ring_transfer",
+    "ring_transfer_split",
     "save_trained",
     "sheaf_effective_resistance",
     "sheaf_laplacian",
@@ -70,6 +73,7 @@ __all__ = [
     "total_sheaf_resistance",
     "train_readout",
     "tree_neighbors_match",
+    "tree_neighbors_match_split",
 ]
 
 if TYPE_CHECKING:
@@ -92,8 +96,10 @@ if TYPE_CHECKING:
     from mixlab.graphs.flatnsd.tasks import (
         check_disjoint,
         ring_transfer,
+        ring_transfer_split,
         split_graphs,
         tree_neighbors_match,
+        tree_neighbors_match_split,
     )
     from mixlab.graphs.flatnsd.theory import theory_checks
     from mixlab.graphs.flatnsd.training import load_trained, save_trained, train_readout

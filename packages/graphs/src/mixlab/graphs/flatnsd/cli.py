@@ -199,19 +199,14 @@ def _task_graphs(task: str, size: int, graphs: int, seed: int) -> tuple[list, li
     distinct examples held out (no test graph equals a training graph)."""
     from mixlab.graphs.flatnsd.tasks import (
         RING_CLASSES,
-        check_disjoint,
-        ring_transfer,
-        split_graphs,
-        tree_neighbors_match,
+        ring_transfer_split,
+        tree_neighbors_match_split,
     )
 
     if task == "ring":
-        train = ring_transfer(graphs, size, seed=seed)
-        test = ring_transfer(max(graphs // 5, 1), size, seed=seed + 10_000)
-        check_disjoint(train, test)
+        train, test = ring_transfer_split(graphs, max(graphs // 5, 1), size, seed=seed)
         return train, test, RING_CLASSES, size // 2
-    examples = tree_neighbors_match(size, max_graphs=graphs + max(graphs // 4, 1), seed=seed)
-    train, test = split_graphs(examples, 0.2, seed=seed)
+    train, test = tree_neighbors_match_split(size, graphs, seed=seed)
     return train, test, 2**size, size + 1
 
 

@@ -20,7 +20,6 @@ could explain a collapse, and every claim is marked untested.
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -38,10 +37,8 @@ from mixlab.graphs.flatnsd.config import (
 )
 from mixlab.graphs.flatnsd.tasks import (
     RING_CLASSES,
-    check_disjoint,
-    ring_transfer,
-    split_graphs,
-    tree_neighbors_match,
+    ring_transfer_split,
+    tree_neighbors_match_split,
 )
 from mixlab.graphs.flatnsd.theory import GRAPH_FAMILIES, json_ready, summary, theory_checks
 from mixlab.graphs.flatnsd.training import build_model, train_readout
@@ -83,14 +80,13 @@ def _task_data(config: Config, task: str, size: int) -> tuple[list, list, int, i
     """(train, test, in_channels, classes, layers) of one task size; data seeded by the size only,
     so every system and seed sees the same graphs. No test graph equals a training graph."""
     if task == "ring":
-        noise = config.ring_noise
-        train = ring_transfer(config.ring_train, size, noise_features=noise, seed=size)
-        test = ring_transfer(config.ring_test, size, noise_features=noise, seed=10_000 + size)
-        check_disjoint(train, test)
+        train, test = ring_transfer_split(
+            config.ring_train, config.ring_test, size, noise_features=config.ring_noise, seed=size
+        )
         return train, test, train[0].num_features, RING_CLASSES, size // 2
-    wanted = math.ceil(config.tree_graphs / (1 - config.tree_test_fraction))
-    graphs = tree_neighbors_match(size, max_graphs=wanted, seed=size)
-    train, test = split_graphs(graphs, config.tree_test_fraction, seed=size)
+    train, test = tree_neighbors_match_split(
+        size, config.tree_graphs, test_fraction=config.tree_test_fraction, seed=size
+    )
     # Depth 2 has only 4!·4 = 96 distinct examples: repeat the training ones so that every depth
     # gets about tree_graphs examples per epoch, hence the same number of optimiser steps.
     train = train * max(1, config.tree_graphs // len(train))

@@ -38,8 +38,6 @@ from mixlab.graphs.flatnsd.maps import (
     EdgeMapLearner,
     EdgeWeightLearner,
     NodeMapLearner,
-    check_count,
-    check_kind,
 )
 from mixlab.graphs.flatnsd.sheaf import (
     as_matrices,
@@ -47,16 +45,13 @@ from mixlab.graphs.flatnsd.sheaf import (
     check_edge_weight,
     inverse_sqrt_spd,
 )
+from mixlab.shared.checks import check_choice, check_count
 
 UPDATES = ("discrete", "heat")
 MAX_DIFFUSION_TIME = 2.0  # λ(Δ_F) < 2, so tλ < 4: 12 Taylor terms are within 0.011 of e^{-tλ}
 POOLS = {"mean": global_mean_pool, "add": global_add_pool, "max": global_max_pool}
 
 Operator = Callable[[Tensor], Tensor]
-
-
-def _check_positive(value: int, name: str) -> None:
-    check_count(value, name, 1)
 
 
 class SheafDiffusionConv(MessagePassing):
@@ -81,10 +76,10 @@ class SheafDiffusionConv(MessagePassing):
         remove_self_loops: bool = True,
     ) -> None:
         super().__init__(aggr="add")
-        _check_positive(channels, "channels")
-        _check_positive(stalk_dim, "stalk_dim")
-        _check_positive(taylor_terms, "taylor_terms")
-        check_kind(update, UPDATES, "update")
+        check_count(channels, "channels")
+        check_count(stalk_dim, "stalk_dim")
+        check_count(taylor_terms, "taylor_terms")
+        check_choice(update, "update", UPDATES)
         if not isinstance(remove_self_loops, bool):
             raise ValueError(f"remove_self_loops must be True or False, got {remove_self_loops!r}")
         self.channels, self.stalk_dim = channels, stalk_dim
@@ -247,7 +242,7 @@ class FlatNSDConv(SheafDiffusionConv):
             taylor_terms=taylor_terms,
             remove_self_loops=remove_self_loops,
         )
-        check_kind(maps, NODE_MAP_KINDS, "maps")
+        check_choice(maps, "maps", NODE_MAP_KINDS)
         check_count(map_gnn_layers, "map_gnn_layers", 0)
         check_count(bundles, "bundles", 1)
         if channels % bundles:
@@ -330,7 +325,7 @@ class NSDConv(SheafDiffusionConv):
             taylor_terms=taylor_terms,
             remove_self_loops=remove_self_loops,
         )
-        check_kind(maps, EDGE_MAP_KINDS, "maps")
+        check_choice(maps, "maps", EDGE_MAP_KINDS)
         self.maps = maps
         self.map_learner = EdgeMapLearner(stalk_dim * channels, stalk_dim, maps)
         self.reset_parameters()
@@ -372,7 +367,7 @@ MESSAGE_PASSING = ("gcn", "gin", "gat")
 def make_sheaf_conv(sheaf: str, channels: int, stalk_dim: int, **kwargs) -> SheafDiffusionConv:
     """A sheaf layer by name: ``flat`` (FlatNSD, orthogonal), ``flat_general``, ``diag``,
     ``bundle`` (per-edge orthogonal) or ``general``."""
-    check_kind(sheaf, SHEAVES, "sheaf")
+    check_choice(sheaf, "sheaf", SHEAVES)
     if sheaf.startswith("flat"):
         maps = "general" if sheaf == "flat_general" else "orthogonal"
         return FlatNSDConv(channels, stalk_dim, maps=maps, **kwargs)
@@ -386,7 +381,7 @@ class _NodeOrGraphModel(nn.Module):
     def __init__(self, pool: str | None, dropout: float) -> None:
         super().__init__()
         if pool is not None:
-            check_kind(pool, tuple(POOLS), "pool")
+            check_choice(pool, "pool", tuple(POOLS))
         if not 0 <= dropout < 1:
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
         self.pool, self.dropout = pool, dropout
@@ -423,8 +418,8 @@ class SheafDiffusionNet(_NodeOrGraphModel):
     ) -> None:
         super().__init__(pool, dropout)
         for value, name in ((in_channels, "in_channels"), (out_channels, "out_channels")):
-            _check_positive(value, name)
-        _check_positive(num_layers, "num_layers")
+            check_count(value, name)
+        check_count(num_layers, "num_layers")
         self.sheaf = sheaf
         width = stalk_dim * channels
         self.lin_in = nn.Linear(in_channels, width)
@@ -467,11 +462,11 @@ class MessagePassingNet(_NodeOrGraphModel):
         pool: str | None = None,
     ) -> None:
         super().__init__(pool, dropout)
-        check_kind(conv, MESSAGE_PASSING, "conv")
+        check_choice(conv, "conv", MESSAGE_PASSING)
         for value, name in ((in_channels, "in_channels"), (out_channels, "out_channels")):
-            _check_positive(value, name)
-        _check_positive(hidden, "hidden")
-        _check_positive(num_layers, "num_layers")
+            check_count(value, name)
+        check_count(hidden, "hidden")
+        check_count(num_layers, "num_layers")
         self.lin_in = nn.Linear(in_channels, hidden)
         self.convs = nn.ModuleList(_mp_conv(conv, hidden) for _ in range(num_layers))
         self.lin_out = nn.Linear(hidden, out_channels)

@@ -13,6 +13,8 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import SAGEConv
 
+from mixlab.shared.checks import check_choice, check_count
+
 NODE_MAP_KINDS = ("orthogonal", "general")
 EDGE_MAP_KINDS = ("diag", "orthogonal", "general")
 
@@ -36,16 +38,6 @@ def map_parameter_count(kind: str, d: int) -> int:
     return {"diag": d, "orthogonal": d * (d - 1) // 2, "general": d * d}[kind]
 
 
-def check_kind(kind: str, allowed: tuple[str, ...], name: str) -> None:
-    if kind not in allowed:
-        raise ValueError(f"{name} must be one of {list(allowed)}, got {kind!r}")
-
-
-def check_count(value: int, name: str, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-
-
 class NodeMapLearner(nn.Module):
     """A_v = orth(tanh(φ(x)_v)) (``"orthogonal"``, Cayley) or exp(tanh(φ(x)_v)) (``"general"``:
     invertible, det = e^{tr} > 0) for every node: a flat bundle.
@@ -67,7 +59,7 @@ class NodeMapLearner(nn.Module):
         bundles: int = 1,
     ) -> None:
         super().__init__()
-        check_kind(kind, NODE_MAP_KINDS, "maps")
+        check_choice(kind, "maps", NODE_MAP_KINDS)
         check_count(gnn_layers, "gnn_layers", 0)
         check_count(bundles, "bundles", 1)
         self.stalk_dim, self.kind, self.bundles = stalk_dim, kind, bundles
@@ -103,7 +95,7 @@ class EdgeMapLearner(nn.Module):
 
     def __init__(self, in_channels: int, stalk_dim: int, kind: str = "diag") -> None:
         super().__init__()
-        check_kind(kind, EDGE_MAP_KINDS, "maps")
+        check_choice(kind, "maps", EDGE_MAP_KINDS)
         self.stalk_dim, self.kind = stalk_dim, kind
         self.linear = nn.Linear(2 * in_channels, map_parameter_count(kind, stalk_dim), bias=False)
 

@@ -262,18 +262,24 @@ def sheaf_laplacian(
         normalization=normalization,
     )
     num_nodes, d = diagonal.size(0), diagonal.size(-1)
+    indices = torch.stack(laplacian_index(edge_index, num_nodes, d))
+    size = (num_nodes * d, num_nodes * d)
+    values = torch.cat([diagonal, off]).reshape(-1)
+    return torch.sparse_coo_tensor(indices, values, size, check_invariants=False).coalesce()
+
+
+def laplacian_index(edge_index: Tensor, num_nodes: int, stalk_dim: int) -> tuple[Tensor, Tensor]:
+    """Row and column, in the (N·d)² matrix, of every entry of :func:`laplacian_blocks`' blocks
+    in their order: the N diagonal blocks, then one block per edge at (target, source), each
+    row-major. It depends on the graph only, so it can be built once per graph."""
+    d = stalk_dim
     nodes = torch.arange(num_nodes, device=edge_index.device)
     block_rows = torch.cat([nodes, edge_index[1]])
     block_cols = torch.cat([nodes, edge_index[0]])
-    blocks = torch.cat([diagonal, off])
     inner = torch.arange(d, device=edge_index.device)
     rows = (block_rows[:, None, None] * d + inner[None, :, None]).expand(-1, d, d)
     cols = (block_cols[:, None, None] * d + inner[None, None, :]).expand(-1, d, d)
-    indices = torch.stack([rows.reshape(-1), cols.reshape(-1)])
-    size = (num_nodes * d, num_nodes * d)
-    return torch.sparse_coo_tensor(
-        indices, blocks.reshape(-1), size, check_invariants=False
-    ).coalesce()
+    return rows.reshape(-1), cols.reshape(-1)
 
 
 def inverse_sqrt_spd(matrices: Tensor) -> Tensor:

@@ -19,13 +19,16 @@ import torch
 from torch_geometric.data import Data
 
 from mixlab.graphs.flatnsd.config import RING_CLASSES, RING_NOISE
+from mixlab.shared.checks import check_count
 
 __all__ = [
     "RING_CLASSES",
     "check_disjoint",
     "ring_transfer",
+    "ring_transfer_split",
     "split_graphs",
     "tree_neighbors_match",
+    "tree_neighbors_match_split",
     "unseen",
 ]
 
@@ -49,12 +52,7 @@ def ring_transfer(
         raise ValueError(f"ring_size must be >= 3, got {ring_size}")
     if num_graphs < 1:
         raise ValueError(f"num_graphs must be >= 1, got {num_graphs}")
-    if (
-        isinstance(noise_features, bool)
-        or not isinstance(noise_features, int)
-        or noise_features < 0
-    ):
-        raise ValueError(f"noise_features must be an integer >= 0, got {noise_features!r}")
+    check_count(noise_features, "noise_features", 0)
     rng = np.random.default_rng(seed)
     edge_index = _undirected([(i, (i + 1) % ring_size) for i in range(ring_size)])
     mask = torch.zeros(ring_size, dtype=torch.bool)
@@ -172,3 +170,29 @@ def split_graphs(
     train = [graphs[i] for i in order[held_out:]]
     check_disjoint(train, test)
     return train, test
+
+
+def ring_transfer_split(
+    num_train: int,
+    num_test: int,
+    ring_size: int,
+    *,
+    noise_features: int = RING_NOISE,
+    seed: int = 0,
+) -> tuple[list[Data], list[Data]]:
+    """(train, test) RingTransfer graphs: training rings from ``seed``, test rings from
+    ``seed + 10_000``, checked with :func:`check_disjoint`."""
+    train = ring_transfer(num_train, ring_size, noise_features=noise_features, seed=seed)
+    test = ring_transfer(num_test, ring_size, noise_features=noise_features, seed=seed + 10_000)
+    check_disjoint(train, test)
+    return train, test
+
+
+def tree_neighbors_match_split(
+    depth: int, num_train: int, *, test_fraction: float = 0.2, seed: int = 0
+) -> tuple[list[Data], list[Data]]:
+    """(train, test) Tree-NeighborsMatch examples: up to ``num_train`` / (1 − ``test_fraction``)
+    distinct ones from ``seed``, ``test_fraction`` of them held out (:func:`split_graphs`)."""
+    wanted = math.ceil(num_train / (1 - test_fraction))
+    graphs = tree_neighbors_match(depth, max_graphs=wanted, seed=seed)
+    return split_graphs(graphs, test_fraction, seed=seed)
