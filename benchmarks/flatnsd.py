@@ -26,9 +26,11 @@ multiplied with ``torch.sparse.mm``, whose backward allocates a dense (N·d)² g
 20,000 nodes): its 143× GCN figure, and FlatNSD's 28× lead over it, measured that proxy, not NSD.
 
 Each system runs in its own subprocess, one after the other, so that its peak resident memory
-(ru_maxrss above the resident memory after building the data) is its own. Time is the median of
-5 epochs after 2 warm-up epochs, reported as ratios to GCN and to ``nsd_authors`` measured in the
-same run.
+(ru_maxrss above the resident memory after building the data) is its own. A subprocess times the
+median of 5 epochs after 2 warm-up epochs; the systems run in ``--repeats`` interleaved rounds and
+each reports the median over rounds (one round let a transient slowdown of the shared machine
+put FlatNSD at 297 ms where three further runs gave 187–197 ms), its peak the largest. Times are
+reported as ratios to GCN and to ``nsd_authors`` measured in the same run.
 """
 
 from __future__ import annotations
@@ -183,38 +185,45 @@ def worker(system: str, nodes: int, edges: int) -> dict:
     }
 
 
-def measure(systems: tuple[str, ...], nodes: int, edges: int) -> dict[str, dict]:
-    rows = {}
-    for system in systems:
-        output = subprocess.run(
-            [
-                sys.executable,
-                __file__,
-                "--worker",
-                system,
-                "--nodes",
-                str(nodes),
-                "--edges",
-                str(edges),
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        rows[system] = json.loads(output.strip().splitlines()[-1])
-        print(
-            f"N={nodes:>6} E={rows[system]['edges']:>7} {system:14s} "
-            f"{rows[system]['epoch_s'] * 1e3:9.1f} ms/epoch  peak +{rows[system]['peak_mb']:8.1f} MB",
-            flush=True,
-        )
-    return rows
+def run_worker(system: str, nodes: int, edges: int) -> dict:
+    """One :func:`worker` measurement in a fresh subprocess."""
+    command = [sys.executable, __file__, "--worker", system]
+    command += ["--nodes", str(nodes), "--edges", str(edges)]
+    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def measure(systems: tuple[str, ...], nodes: int, edges: int, repeats: int) -> dict[str, dict]:
+    """Every system ``repeats`` times in interleaved rounds: median epoch time, largest peak."""
+    runs: dict[str, list[dict]] = {system: [] for system in systems}
+    for _ in range(repeats):
+        for system in systems:
+            runs[system].append(run_worker(system, nodes, edges))
+            row = runs[system][-1]
+            print(
+                f"N={nodes:>6} E={row['edges']:>7} {system:14s} "
+                f"{row['epoch_s'] * 1e3:9.1f} ms/epoch  peak +{row['peak_mb']:8.1f} MB",
+                flush=True,
+            )
+    return {
+        system: {
+            **rows[0],
+            "epoch_s": statistics.median(row["epoch_s"] for row in rows),
+            "epoch_s_runs": [row["epoch_s"] for row in rows],
+            "peak_mb": max(row["peak_mb"] for row in rows),
+        }
+        for system, rows in runs.items()
+    }
 
 
 def size_metrics(rows: dict[str, dict], size: str) -> dict[str, dict[str, float]]:
-    """Per system at one size: epoch ms, time relative to each reference, peak MB."""
+    """Per system at one size: epoch ms (median and range over rounds), time relative to each
+    reference, peak MB."""
     return {
         system: {
             f"epoch_ms_{size}": row["epoch_s"] * 1e3,
+            f"epoch_ms_{size}_min": min(row["epoch_s_runs"]) * 1e3,
+            f"epoch_ms_{size}_max": max(row["epoch_s_runs"]) * 1e3,
             f"time_vs_gcn_{size}": row["epoch_s"] / rows["gcn"]["epoch_s"],
             f"time_vs_nsd_authors_{size}": row["epoch_s"] / rows["nsd_authors"]["epoch_s"],
             f"peak_mb_{size}": row["peak_mb"],
@@ -260,6 +269,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=20_000)
     parser.add_argument("--edges", type=int, default=100_000, help="directed edges")
     parser.add_argument("--small-nodes", type=int, default=2_000)
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds per size")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "flatnsd")
     args = parser.parse_args()
@@ -272,7 +282,9 @@ def main() -> None:
         "large": (args.nodes, args.edges),
         "small": (args.small_nodes, args.edges * args.small_nodes // args.nodes),
     }
-    measured = {name: measure(SYSTEMS, n, e) for name, (n, e) in sizes.items()}
+    if args.repeats < 1:
+        parser.error(f"--repeats must be an integer >= 1, got {args.repeats}")
+    measured = {name: measure(SYSTEMS, n, e, args.repeats) for name, (n, e) in sizes.items()}
     metrics = {system: {} for system in SYSTEMS}
     for size, rows in measured.items():
         for system, row in size_metrics(rows, size).items():
@@ -289,6 +301,7 @@ def main() -> None:
             "stalk_dim": STALK,
             "channels": CHANNELS,
             "layers": LAYERS,
+            "repeats": args.repeats,
             "torch_threads": torch.get_num_threads(),
         },
         started=start,
