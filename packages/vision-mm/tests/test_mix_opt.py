@@ -159,21 +159,41 @@ def test_trainer_draws_modes_from_the_schedule():
     images, text = batch()
     config = MixOptConfig(resolution=16, low_resolution=8, steps=100, schedule=Threshold(0.5))
     trainer = MixOptTrainer(tiny_unet(), DDPMScheduler(), images, text, config)
-    for timestep in (0, 499, 500, 999):
-        mode, p = trainer.mode_at(timestep, 10, draw=0.99)
-        assert mode == ("zo_high" if timestep >= 500 else "bp_low")
-        assert p == float(timestep >= 500)
+    uniforms = torch.linspace(0, 0.999, 50)
+    # Threshold: ZO-high exactly at t >= 500, so half the timesteps; each mode's timesteps come
+    # from its own side of the threshold.
+    mode, p, timesteps = trainer.mode_at(10, 0.49, uniforms)
+    assert (mode, p) == ("zo_high", 0.5)
+    assert timesteps.min() >= 500
+    mode, p, timesteps = trainer.mode_at(10, 0.51, uniforms)
+    assert mode == "bp_low"
+    assert timesteps.max() < 500
+    assert len(set(timesteps.tolist())) == 50  # one timestep per example
     config.schedule = Constant(0.3)
-    draws = [trainer.mode_at(100, 5, u / 1000)[0] for u in range(1000)]
+    draws = [trainer.mode_at(5, u / 1000, uniforms)[0] for u in range(1000)]
     assert draws.count("zo_high") == 300
+    assert torch.equal(trainer.mode_at(5, 0.0, uniforms)[2], (uniforms * 1000).long())  # uniform
     config.schedule = BPHigh()
-    assert trainer.mode_at(999, 99, 0.0)[0] == "bp_high"
-    # Runs that differ only in their schedule see the same timesteps and draws at every step.
+    assert trainer.mode_at(99, 0.0, uniforms)[0] == "bp_high"
+    # Mix-Opt's schedule: over the mode draws each example's timestep is uniform, and ZO-high
+    # steps get the high ones, so (t, mode) has the law of "draw t, then ZO with p_ZO(t, s)".
+    config.schedule = TimestepAware(kappa=10, t0=0.5, gamma=0)
+    by_mode: dict[str, list[int]] = {"zo_high": [], "bp_low": []}
+    for u in range(200):
+        mode, _, timesteps = trainer.mode_at(50, (u + 0.5) / 200, uniforms)
+        by_mode[mode] += timesteps.tolist()
+    every = torch.tensor(by_mode["zo_high"] + by_mode["bp_low"]).float()
+    assert every.mean().item() == pytest.approx(500, abs=15)
+    zo, bp = (torch.tensor(by_mode[m]).float().mean().item() for m in ("zo_high", "bp_low"))
+    assert zo > 650
+    assert bp < 350
+    # Runs that differ only in a constant schedule see the same timesteps and draws at every step.
     runs = []
-    for schedule in (Constant(0.5), TimestepAware()):
+    for schedule in (Constant(0.5), Constant(0.2)):
         config = MixOptConfig(resolution=16, low_resolution=8, steps=6, schedule=schedule)
         runs.append(MixOptTrainer(tiny_unet(), DDPMScheduler(), images, text, config).train())
-    assert [h["timestep"] for h in runs[0]] == [h["timestep"] for h in runs[1]]
+    assert [h["timesteps"] for h in runs[0]] == [h["timesteps"] for h in runs[1]]
+    assert all(len(set(h["timesteps"])) > 1 for h in runs[0])  # per example, not per batch
 
 
 # --- trainer ----------------------------------------------------------------------------------
@@ -207,6 +227,73 @@ def test_bp_low_trains_at_low_resolution_and_zo_high_at_full():
     frozen = [p for n, p in unet.named_parameters() if "lora_" not in n]
     assert frozen
     assert not any(p.requires_grad for p in frozen)
+
+
+def test_zo_forwards_share_their_inputs_and_opposite_perturbations():
+    # Common random numbers, checked at the UNet: the ±ε forwards of a ZO step see the same
+    # noisy images, timesteps and text, at θ + εz and θ − εz.
+    images, text = batch()
+    unet = tiny_unet()
+    nonzero_lora(unet)
+    params = lora_parameters(unet)
+    calls: list[tuple[torch.Tensor, ...]] = []
+
+    def record(module, args, kwargs):
+        inputs = (args[0], args[1], kwargs["encoder_hidden_states"])
+        calls.append((*(x.clone() for x in inputs), *(p.detach().clone() for p in params)))
+
+    unet.register_forward_pre_hook(record, with_kwargs=True)
+    config = MixOptConfig(resolution=16, low_resolution=8, steps=3, schedule=Constant(1.0))
+    trainer = MixOptTrainer(unet, DDPMScheduler(), images, text, config)
+    for _ in range(3):
+        calls.clear()
+        theta = [p.detach().clone() for p in params]
+        trainer.step()
+        plus, minus = calls
+        assert all(torch.equal(a, b) for a, b in zip(plus[:3], minus[:3], strict=True))
+        assert len(set(plus[1].tolist())) > 1  # the batch's own timesteps, shared by both
+        for a, b, original in zip(plus[3:], minus[3:], theta, strict=True):
+            assert not torch.equal(a, original)
+            torch.testing.assert_close(a - original, original - b, rtol=1e-4, atol=1e-6)
+
+
+def test_low_res_images_reach_the_bp_low_forward():
+    # A latent model's BP-low trains on the encoding of the downscaled photo, not on resized
+    # full-resolution latents: whatever low_res_images holds is what BP-low's forward sees.
+    images, text = batch()
+    low = torch.arange(4.0)[:, None, None, None].expand(4, 3, 8, 8) / 10  # image i is i / 10
+    seen = []
+    scheduler = DDPMScheduler()
+    add_noise = scheduler.add_noise
+    scheduler.add_noise = lambda clean, noise, t: (seen.append(clean), add_noise(clean, noise, t))[
+        1
+    ]
+    config = MixOptConfig(resolution=16, low_resolution=8, steps=4, schedule=Constant(0.0))
+    trainer = MixOptTrainer(tiny_unet(), scheduler, images, text, config, low_res_images=low)
+    for _ in range(4):
+        trainer.step()
+    assert len(seen) == 4
+    for clean in seen:
+        assert clean.shape == (4, 3, 8, 8)
+        for x in clean:
+            assert any(torch.equal(x, candidate) for candidate in low)
+    with pytest.raises(ValueError, match="low_res_images must be \\(4, 3, 8, 8\\)"):
+        MixOptTrainer(tiny_unet(), DDPMScheduler(), images, text, config, low_res_images=images)
+
+
+def test_perturbation_is_drawn_in_the_parameters_dtype():
+    params = [torch.zeros(3, 4, dtype=torch.float64)]
+    perturb_(params, seed=9, scale=1.0)
+    expected = torch.randn(3, 4, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    assert torch.equal(params[0], expected)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_perturbation_is_drawn_on_the_parameters_device():
+    params = [torch.zeros(3, 4, device="cuda")]
+    perturb_(params, seed=9, scale=1.0)
+    generator = torch.Generator(device="cuda").manual_seed(9)
+    assert torch.equal(params[0], torch.randn(3, 4, generator=generator, device="cuda"))
 
 
 def test_trainer_resumes_to_the_uninterrupted_run(tmp_path):
@@ -389,6 +476,7 @@ TINY_BASE = dict(
     pretrain_steps=3, pretrain_images=32, base_channels=(8, 16), base_text_dim=16,
     eval_net_steps=2, eval_net_images=32, subject_images=2, steps=4, batch_size=2,
     samples_per_prompt=1, resolution=16, low_resolution=8, sampling_steps=2,
+    memory_resolution=16, memory_batch_size=2,
 )  # fmt: skip
 """a tiny base UNet (two levels of 8 and 16 channels, 3 pre-training steps): the smoke run
 pre-trains it into an empty cache in seconds, never the real-size one"""
@@ -415,22 +503,28 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
     result = run(config, tmp_path / "run")
     assert set(result.metrics) == {"base", "bp_high", "bp_low", "zo_high", "random", "mix_opt"}
     assert len(result.claims) == 4
-    # the regime check is computed from the measured subject fidelities of base and BP-high
-    (check,) = result.regime
+    # the regime checks are computed from the measured metrics
+    recognisable, check, floor = result.regime
+    assert recognisable.holds == (result.metrics["base"]["recognised"] >= 0.8)
     assert "BP-high personalization beats the un-personalized base model" in check.text
     base, bp_high = (result.metrics[s]["subject_fidelity"] for s in ("base", "bp_high"))
     assert check.holds == (bp_high > base + 0.02)
     assert f"{bp_high:.4g}" in check.evidence
     quality = [c for c in result.claims if c.text in check.gates]
     assert len(quality) == 3  # every claim but the memory claim
-    assert all(c.tested is False for c in quality) or check.holds
+    assert recognisable.gates == check.gates
+    assert all(c.tested is False for c in quality) or (check.holds and recognisable.holds)
+    (memory_claim,) = (c for c in result.claims if c.text in floor.gates)
+    assert memory_claim.tested is False  # the tiny probe adds far less than 50 MiB per step
     assert [spec["channels"] for spec in probed] == [[8, 16]] * 3  # the tiny base UNet
+    assert {spec["resolution"] for spec in probed} == {config.memory_resolution}
     memory = result.metrics
-    assert memory["bp_high"]["peak_memory_mb"] is not None
+    assert memory["bp_high"]["peak_memory_mb"] >= memory["bp_high"]["added_memory_mb"] >= 0
     assert memory["zo_high"]["zo_share"] == 1.0
     assert memory["bp_low"]["zo_share"] == 0.0
     for system in result.metrics:
         assert (tmp_path / "run" / f"samples_{system}.png").exists()
+    assert (tmp_path / "run" / "samples_base_captions.png").exists()
     cells = json.loads((tmp_path / "run" / "cells.json").read_text())
     assert any(c["part"] == "memory" for c in cells)
     # only the tiny base model was pre-trained into the (empty) cache

@@ -91,33 +91,63 @@ def test_registry_and_cli_import_no_heavy_module():
 # --- regime check -----------------------------------------------------------------------------
 
 
+def _regime_cells(
+    base: float, bp_high: float, *, recognised: float = 0.9, added_mib: float = 60.0
+) -> list[dict]:
+    modes = {
+        mode: {"added_peak_bytes": added_mib * 2**20, "total_peak_bytes": 2 * added_mib * 2**20}
+        for mode in ("bp_high", "bp_low", "zo_high")
+    }
+    return [
+        {"part": "memory", "modes": modes},
+        {"part": "recognition", "recognised": recognised},
+        {"part": "train", "system": "base", "seed": 0, "subject_fidelity": base},
+        {"part": "train", "system": "bp_high", "seed": 0, "subject_fidelity": bp_high},
+    ]
+
+
 def test_regime_needs_bp_high_to_beat_the_base_model_by_the_margin():
     from mixlab.vision_mm.mix_opt.experiment import REGIME_MARGIN, regime
 
-    def cells(base: float, bp_high: float) -> list[dict]:
-        return [
-            {"part": "memory"},
-            {"part": "train", "system": "base", "seed": 0, "subject_fidelity": base},
-            {"part": "train", "system": "bp_high", "seed": 0, "subject_fidelity": bp_high},
-        ]
-
+    cells = _regime_cells
     assert REGIME_MARGIN == 0.02
-    (today,) = regime(cells(0.610, 0.561))  # the landed quick run: BP-high below the base model
+    today = regime(cells(0.610, 0.561))[1]  # the landed quick run: BP-high below the base model
     assert not today.holds
     assert "0.561" in today.evidence
     assert "0.61" in today.evidence
     memory = Claim.compare("Mix-Opt's peak training memory is below BP-high's", 1.0, "<", 2.0)
     quality = Claim.compare("Mix-Opt's subject fidelity is close to BP-high's", 1.0, ">", 0.0)
-    (gated,) = regime(cells(0.610, 0.561), [memory, quality])
-    result = Result(metrics={"a": {"x": 1.0}}, claims=[memory, quality], regime=[gated])
+    gated = regime(cells(0.610, 0.561), [memory, quality])
+    result = Result(metrics={"a": {"x": 1.0}}, claims=[memory, quality], regime=gated)
     assert [claim.state for claim in result.claims] == ["holds", "untested"]  # memory stays tested
-    assert not regime(cells(0.61, 0.625))[0].holds  # within the margin
-    assert regime(cells(0.61, 0.64))[0].holds
-    two = [*cells(0.6, 0.7), *cells(0.6, 0.5)[1:]]
+    assert not regime(cells(0.61, 0.625))[1].holds  # within the margin
+    assert regime(cells(0.61, 0.64))[1].holds
+    two = [*cells(0.6, 0.7), *cells(0.6, 0.5)[2:]]
     two[-1]["seed"] = two[-2]["seed"] = 1
-    (both,) = regime(two)
+    both = regime(two)[1]
     assert not both.holds
     assert "2 of 2" in both.text
+
+
+def test_regime_needs_a_recognisable_base_and_memory_above_the_floor():
+    from mixlab.vision_mm.mix_opt.experiment import MEMORY_FLOOR_MIB, RECOGNISABLE, regime
+
+    assert (RECOGNISABLE, MEMORY_FLOOR_MIB) == (0.8, 50.0)
+    memory = Claim.compare("Mix-Opt's peak training memory is below BP-high's", 1.0, "<", 2.0)
+    quality = Claim.compare("Mix-Opt's subject fidelity is close to BP-high's", 1.0, ">", 0.0)
+
+    def states(**kwargs) -> list[str]:
+        checks = regime(_regime_cells(0.6, 0.7, **kwargs), [memory, quality])
+        result = Result(metrics={"a": {"x": 1.0}}, claims=[memory, quality], regime=checks)
+        return [claim.state for claim in result.claims]
+
+    assert all(check.holds for check in regime(_regime_cells(0.6, 0.7)))
+    blobs = regime(_regime_cells(0.6, 0.7, recognised=0.79))[0]  # a base model drawing blobs
+    assert not blobs.holds
+    assert "0.79" in blobs.evidence
+    assert states() == ["holds", "holds"]
+    assert states(recognised=0.5) == ["holds", "untested"]
+    assert states(added_mib=49.0) == ["untested", "holds"]
 
 
 # --- CLI: checked before any work ---------------------------------------------------------------
@@ -150,6 +180,7 @@ def test_sample_missing_lora_is_refused_before_the_base_model(tmp_path):
         (["profile", "--low-resolution", "64"], "--low-resolution must be <= resolution"),
         (["profile", "--rank", "0"], "--rank"),
         (["profile", "--modes", "sgd"], "--modes must be one of"),
+        (["profile", "--device", "tpu"], "--device must be auto, cpu or cuda"),
         (["sample", "--out", "{tmp}/g.png", "--guidance", "nan"], "--guidance"),
         (["sample", "--out", "{tmp}/g.png", "--per-prompt", "0"], "--per-prompt"),
         (["sample", "--out", "{tmp}/g.png", "--steps", "-1"], "--steps"),

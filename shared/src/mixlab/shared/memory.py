@@ -1,4 +1,5 @@
-"""Peak resident memory of one call, measured in a fresh Python process (CPU, Linux).
+"""Peak memory of one call: the resident set measured in a fresh Python process (CPU, Linux), or
+the CUDA caching allocator's peak (``device`` a CUDA device).
 
 A method's profiling module runs as ``python -m <module> '<json specs>'`` and, for each spec,
 calls :func:`added_peak_bytes` around the work it measures: after a warm-up call the peak
@@ -6,7 +7,10 @@ resident set (VmHWM) is reset to the current one, and the peak after one more ca
 resident set before it is what the call added. :func:`measure_in_fresh_process` starts that
 process with every allocation above 64 KiB as its own mapping (``MALLOC_MMAP_THRESHOLD_``), so
 freed memory returns to the system and one measurement leaves nothing for the next to reuse
-unseen; below a few MiB the figure is noise.
+unseen; below a few MiB the figure is noise. On CUDA, :func:`reset_peak`, :func:`current_bytes`
+and :func:`peak_bytes` read ``torch.cuda``'s allocator statistics (``reset_peak_memory_stats``,
+``memory_allocated``, ``max_memory_allocated``) after synchronizing, so the figure is what the
+tensors took, whatever process it runs in.
 """
 
 from __future__ import annotations
@@ -41,15 +45,56 @@ def peak_rss_bytes() -> int:
     return int(line.split()[1]) * 1024
 
 
-def added_peak_bytes(call: Callable[[], Any]) -> int:
-    """Peak resident memory that one more ``call()`` adds; warm ``call`` up first (thread pools,
-    kernels, lazily built buffers), and free what the warm-up kept (gradients) before this."""
-    gc.collect()
-    if not reset_peak_rss():  # else the peak of importing torch (or of the last probe) hides it
+def _cuda(device: Any) -> bool:
+    return device is not None and "cuda" in str(device)
+
+
+def reset_peak(device: Any = None) -> None:
+    """Start a new peak: of the resident set (no ``device``, or a CPU one), else of the CUDA
+    allocator on ``device``."""
+    if _cuda(device):
+        import torch
+
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    elif not reset_peak_rss():  # else the peak of importing torch (or of the last probe) hides it
         raise RuntimeError("cannot reset the peak resident set (/proc/self/clear_refs)")
-    before = peak_rss_bytes()
+
+
+def current_bytes(device: Any = None) -> int:
+    """What is in use now: the resident set, or the bytes of live CUDA tensors on ``device``."""
+    if _cuda(device):
+        import torch
+
+        torch.cuda.synchronize(device)
+        return torch.cuda.memory_allocated(device)
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return peak_rss_bytes()
+    line = next(line for line in status.splitlines() if line.startswith("VmRSS:"))
+    return int(line.split()[1]) * 1024
+
+
+def peak_bytes(device: Any = None) -> int:
+    """The peak since the last :func:`reset_peak` (or the start) on ``device``."""
+    if _cuda(device):
+        import torch
+
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device)
+    return peak_rss_bytes()
+
+
+def added_peak_bytes(call: Callable[[], Any], device: Any = None) -> int:
+    """Peak memory that one more ``call()`` adds (resident set, or on a CUDA ``device`` the
+    allocator's); warm ``call`` up first (thread pools, kernels, lazily built buffers), and free
+    what the warm-up kept (gradients) before this."""
+    gc.collect()
+    reset_peak(device)
+    before = current_bytes(device)
     call()
-    return max(0, peak_rss_bytes() - before)
+    return max(0, peak_bytes(device) - before)
 
 
 def measure_in_fresh_process(module: str, specs: list[Any], *, timeout: float = 1800) -> list[Any]:

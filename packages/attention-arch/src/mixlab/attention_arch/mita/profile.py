@@ -104,14 +104,7 @@ def _probe(spec: dict[str, Any], device: torch.device | str = "cpu") -> int:
     run_once(layer, x, backward)  # one-time set-up (thread pools, kernels)
     layer.zero_grad(set_to_none=True)
     x.grad = None
-    if torch.device(device).type != "cuda":
-        return added_peak_bytes(lambda: run_once(layer, x, backward))
-    torch.cuda.synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    before = torch.cuda.memory_allocated(device)
-    run_once(layer, x, backward)
-    torch.cuda.synchronize(device)
-    return torch.cuda.max_memory_allocated(device) - before
+    return added_peak_bytes(lambda: run_once(layer, x, backward), device)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,11 @@ progress-aware probability.
     from mixlab.vision_mm.mix_opt import MixOptConfig, MixOptTrainer, add_lora, save_lora
 
     add_lora(unet, rank=4)                       # freezes the UNet, LoRA on to_q/k/v/out
+    # latents: the VAE's encoding of the photos at 512² (64² latents); low_latents: of the same
+    # photos downscaled to 256² (32² latents), what BP-low trains on
     trainer = MixOptTrainer(unet, DDPMScheduler.from_pretrained("sd15", subfolder="scheduler"),
-                            latents, text_states, MixOptConfig(resolution=64, low_resolution=32))
+                            latents, text_states, MixOptConfig(resolution=64, low_resolution=32),
+                            low_res_images=low_latents)
     trainer.train(checkpoint_dir="runs/sks")
     save_lora(unet, "runs/sks/lora")
 """

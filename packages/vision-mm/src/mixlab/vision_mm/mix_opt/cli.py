@@ -237,7 +237,7 @@ def sample_grid(
     backgrounds: Backgrounds = None,
     per_prompt: Annotated[int, typer.Option(help="samples per background")] = 4,
     steps: Annotated[int, typer.Option(help="DDIM steps")] = 25,
-    guidance: Annotated[float, typer.Option(help="classifier-free guidance (>= 1)")] = 2.0,
+    guidance: Annotated[float, typer.Option(help="classifier-free guidance (>= 1; 1: none)")] = 1.0,
     seed: int = 0,
     pretrain_steps: PretrainSteps = 1500,
 ) -> None:
@@ -269,13 +269,17 @@ def sample_grid(
     from mixlab.vision_mm.mix_opt.model import save_grid as write_grid
 
     captions = [encode_caption(SUBJECT_TOKEN, noun, b) for b in chosen for _ in range(per_prompt)]
-    unet, encoder = pretrained_model(ModelSpec(steps=pretrain_steps))
+    spec = ModelSpec(steps=pretrain_steps)
+    unet, encoder = pretrained_model(spec)
     if lora is not None:
         load_lora(unet, lora)
     with torch.inference_mode():
         context = encoder(torch.tensor(captions))
         empty = encoder(null_captions(len(captions)))
-    images = sample(unet, context, empty, steps=steps, guidance=guidance, seed=seed)
+    images = sample(
+        unet, context, empty, steps=steps, guidance=guidance, seed=seed,
+        prediction_type=spec.prediction,
+    )  # fmt: skip
     typer.echo(f"wrote {write_grid(out, images, columns=per_prompt)}")
 
 
@@ -297,10 +301,13 @@ def profile(
     low_resolution: int = 16,
     batch_size: int = 4,
     rank: int = 4,
+    device: Annotated[str, typer.Option(help="auto (CUDA when available), cpu or cuda")] = "auto",
 ) -> None:
-    """Peak memory one training step adds and seconds per step, per mode (fresh process)."""
+    """Peak training memory (total, and what one step adds) and seconds per step, per mode,
+    each in a fresh process; on CUDA the allocator's peak, on a CPU the resident set."""
     from mixlab.vision_mm.mix_opt.profile import MODE_SCHEDULES, check_spec, profile_modes
 
+    require(device in ("auto", "cpu", "cuda"), "--device", "auto, cpu or cuda", device)
     chosen = modes or list(MODE_SCHEDULES)
     common = {
         "resolution": resolution,
@@ -311,9 +318,14 @@ def profile(
     specs = [{**common, "mode": mode} for mode in chosen]
     for spec in specs:  # here, in this process: the probe's child never sees bad input
         check_spec(spec, lambda key: OPTION_OF.get(key, key))
-    measured = profile_modes(specs)
+
+    from mixlab.shared.device import resolve_device
+
+    resolved = resolve_device(device).type  # cuda asked for on a machine without: one line
+    measured = profile_modes([{**spec, "device": resolved} for spec in specs])
     for mode, row in zip(chosen, measured, strict=True):
         typer.echo(
-            f"{mode}: peak +{row['peak_bytes'] / 2**20:.1f} MiB, "
+            f"{mode} ({resolved}): peak {row['total_peak_bytes'] / 2**20:.1f} MiB in all, "
+            f"+{row['added_peak_bytes'] / 2**20:.1f} MiB per step, "
             f"{row['seconds_per_step'] * 1e3:.0f} ms/step"
         )

@@ -4,7 +4,10 @@ A caption is three tokens, ``(colour, shape, background)``, e.g. ``("red", "circ
 "on_white")``. The subject to personalize is a striped, three-coloured star; its caption is
 ``("<sks>", "star", <background>)``: ``<sks>`` takes the colour slot and never occurs in
 pre-training, like DreamBooth's rare identifier. Pre-training uses solid fills only; the
-evaluation networks also train on :data:`PATTERNS`' stripes and checks. The drawing (4× size,
+evaluation networks also train on :data:`PATTERNS`' stripes and checks. Two layouts: ``"centred"``
+(:func:`centred_placement`, one fixed placement: the pre-training data and the subject, whose
+photos then differ in their stripes' phase) and ``"random"`` (anywhere, any size and angle: the evaluation
+networks, so they read shapes wherever a sample puts them). The drawing (4× size,
 box-filtered down, scaled to [-1, 1]), the placements and the colour, shape and background names
 are :mod:`mixlab.shared.shapes`', shared with MoH; re-exported here under their old names.
 """
@@ -42,6 +45,7 @@ __all__ = [
     "VOCABULARY",
     "ShapeData",
     "captioned_shapes",
+    "centred_placement",
     "encode_caption",
     "render",
     "subject_images",
@@ -51,6 +55,7 @@ SUBJECT_TOKEN = "<sks>"
 NULL_TOKEN = "<null>"
 VOCABULARY = (NULL_TOKEN, SUBJECT_TOKEN, *COLOURS, *SHAPES, *BACKGROUNDS)
 TOKEN_ID = {token: i for i, token in enumerate(VOCABULARY)}
+LAYOUTS = ("centred", "random")
 SUBJECT_STRIPES = ((230, 60, 40), (240, 200, 30), (40, 90, 220))
 """the subject's three stripe colours (red, yellow, blue), 3 px wide at 32 px, diagonal"""
 
@@ -76,9 +81,27 @@ class ShapeData:
         return len(self.images)
 
 
-def captioned_shapes(n: int, *, size: int = 32, seed: int = 0, patterns: bool = False) -> ShapeData:
-    """``n`` random captioned shapes. ``patterns=True`` also draws striped and checked fills
-    (random colours): the training data of the evaluation networks, not of the diffusion model."""
+def centred_placement(rng, size: int) -> dict:
+    """One fixed placement, the same for every image: centred, radius 0.34·size, upright (the
+    keyword arguments of :func:`render`; ``rng`` is unused). Each caption is then one image, a
+    family a small UNet learns to draw recognisably in minutes on two cores, where the random
+    placements left it drawing blobs after 1,500 steps."""
+    return {"centre": (size / 2, size / 2), "radius": 0.34 * size, "angle": 0.0}
+
+
+def _placer(layout: str):
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {list(LAYOUTS)}, got {layout!r}")
+    return centred_placement if layout == "centred" else placement
+
+
+def captioned_shapes(
+    n: int, *, size: int = 32, seed: int = 0, patterns: bool = False, layout: str = "random"
+) -> ShapeData:
+    """``n`` random captioned shapes placed by ``layout`` (one of :data:`LAYOUTS`).
+    ``patterns=True`` also draws striped and checked fills (random colours): the training data of
+    the evaluation networks, not of the diffusion model."""
+    place = _placer(layout)
     rng = np.random.default_rng(seed)
     colour_names, background_names = list(COLOURS), list(BACKGROUNDS)
     images, captions, labels = [], [], []
@@ -93,7 +116,7 @@ def captioned_shapes(n: int, *, size: int = 32, seed: int = 0, patterns: bool = 
             colours += [COLOURS[colour_names[o]] for o in others]
         fill = pattern_fill(PATTERNS[pattern], colours, size * SUPERSAMPLE, rng)
         bg = BACKGROUNDS[background_names[background]]
-        images.append(render(SHAPES[shape], fill, bg, size=size, **placement(rng, size)))
+        images.append(render(SHAPES[shape], fill, bg, size=size, **place(rng, size)))
         captions.append(
             encode_caption(colour_names[colour], SHAPES[shape], background_names[background])
         )
@@ -103,11 +126,18 @@ def captioned_shapes(n: int, *, size: int = 32, seed: int = 0, patterns: bool = 
 
 
 def subject_images(
-    n: int = 4, *, background: str = "on_white", size: int = 32, seed: int = 0, shape: str = "star"
+    n: int = 4,
+    *,
+    background: str = "on_white",
+    size: int = 32,
+    seed: int = 0,
+    shape: str = "star",
+    layout: str = "centred",
 ) -> ShapeData:
     """``n`` photos of the subject, the striped three-coloured star, on ``background``, at
-    varied placements; captions ``("<sks>", "star", background)``. ``shape`` draws the same
-    fill and placements as another shape (a control for the structural metric)."""
+    varied placements of ``layout``; captions ``("<sks>", "star", background)``. ``shape`` draws
+    the same fill and placements as another shape (a control for the structural metric)."""
+    place = _placer(layout)
     if background not in BACKGROUNDS:
         raise ValueError(f"background must be one of {list(BACKGROUNDS)}, got {background!r}")
     if shape not in SHAPES:
@@ -116,9 +146,7 @@ def subject_images(
     images = []
     for _ in range(n):
         fill = pattern_fill("stripes", list(SUBJECT_STRIPES), size * SUPERSAMPLE, rng)
-        images.append(
-            render(shape, fill, BACKGROUNDS[background], size=size, **placement(rng, size))
-        )
+        images.append(render(shape, fill, BACKGROUNDS[background], size=size, **place(rng, size)))
     captions = torch.tensor([encode_caption(SUBJECT_TOKEN, "star", background)] * n)
     shape = torch.full((n,), SHAPES.index("star"))
     bg = torch.full((n,), list(BACKGROUNDS).index(background))

@@ -29,9 +29,9 @@ from mixlab.vision_mm.mix_opt.data import BACKGROUNDS, COLOURS, PATTERNS, SHAPES
 
 
 class ShapeNet(nn.Module):
-    """A small CNN: 32² image → 128-d features → one linear head per attribute."""
+    """A small CNN: 32² image → ``widths[-1]``-d features → one linear head per attribute."""
 
-    def __init__(self, heads: dict[str, int]):
+    def __init__(self, heads: dict[str, int], widths: tuple[int, int, int] = (16, 32, 64)):
         super().__init__()
 
         def block(cin: int, cout: int) -> nn.Sequential:
@@ -41,10 +41,11 @@ class ShapeNet(nn.Module):
                 nn.MaxPool2d(2),
             )  # fmt: skip
 
+        a, b, c = widths
         self.trunk = nn.Sequential(
-            block(3, 32), block(32, 64), block(64, 128), nn.AdaptiveAvgPool2d(1), nn.Flatten()
+            block(3, a), block(a, b), block(b, c), nn.AdaptiveAvgPool2d(1), nn.Flatten()
         )
-        self.heads = nn.ModuleDict({name: nn.Linear(128, n) for name, n in heads.items()})
+        self.heads = nn.ModuleDict({name: nn.Linear(c, n) for name, n in heads.items()})
 
     def features(self, images: torch.Tensor) -> torch.Tensor:
         return self.trunk(images)
@@ -58,6 +59,9 @@ class ShapeNet(nn.Module):
 class EvalSpec:
     train_size: int = 8000
     steps: int = 1500
+    widths: tuple[int, int, int] = (16, 32, 64)
+    """block widths of :class:`ShapeNet`: 32/64/128 read held-out random shapes' shape and fill
+    at 0.998 and 0.963 against 0.988 and 0.923, and took 2.7× as long to train (350 s, 2 cores)"""
     batch_size: int = 64
     lr: float = 2e-3
     seed: int = 1234
@@ -71,8 +75,8 @@ def evaluation_nets(spec: EvalSpec = EvalSpec()) -> tuple[ShapeNet, ShapeNet]:
     path = cache_dir("mix_opt") / f"eval-nets-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
     torch.manual_seed(spec.seed)
     fills = len(PATTERNS) * len(COLOURS)
-    feature_net = ShapeNet({"shape": len(SHAPES), "fill": fills})
-    attribute_net = ShapeNet({"background": len(BACKGROUNDS)})
+    feature_net = ShapeNet({"shape": len(SHAPES), "fill": fills}, spec.widths)
+    attribute_net = ShapeNet({"background": len(BACKGROUNDS)}, spec.widths)
     if not path.with_suffix(".json").exists():
         data = captioned_shapes(spec.train_size, seed=spec.seed, patterns=True)
         _fit(feature_net, data, spec)

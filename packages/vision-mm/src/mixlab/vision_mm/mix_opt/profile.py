@@ -1,12 +1,20 @@
-"""Peak training memory and time per step of each mode, each spec in a fresh process.
+"""Peak training memory and time per step of each mode, each spec in its own fresh process.
 
 A spec is ``{"mode": "bp_high" | "bp_low" | "zo_high", "resolution", "low_resolution",
-"batch_size", "channels", "text_dim", "rank", "steps"}``; the UNet is :func:`build_unet` with a
-LoRA adapter of ``rank`` (weights do not change memory or time). After two warm-up steps
-(oneDNN set-up, AdamW state) the peak resident memory one step adds is measured
-(:mod:`mixlab.shared.memory`), then the median time of ``steps`` more. A mixing schedule takes
-one mode per step, so its peak is the larger of its modes' peaks. Run ``python -m
-mixlab.vision_mm.mix_opt.profile '<json list of specs>'`` to see the measurements.
+"batch_size", "channels", "text_dim", "rank", "steps", "device"}``; the UNet is
+:func:`build_unet` with a LoRA adapter of ``rank`` (weights do not change memory or time),
+trained by :class:`MixOptTrainer` on ``device`` ("cpu" or "cuda"). Two figures per mode
+(:mod:`mixlab.shared.memory`):
+
+- ``total_peak_bytes``: the peak from before the model is built to the end, so the model, the
+  optimizer's state, the data and the activations: what a user's device must hold (on CUDA the
+  allocator's ``max_memory_allocated``; on a CPU the resident set, less what the imports took);
+- ``added_peak_bytes``: the peak one step adds after two warm-up steps (oneDNN or cuDNN set-up,
+  AdamW state), what the mode itself costs.
+
+Then the median time of ``steps`` more. A mixing schedule takes one mode per step, so its peak is
+the larger of its modes' peaks. Run ``python -m mixlab.vision_mm.mix_opt.profile '<json list of
+specs>'`` to see the measurements.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "text_dim": BASE_TEXT_DIM,
     "rank": 4,
     "steps": 5,
+    "device": "cpu",
 }
 """what a spec's missing keys default to (``low_resolution``: half the resolution)"""
 
@@ -55,6 +64,7 @@ def check_spec(spec: dict[str, Any], name: Callable[[str], str] = str) -> None:
     values = {**SPEC_DEFAULTS, **spec}
     if "low_resolution" not in spec and is_count(values["resolution"]):
         values["low_resolution"] = values["resolution"] // 2
+    require(values["device"] in ("cpu", "cuda"), name("device"), "cpu or cuda", values["device"])
     check_base_unet(values["channels"], values["text_dim"])
     for key in ("batch_size", "rank", "steps"):
         require(is_count(values[key]), name(key), "an integer >= 1", values[key])
@@ -72,22 +82,30 @@ def check_spec(spec: dict[str, Any], name: Callable[[str], str] = str) -> None:
 
 
 def profile_modes(specs: list[dict[str, Any]], *, timeout: float = 1800) -> list[dict[str, float]]:
-    """``{"peak_bytes", "seconds_per_step"}`` of each spec, measured in one fresh process. Every
-    spec is checked here first (:func:`check_spec`)."""
+    """``{"total_peak_bytes", "added_peak_bytes", "seconds_per_step"}`` of each spec, each
+    measured in a fresh process of its own (one mode's allocator state, thread pools or cached
+    kernels never serve the next). Every spec is checked here first (:func:`check_spec`)."""
     for spec in specs:
         check_spec(spec)
-    return measure_in_fresh_process("mixlab.vision_mm.mix_opt.profile", specs, timeout=timeout)
+    module = "mixlab.vision_mm.mix_opt.profile"
+    return [measure_in_fresh_process(module, [spec], timeout=timeout)[0] for spec in specs]
 
 
 def _probe(spec: dict[str, Any]) -> dict[str, float]:
     import torch
     from accelerate import Accelerator
 
-    from mixlab.shared.memory import added_peak_bytes
+    from mixlab.shared.memory import added_peak_bytes, current_bytes, peak_bytes, reset_peak
     from mixlab.vision_mm.mix_opt.lora import add_lora
     from mixlab.vision_mm.mix_opt.model import build_unet, noise_scheduler
     from mixlab.vision_mm.mix_opt.trainer import MixOptConfig, MixOptTrainer
 
+    device = spec.get("device", SPEC_DEFAULTS["device"])
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device cuda: no CUDA device is available")
+    memory_device = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else None
+    reset_peak(memory_device)
+    start = current_bytes(memory_device)
     torch.manual_seed(0)
     size = spec.get("resolution", SPEC_DEFAULTS["resolution"])
     text_dim = spec.get("text_dim", SPEC_DEFAULTS["text_dim"])
@@ -103,19 +121,24 @@ def _probe(spec: dict[str, Any]) -> dict[str, float]:
     )
     images = torch.rand(n, 3, size, size) * 2 - 1
     text = torch.randn(n, 3, text_dim)
-    # On the CPU always: the figure is the process's resident memory, which GPU memory is not.
     trainer = MixOptTrainer(
-        unet, noise_scheduler(), images, text, config, accelerator=Accelerator(cpu=True)
+        unet, noise_scheduler(), images, text, config, accelerator=Accelerator(cpu=device == "cpu")
     )
     for _ in range(2):
         trainer.step()
-    peak = added_peak_bytes(trainer.step)
+    total = peak_bytes(memory_device)
+    added = added_peak_bytes(trainer.step, memory_device)  # starts a new peak
+    total = max(total, peak_bytes(memory_device)) - start
     times = []
     for _ in range(spec.get("steps", SPEC_DEFAULTS["steps"])):
-        start = time.perf_counter()
-        trainer.step()
-        times.append(time.perf_counter() - start)
-    return {"peak_bytes": peak, "seconds_per_step": statistics.median(times)}
+        begin = time.perf_counter()
+        trainer.step()  # ends in .item(): timed to the step's last kernel on CUDA too
+        times.append(time.perf_counter() - begin)
+    return {
+        "total_peak_bytes": total,
+        "added_peak_bytes": added,
+        "seconds_per_step": statistics.median(times),
+    }
 
 
 if __name__ == "__main__":

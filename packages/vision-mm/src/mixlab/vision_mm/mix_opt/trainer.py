@@ -1,14 +1,20 @@
 """MixOptTrainer: personalize a diffusers UNet's LoRA adapter by mixing BP-low and ZO-high steps.
 
-Each step draws one timestep t for the batch and, with the schedule's probability p_ZO(t, s),
-takes either
+Each step takes, with probability E_t[p_ZO(t, s)] (t uniform; s = step / steps), either
 
-- a **ZO-high** step: the ε-prediction loss on full-resolution images, evaluated twice under
-  ``torch.inference_mode()`` at θ ± εz with the same images, noise and t (common random
+- a **ZO-high** step: the diffusion loss on full-resolution images, evaluated twice under
+  ``torch.inference_mode()`` at θ ± εz with the same images, noise and timesteps (common random
   numbers), and the MeZO update (:mod:`mixlab.vision_mm.mix_opt.zo`); or
-- a **BP step** on images box-downsampled to ``low_resolution`` (BP-low; full resolution for
-  the :class:`~mixlab.vision_mm.mix_opt.schedule.BPHigh` schedule): the same loss,
-  backpropagated with accelerate and applied by AdamW (the DreamBooth-LoRA recipe).
+- a **BP step** on low-resolution images (BP-low; full resolution for the
+  :class:`~mixlab.vision_mm.mix_opt.schedule.BPHigh` schedule): the same loss, backpropagated
+  with accelerate and applied by AdamW (the DreamBooth-LoRA recipe). The low-resolution images
+  are ``low_res_images`` when given (for a latent model: the VAE latents of the downscaled
+  photos, which box-resizing full-resolution latents is not), else ``images`` box-downsampled.
+
+Every example of the batch has its own timestep, as DreamBooth samples them, drawn from the
+timesteps given the step's mode: p(t | ZO) ∝ p_ZO(t, s) and p(t | BP) ∝ 1 − p_ZO(t, s). Each
+example's (t, mode) then has exactly the joint law of the one-timestep rule "draw t, take ZO with
+probability p_ZO(t, s)" that the schedule describes, while the step stays one mode, one update.
 
 It works on any ``UNet2DConditionModel`` (``conditioning``: encoder hidden states, N × L × D) or
 ``UNet2DModel`` with class embeddings (``conditioning``: N class labels) whose trainable
@@ -75,7 +81,8 @@ def diffusion_loss(unet, scheduler, images, noise, t, conditioning) -> torch.Ten
 
 class MixOptTrainer:
     """Mix-Opt personalization of ``unet``'s trainable parameters on ``images`` (N, C, H, W
-    in [-1, 1]) with ``conditioning`` (one entry per image)."""
+    in [-1, 1], or latents) with ``conditioning`` (one entry per image); ``low_res_images``
+    (N, C, low_resolution, low_resolution) are what BP-low trains on, when given."""
 
     def __init__(
         self,
@@ -85,6 +92,8 @@ class MixOptTrainer:
         conditioning: torch.Tensor,
         config: MixOptConfig | None = None,
         accelerator: Accelerator | None = None,
+        *,
+        low_res_images: torch.Tensor | None = None,
     ) -> None:
         self.config = config = config or MixOptConfig()
         self.params = [p for p in unet.parameters() if p.requires_grad]  # the LoRA A and B
@@ -107,6 +116,17 @@ class MixOptTrainer:
                 f"images must be (N, C, H, W) with one conditioning entry each, got images "
                 f"{tuple(images.shape)} and conditioning {tuple(conditioning.shape)}"
             )
+        low = config.low_resolution
+        if low_res_images is not None and (
+            low_res_images.dim() != 4
+            or low_res_images.shape[0] != len(images)
+            or low_res_images.shape[1] != images.shape[1]
+            or tuple(low_res_images.shape[-2:]) != (low, low)
+        ):
+            raise ValueError(
+                f"low_res_images must be ({len(images)}, {images.shape[1]}, {low}, {low}): one "
+                f"per image at low_resolution, got {tuple(low_res_images.shape)}"
+            )
         self.accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
         self.unet = unet
         self.scheduler = noise_scheduler
@@ -117,37 +137,54 @@ class MixOptTrainer:
         device = self.accelerator.device
         self.images = {
             "full": _resize(images, config.resolution).to(device),
-            "low": _resize(images, config.low_resolution).to(device),
+            "low": (_resize(images, low) if low_res_images is None else low_res_images).to(device),
         }
         self.conditioning = conditioning.to(device)
         self.step_count = 0
         self.history: list[dict[str, Any]] = []
 
-    def mode_at(self, timestep: int, step: int, draw: float) -> tuple[str, float]:
-        """The mode at ``timestep`` and ``step`` for a uniform ``draw`` in [0, 1), and p_ZO."""
-        schedule, total = self.config.schedule, self.scheduler.config.num_train_timesteps
-        p = schedule.p_zo(timestep / total, step / self.config.steps)
+    def p_zo(self, step: int) -> torch.Tensor:
+        """p_ZO(t / T, step / steps) at every timestep t = 0 … T − 1 (float64)."""
+        total = self.scheduler.config.num_train_timesteps
+        progress = step / self.config.steps
+        schedule = self.config.schedule
+        return torch.tensor(
+            [schedule.p_zo(t / total, progress) for t in range(total)], dtype=torch.float64
+        )
+
+    def mode_at(
+        self, step: int, draw: float, uniforms: torch.Tensor
+    ) -> tuple[str, float, torch.Tensor]:
+        """(mode, P(ZO-high), timesteps) at ``step``: ZO-high when the uniform ``draw`` is below
+        E_t[p_ZO(t, s)], then one timestep per entry of ``uniforms`` (uniform in [0, 1)) by the
+        inverse CDF of p(t | mode)."""
+        p_zo = self.p_zo(step)
+        p = float(p_zo.mean())
         if draw < p:
-            return "zo_high", p
-        return ("bp_high" if schedule.bp_resolution == "full" else "bp_low"), p
+            mode, weights = "zo_high", p_zo
+        else:
+            bp = self.config.schedule.bp_resolution == "full"
+            mode, weights = ("bp_high" if bp else "bp_low"), 1 - p_zo
+        cdf = weights.cumsum(0) / weights.sum()
+        timesteps = torch.searchsorted(cdf, uniforms.double(), right=True)
+        return mode, p, timesteps.clamp(max=len(cdf) - 1)
 
     def step(self) -> dict[str, Any]:
-        """One training step; returns ``{"step", "mode", "timestep", "p_zo", "loss"}``."""
+        """One training step; returns ``{"step", "mode", "timesteps", "p_zo", "loss"}``."""
         config, device = self.config, self.accelerator.device
-        # Each step draws from its own seed, in a fixed order (timestep, mode draw, batch, then
-        # noise), so every schedule sees the same timesteps, draws and batches at each step:
-        # runs that differ only in the schedule are paired step by step.
+        # Each step draws from its own seed, in a fixed order (mode draw, timestep uniforms,
+        # batch, then noise), so every schedule sees the same draws and batches at each step:
+        # runs that differ only in the schedule are paired step by step (and schedules whose
+        # p(t | mode) is uniform, the constant ones, see the same timesteps too).
         generator = torch.Generator().manual_seed(config.seed * 1_000_003 + self.step_count)
-        timestep = int(
-            torch.randint(self.scheduler.config.num_train_timesteps, (), generator=generator)
-        )
         draw = torch.rand((), generator=generator).item()
-        mode, p = self.mode_at(timestep, self.step_count, draw)
+        uniforms = torch.rand(config.batch_size, generator=generator)
+        mode, p, timesteps = self.mode_at(self.step_count, draw, uniforms)
         index = torch.randint(len(self.conditioning), (config.batch_size,), generator=generator)
         index = index.to(device)
         images = self.images["low" if mode == "bp_low" else "full"][index]
         noise = torch.randn(images.shape, generator=generator).to(device, images.dtype)
-        t = torch.full((config.batch_size,), timestep, device=device, dtype=torch.long)
+        t = timesteps.to(device)
         conditioning = self.conditioning[index]
         if mode == "zo_high":
             self.unet.eval()  # no dropout: both forwards must see the same function (CRN)
@@ -179,7 +216,7 @@ class MixOptTrainer:
             self.optimizer.zero_grad(set_to_none=True)
             value, record = value_t.item(), {}
         self.step_count += 1
-        entry = {"step": self.step_count, "mode": mode, "timestep": timestep, "p_zo": p}
+        entry = {"step": self.step_count, "mode": mode, "timesteps": timesteps.tolist(), "p_zo": p}
         entry |= {"loss": value, **record}
         self.history.append(entry)
         return entry

@@ -21,12 +21,19 @@ import torch
 
 
 def perturb_(params: Sequence[torch.Tensor], seed: int, scale: float) -> None:
-    """θ ← θ + scale·z in place, with z ~ N(0, I) drawn from ``seed`` (the same z every call)."""
-    generator = torch.Generator(device="cpu").manual_seed(seed)
+    """θ ← θ + scale·z in place, with z ~ N(0, I) drawn from ``seed`` (the same z every call).
+
+    z is drawn on each parameter's device, in its dtype, by a generator of that device seeded
+    with ``seed`` (one per device, advanced in parameter order): nothing is copied from the host,
+    and a given seed gives the same z on every call on the same devices (a CUDA z differs from a
+    CPU one)."""
+    generators: dict[torch.device, torch.Generator] = {}
     with torch.no_grad():
         for p in params:
-            z = torch.randn(p.shape, generator=generator, dtype=torch.float32)
-            p.add_(z.to(device=p.device, dtype=p.dtype), alpha=scale)
+            if p.device not in generators:
+                generators[p.device] = torch.Generator(device=p.device).manual_seed(seed)
+            z = torch.randn(p.shape, generator=generators[p.device], device=p.device, dtype=p.dtype)
+            p.add_(z, alpha=scale)
 
 
 def projected_gradient(
