@@ -170,7 +170,7 @@ def test_trainer_draws_modes_from_the_schedule():
     assert timesteps.max() < 500
     assert len(set(timesteps.tolist())) == 50  # one timestep per example
     config.schedule = Constant(0.3)
-    draws = [trainer.mode_at(5, u / 1000, uniforms)[0] for u in range(1000)]
+    draws = [trainer.mode_at(5, (u + 0.5) / 1000, uniforms)[0] for u in range(1000)]
     assert draws.count("zo_high") == 300
     assert torch.equal(trainer.mode_at(5, 0.0, uniforms)[2], (uniforms * 1000).long())  # uniform
     config.schedule = BPHigh()
@@ -289,11 +289,30 @@ def test_perturbation_is_drawn_in_the_parameters_dtype():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_perturbation_is_drawn_on_the_parameters_device():
-    params = [torch.zeros(3, 4, device="cuda")]
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_perturbation_is_drawn_on_the_parameters_device(dtype):
+    params = [torch.zeros(3, 4, device="cuda:0", dtype=dtype), torch.zeros(5, device="cuda:0")]
     perturb_(params, seed=9, scale=1.0)
-    generator = torch.Generator(device="cuda").manual_seed(9)
-    assert torch.equal(params[0], torch.randn(3, 4, generator=generator, device="cuda"))
+    generator = torch.Generator(device="cuda:0").manual_seed(9 + 1_000_003)  # cuda:0's offset
+    expected = torch.randn(3, 4, generator=generator, device="cuda:0", dtype=dtype)
+    assert torch.equal(params[0], expected)
+    assert torch.equal(params[1], torch.randn(5, generator=generator, device="cuda:0"))
+    perturb_(params, seed=9, scale=-1.0)
+    assert all(torch.equal(p, torch.zeros_like(p)) for p in params)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_memory_probe_reads_the_cuda_allocator():
+    from mixlab.vision_mm.mix_opt import profile
+
+    spec = {"mode": "bp_high", "resolution": 16, "low_resolution": 8, "batch_size": 2,
+            "channels": [16, 32], "text_dim": 32, "steps": 1, "device": "cuda"}  # fmt: skip
+    profile.check_spec(spec)
+    bp_high = profile._probe(spec)
+    zo_high = profile._probe({**spec, "mode": "zo_high"})
+    for row in (bp_high, zo_high):
+        assert row["total_peak_bytes"] >= row["added_peak_bytes"] > 0
+    assert bp_high["added_peak_bytes"] > zo_high["added_peak_bytes"]  # backprop keeps activations
 
 
 def test_trainer_resumes_to_the_uninterrupted_run(tmp_path):

@@ -14,10 +14,12 @@ TINY = dict(n_seeds=2, frames=4, size=16, train_clips=24, test_real=8, test_per_
             encoder_steps=2, timesformer_width=8, workers=1)  # fmt: skip
 
 
-def _tiny_generator():
+def _tiny_generator(spec):
     """A tiny caption-conditioned UNet and encoder in place of the cached Mix-Opt model (which
-    takes about 50 minutes to pre-train)."""
+    takes about 10 minutes to pre-train); family F asks for its own ε-prediction model."""
     from mixlab.vision_mm.mix_opt.model import CaptionEncoder, build_unet
+
+    assert (spec.layout, spec.prediction) == ("random", "epsilon")
 
     torch.manual_seed(0)
     return build_unet(16, (8, 16), 8).eval(), CaptionEncoder(8).eval()
@@ -87,9 +89,10 @@ def test_config_refuses_bad_values():
 
 
 def test_family_f_regenerates_every_frame_of_real_shape_clips():
+    from mixlab.vision_mm.mix_opt.model import ModelSpec
     from mixlab.vision_mm.mixforensics.generated import sdedit, shape_clips
 
-    unet, encoder = _tiny_generator()
+    unet, encoder = _tiny_generator(ModelSpec(layout="random", prediction="epsilon"))
     real, fake = shape_clips(2, 3, frames=3, size=24, unet=unet, encoder=encoder, strength=0.2)
     assert real.shape == fake.shape == (2, 3, 3, 24, 24)
     assert real.dtype == fake.dtype == torch.uint8

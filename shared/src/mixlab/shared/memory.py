@@ -46,7 +46,10 @@ def peak_rss_bytes() -> int:
 
 
 def _cuda(device: Any) -> bool:
-    return device is not None and "cuda" in str(device)
+    """True for a CUDA device (a torch.device, "cuda", "cuda:N" or an index)."""
+    if device is None:
+        return False
+    return isinstance(device, int) or str(device).startswith("cuda")
 
 
 def reset_peak(device: Any = None) -> None:

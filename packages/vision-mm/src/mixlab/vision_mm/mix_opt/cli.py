@@ -278,7 +278,7 @@ def sample_grid(
         empty = encoder(null_captions(len(captions)))
     images = sample(
         unet, context, empty, steps=steps, guidance=guidance, seed=seed,
-        prediction_type=spec.prediction,
+        train_timesteps=spec.train_timesteps, prediction_type=spec.prediction,
     )  # fmt: skip
     typer.echo(f"wrote {write_grid(out, images, columns=per_prompt)}")
 

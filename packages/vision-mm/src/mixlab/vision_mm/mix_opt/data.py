@@ -134,8 +134,8 @@ def subject_images(
     shape: str = "star",
     layout: str = "centred",
 ) -> ShapeData:
-    """``n`` photos of the subject, the striped three-coloured star, on ``background``, at
-    varied placements of ``layout``; captions ``("<sks>", "star", background)``. ``shape`` draws
+    """``n`` photos of the subject, the striped three-coloured star, on ``background``, placed by
+    ``layout`` (centred: one placement, the stripes' phase varies); captions ``("<sks>", "star", background)``. ``shape`` draws
     the same fill and placements as another shape (a control for the structural metric)."""
     place = _placer(layout)
     if background not in BACKGROUNDS:

@@ -15,7 +15,7 @@ Random mixing takes ZO-high steps with Mix-Opt's mean probability E[p_ZO] (same 
 Regime checks (:func:`regime`), with margins fixed before measuring:
 
 - the base model draws what it is asked for: the evaluation networks read the asked shape and
-  colour in at least :data:`RECOGNISABLE` (80 %) of its samples for every colour × shape ×
+  solid colour in at least :data:`RECOGNISABLE` (80 %) of its samples, one per colour × shape ×
   background caption;
 - BP-high, the upper bound the claims measure against, beats the un-personalized model's
   DINO_local by more than :data:`REGIME_MARGIN` (0.02) on every seed;
@@ -183,7 +183,7 @@ def base_recognition(config: Config, nets) -> dict[str, Any]:
         read = feature_net(samples)
         read_background = attribute_net(samples)["background"].argmax(-1)
     shape_ok = read["shape"].argmax(-1) == shape
-    colour_ok = read["fill"].argmax(-1) == colour  # solid fills: the fill label is the colour
+    colour_ok = read["fill"].argmax(-1) == colour  # the fill label of a solid fill is its colour
     return {
         "samples": samples,
         "recognised": (shape_ok & colour_ok).float().mean().item(),
@@ -239,11 +239,18 @@ def run_memory(config: Config) -> dict[str, Any]:
         "rank": config.rank,
         "channels": list(config.model_spec.channels),
         "text_dim": config.model_spec.text_dim,
-        "device": resolve_device(config.device).type,
+        "device": _probe_device(config),
         "steps": 3,  # the median of 3 timed steps (the benchmark times 5)
     }
     measured = profile_modes([{**common, "mode": mode} for mode in modes])
     return dict(zip(modes, measured, strict=True))
+
+
+def _probe_device(config: Config) -> str:
+    """Where the memory probe runs: the experiment's CUDA device (the allocator's figures), else
+    the CPU (the resident set)."""
+    device = resolve_device(config.device)
+    return str(device) if device.type == "cuda" else "cpu"
 
 
 def _cells(config: Config) -> list[dict[str, Any]]:
@@ -280,7 +287,8 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
             columns=config.samples_per_prompt * 2,
         )
     recognition = next(c for c in cells if c["part"] == "recognition")
-    save_grid(out_dir / "samples_base_captions.png", recognition["samples"], len(BACKGROUNDS) * 4)
+    columns = len(BACKGROUNDS) * len(SHAPES)
+    save_grid(out_dir / "samples_base_captions.png", recognition["samples"], columns)
     plain = [{k: v for k, v in c.items() if k != "samples"} for c in cells]
     write_text_atomic(out_dir / "cells.json", json.dumps(plain, indent=1) + "\n")
     metrics = summarise(cells, config)
@@ -304,7 +312,7 @@ def regime(cells: list[dict[str, Any]], found: list[Claim] | None = None) -> lis
     recognition = next(c for c in cells if c["part"] == "recognition")
     recognisable = Claim.compare(
         "The un-personalized base model draws what its caption asks for: the evaluation networks "
-        f"read the caption's shape and colour in at least {RECOGNISABLE:.0%} of its samples (one "
+        f"read the caption's shape and solid colour in at least {RECOGNISABLE:.0%} of its samples (one "
         "per colour × shape × background)",
         recognition["recognised"],
         ">=",
@@ -415,7 +423,7 @@ def summarise(cells: list[dict[str, Any]], config: Config) -> dict[str, dict[str
 
 def _ratio(value: float, reference: float) -> float:
     """value / reference, NaN (recorded as null; a claim on it does not hold) when the reference
-    is 0: a probe below the resident-memory resolution (a tiny test model) measured nothing."""
+    is 0 (nothing measured)."""
     return value / reference if reference > 0 else float("nan")
 
 
@@ -542,5 +550,5 @@ def _plots(metrics: dict[str, dict[str, Any]], out_dir: Path) -> None:
         out_dir / "peak_memory.png",
         {s: m["peak_memory_mb"] for s, m in metrics.items() if m["peak_memory_mb"] is not None},
         ylabel="peak training memory in all (MiB)",
-        title="Peak memory per training step",
+        title="Peak training memory (memory probe)",
     )

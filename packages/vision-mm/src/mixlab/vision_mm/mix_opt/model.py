@@ -57,11 +57,12 @@ class ModelSpec:
     caption_dropout: float = 0.1
     train_size: int = 20000
     layout: str = "centred"
-    prediction: str = "v_prediction"
-    """the UNet's target: "v_prediction" (Salimans & Ho 2022) or "epsilon". With ε-prediction
-    the 1,500-step model drew right shapes on tinted grey backgrounds: at high noise x₀ =
-    (x_t − √(1−ᾱ)·ε̂)/√ᾱ magnifies ε̂'s error, and the global colour is decided there"""
     """placement of the pre-training shapes (:data:`~mixlab.vision_mm.mix_opt.data.LAYOUTS`)"""
+    prediction: str = "v_prediction"
+    """the UNet's target: "v_prediction" (Salimans & Ho 2022) or "epsilon". With ε-prediction a
+    1,500-step model (placements jittered around the centre) drew the asked colours on tinted
+    grey backgrounds, with v-prediction on backgrounds of their own colour: at high noise
+    x₀ = (x_t − √(1−ᾱ)·ε̂)/√ᾱ magnifies ε̂'s error, and the global colour is decided there"""
     seed: int = 0
 
 
@@ -116,7 +117,7 @@ def pretrained_model(
     spec: ModelSpec = ModelSpec(), device: torch.device | str = "cpu"
 ) -> tuple[UNet2DConditionModel, CaptionEncoder]:
     """The (EMA) UNet and caption encoder pre-trained on captioned shapes, from the cache when
-    there (seconds) or trained now (about 20 minutes on 2 CPU cores for the default spec)."""
+    there (seconds) or trained now (about 10 minutes on 2 idle CPU cores for the default spec)."""
     path = cached_model_path(spec)
     key, folder = json.dumps(asdict(spec)), path.parent
     with torch.random.fork_rng():  # the caller's random stream stays as it was
@@ -211,7 +212,7 @@ def sample(
     seed: int = 0,
     train_timesteps: int = 1000,
     size: int | None = None,
-    prediction_type: str = "epsilon",
+    prediction_type: str,
 ) -> torch.Tensor:
     """DDIM samples (B, 3, size, size) in [-1, 1] for encoder hidden states ``conditioning``
     (B, L, D), with classifier-free guidance against ``unconditional`` when given;

@@ -20,6 +20,7 @@ specs>'`` to see the measurements.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import sys
 import time
@@ -64,7 +65,12 @@ def check_spec(spec: dict[str, Any], name: Callable[[str], str] = str) -> None:
     values = {**SPEC_DEFAULTS, **spec}
     if "low_resolution" not in spec and is_count(values["resolution"]):
         values["low_resolution"] = values["resolution"] // 2
-    require(values["device"] in ("cpu", "cuda"), name("device"), "cpu or cuda", values["device"])
+    require(
+        isinstance(values["device"], str) and re.fullmatch(r"cpu|cuda(:\d+)?", values["device"]),
+        name("device"),
+        "cpu, cuda or cuda:N",
+        values["device"],
+    )
     check_base_unet(values["channels"], values["text_dim"])
     for key in ("batch_size", "rank", "steps"):
         require(is_count(values[key]), name(key), "an integer >= 1", values[key])
@@ -101,9 +107,14 @@ def _probe(spec: dict[str, Any]) -> dict[str, float]:
     from mixlab.vision_mm.mix_opt.trainer import MixOptConfig, MixOptTrainer
 
     device = spec.get("device", SPEC_DEFAULTS["device"])
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device cuda: no CUDA device is available")
-    memory_device = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else None
+    memory_device = None
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device}: no CUDA device is available")
+        memory_device = torch.device(device)
+        if memory_device.index is not None:
+            torch.cuda.set_device(memory_device)  # where accelerate places the model
+        memory_device = torch.device("cuda", torch.cuda.current_device())
     reset_peak(memory_device)
     start = current_bytes(memory_device)
     torch.manual_seed(0)
@@ -122,7 +133,12 @@ def _probe(spec: dict[str, Any]) -> dict[str, float]:
     images = torch.rand(n, 3, size, size) * 2 - 1
     text = torch.randn(n, 3, text_dim)
     trainer = MixOptTrainer(
-        unet, noise_scheduler(), images, text, config, accelerator=Accelerator(cpu=device == "cpu")
+        unet,
+        noise_scheduler(),
+        images,
+        text,
+        config,
+        accelerator=Accelerator(cpu=memory_device is None),
     )
     for _ in range(2):
         trainer.step()
@@ -130,9 +146,12 @@ def _probe(spec: dict[str, Any]) -> dict[str, float]:
     added = added_peak_bytes(trainer.step, memory_device)  # starts a new peak
     total = max(total, peak_bytes(memory_device)) - start
     times = []
+    sync = (lambda: torch.cuda.synchronize(memory_device)) if memory_device else (lambda: None)
     for _ in range(spec.get("steps", SPEC_DEFAULTS["steps"])):
+        sync()
         begin = time.perf_counter()
-        trainer.step()  # ends in .item(): timed to the step's last kernel on CUDA too
+        trainer.step()
+        sync()  # a ZO step queues its restore and update after the loss's last .item()
         times.append(time.perf_counter() - begin)
     return {
         "total_peak_bytes": total,

@@ -61,9 +61,15 @@ class MixOptConfig:
         require(is_count(self.seed, 0), "seed", "an integer >= 0", self.seed)
 
 
+TIMESTEP_RULE = "per example, given the mode"
+"""how the trainer draws timesteps, recorded in checkpoints: one of the first version (one timestep
+per batch, then the mode) is refused rather than continued under another rule"""
+
+
 def recorded_settings(config: MixOptConfig) -> dict[str, Any]:
-    """``config`` as a checkpoint records it (the schedule by its repr; not checkpoint_every)."""
-    settings = {**asdict(config), "schedule": repr(config.schedule)}
+    """``config`` as a checkpoint records it (the schedule by its repr; not checkpoint_every),
+    with the trainer's :data:`TIMESTEP_RULE`."""
+    settings = {**asdict(config), "schedule": repr(config.schedule), "timesteps": TIMESTEP_RULE}
     settings.pop("checkpoint_every")
     return settings
 

@@ -148,9 +148,9 @@ class MixOptTrainer:
         total = self.scheduler.config.num_train_timesteps
         progress = step / self.config.steps
         schedule = self.config.schedule
-        return torch.tensor(
-            [schedule.p_zo(t / total, progress) for t in range(total)], dtype=torch.float64
-        )
+        values = [schedule.p_zo(t / total, progress) for t in range(total)]
+        # Clamped: a user's Schedule may stray outside [0, 1], and 1 − p_ZO weights BP's timesteps.
+        return torch.tensor(values, dtype=torch.float64).clamp(0, 1)
 
     def mode_at(
         self, step: int, draw: float, uniforms: torch.Tensor

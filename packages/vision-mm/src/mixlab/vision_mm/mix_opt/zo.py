@@ -10,7 +10,7 @@ needed, so a step costs two forward passes and no activations, gradients or opti
 The +1, −2, +1 order restores θ up to float rounding; with ``exact=True`` (the default) the
 trainable tensors are also snapshotted and copied back, so θ is restored bit for bit at the
 cost of one copy of the trainable parameters (a LoRA adapter: tens of KiB). Both forwards see the
-same batch, noise and timestep (common random numbers), which the caller's ``loss`` must ensure.
+same batch, noise and timesteps (common random numbers), which the caller's ``loss`` must ensure.
 """
 
 from __future__ import annotations
@@ -23,15 +23,16 @@ import torch
 def perturb_(params: Sequence[torch.Tensor], seed: int, scale: float) -> None:
     """θ ← θ + scale·z in place, with z ~ N(0, I) drawn from ``seed`` (the same z every call).
 
-    z is drawn on each parameter's device, in its dtype, by a generator of that device seeded
-    with ``seed`` (one per device, advanced in parameter order): nothing is copied from the host,
-    and a given seed gives the same z on every call on the same devices (a CUDA z differs from a
-    CPU one)."""
+    z is drawn on each parameter's device, in its dtype, by a generator of that device (one per
+    device, advanced in parameter order; cuda:k's seed is offset by k + 1, so parameters of one
+    shape on two GPUs get independent z): nothing is copied from the host, and a given seed gives
+    the same z on every call on the same devices (a CUDA z differs from a CPU one)."""
     generators: dict[torch.device, torch.Generator] = {}
     with torch.no_grad():
         for p in params:
             if p.device not in generators:
-                generators[p.device] = torch.Generator(device=p.device).manual_seed(seed)
+                offset = 0 if p.device.index is None else (p.device.index + 1) * 1_000_003
+                generators[p.device] = torch.Generator(device=p.device).manual_seed(seed + offset)
             z = torch.randn(p.shape, generator=generators[p.device], device=p.device, dtype=p.dtype)
             p.add_(z, alpha=scale)
 

@@ -49,9 +49,11 @@ def shape_clips(
 
     traces = traces if traces is not None else Traces()
     if unet is None:
-        from mixlab.vision_mm.mix_opt.model import pretrained_model
+        from mixlab.vision_mm.mix_opt.model import ModelSpec, pretrained_model
 
-        unet, encoder = pretrained_model()
+        # the model family F was built with: ε-prediction on randomly placed shapes (Mix-Opt's
+        # own base model since moved to one centred placement and v-prediction)
+        unet, encoder = pretrained_model(ModelSpec(layout="random", prediction="epsilon"))
     native = unet.config.sample_size
     shapes = captioned_shapes(count, size=native, seed=seed)
     conditioning = encoder(shapes.captions)
