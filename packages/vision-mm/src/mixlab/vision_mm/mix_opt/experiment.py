@@ -119,24 +119,30 @@ def evaluation_prompts(config: Config) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor(captions), torch.tensor(labels)
 
 
-def evaluate(unet, encoder, references, config: Config, seed: int, nets) -> dict[str, Any]:
-    """Samples for the evaluation prompts and their quality metrics."""
-    captions, backgrounds = evaluation_prompts(config)
+def samples_of(unet, encoder, captions: torch.Tensor, config: Config, seed: int) -> torch.Tensor:
+    """DDIM samples (on the CPU) of ``captions`` (N, 3) token ids, as the config samples."""
     device = next(unet.parameters()).device
     encoder.to(device)
     with torch.inference_mode():
         context = encoder(captions.to(device))
         empty = encoder(null_captions(len(captions)).to(device))
-    samples = sample(
+    spec = config.model_spec
+    return sample(
         unet,
         context,
         empty,
         steps=config.sampling_steps,
         guidance=config.guidance,
-        seed=seed + 4242,
-        train_timesteps=config.model_spec.train_timesteps,
-        prediction_type=config.model_spec.prediction,
+        seed=seed,
+        train_timesteps=spec.train_timesteps,
+        prediction_type=spec.prediction,
     ).cpu()
+
+
+def evaluate(unet, encoder, references, config: Config, seed: int, nets) -> dict[str, Any]:
+    """Samples for the evaluation prompts and their quality metrics."""
+    captions, backgrounds = evaluation_prompts(config)
+    samples = samples_of(unet, encoder, captions, config, seed + 4242)
     feature_net, attribute_net, center = nets
     own = backgrounds == list(BACKGROUNDS).index(config.subject_background)
     return {
@@ -163,20 +169,7 @@ def base_recognition(config: Config, nets) -> dict[str, Any]:
     captions = torch.tensor(
         [encode_caption(list(COLOURS)[c], SHAPES[s], list(BACKGROUNDS)[b]) for s, c, b in labels]
     )
-    with torch.inference_mode():
-        context = encoder(captions.to(device))
-        empty = encoder(null_captions(len(captions)).to(device))
-    spec = config.model_spec
-    samples = sample(
-        unet,
-        context,
-        empty,
-        steps=config.sampling_steps,
-        guidance=config.guidance,
-        seed=777,
-        train_timesteps=spec.train_timesteps,
-        prediction_type=spec.prediction,
-    ).cpu()
+    samples = samples_of(unet, encoder, captions, config, seed=777)
     feature_net, attribute_net, _ = nets
     shape, colour, background = torch.tensor(labels).T
     with torch.inference_mode():
