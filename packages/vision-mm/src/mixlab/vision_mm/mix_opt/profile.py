@@ -3,7 +3,7 @@
 A spec is ``{"mode": "bp_high" | "bp_low" | "zo_high", "resolution", "low_resolution",
 "batch_size", "channels", "text_dim", "rank", "steps", "device"}``; the UNet is
 :func:`build_unet` with a LoRA adapter of ``rank`` (weights do not change memory or time),
-trained by :class:`MixOptTrainer` on ``device`` ("cpu" or "cuda"). Two figures per mode
+trained by :class:`MixOptTrainer` on ``device`` ("cpu", "cuda" or "cuda:N"). Two figures per mode
 (:mod:`mixlab.shared.memory`):
 
 - ``total_peak_bytes``: the peak from before the model is built to the end, so the model, the
