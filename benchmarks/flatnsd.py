@@ -53,6 +53,7 @@ from mixlab.graphs.flatnsd.config import SYSTEMS as EXPERIMENT_SYSTEMS
 from mixlab.graphs.flatnsd.layers import NSDConv, Operator
 from mixlab.graphs.flatnsd.sheaf import laplacian_blocks, laplacian_index
 from mixlab.shared import Claim, bar_plot
+from mixlab.shared.memory import current_bytes
 from mixlab.shared.result import write_benchmark
 
 FEATURES, CLASSES, STALK, CHANNELS, LAYERS = 64, 8, 2, 16, 2
@@ -152,17 +153,11 @@ def random_graph(nodes: int, directed_edges: int, seed: int = 0):
     return x, coalesce(edge_index, num_nodes=nodes), y
 
 
-def current_rss_kib() -> float:
-    """The process's resident memory now (Linux), in KiB like ``ru_maxrss``."""
-    resident_pages = int(Path("/proc/self/statm").read_text().split()[1])
-    return resident_pages * resource.getpagesize() / 1024
-
-
 def worker(system: str, nodes: int, edges: int) -> dict:
     torch.set_flush_denormal(True)
     torch.manual_seed(0)
     x, edge_index, y = random_graph(nodes, edges)
-    before = current_rss_kib()  # not ru_maxrss: building the data left temporaries above this
+    before = current_bytes() / 1024  # not ru_maxrss: building the data left temporaries above
     model = build(system, edge_index, nodes)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 
