@@ -539,6 +539,11 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
     assert {spec["resolution"] for spec in probed} == {config.memory_resolution}
     memory = result.metrics
     assert memory["bp_high"]["peak_memory_mb"] >= memory["bp_high"]["added_memory_mb"] >= 0
+    mix, random = result.metrics["mix_opt"], result.metrics["random"]
+    assert mix["fidelity_over_random_min"] == pytest.approx(
+        mix["subject_fidelity"] - random["subject_fidelity"]
+    )  # one seed: the worst seed's gap is the gap
+    assert random["fidelity_over_random_min"] is None
     assert memory["zo_high"]["zo_share"] == 1.0
     assert memory["bp_low"]["zo_share"] == 0.0
     for system in result.metrics:

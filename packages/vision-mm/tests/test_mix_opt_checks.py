@@ -150,6 +150,33 @@ def test_regime_needs_a_recognisable_base_and_memory_above_the_floor():
     assert states(added_mib=49.0) == ["untested", "holds"]
 
 
+def test_quality_claims_are_judged_on_the_worst_seed():
+    from mixlab.vision_mm.mix_opt.experiment import _paired_by_seed
+
+    # Mix-Opt beats random mixing on the mean (0.55 > 0.5) but not on seed 1.
+    fidelity = {"base": (0.4, 0.4), "bp_high": (0.6, 0.8), "zo_high": (0.45, 0.45),
+                "random": (0.5, 0.5), "mix_opt": (0.7, 0.4), "bp_low": (0.3, 0.3)}  # fmt: skip
+    edges = {"mix_opt": (0.5, 0.6), "random": (0.55, 0.5), "bp_low": (0.4, 0.4)}
+    cells = [
+        {"part": "train", "system": system, "seed": seed, "subject_fidelity": values[seed],
+         "edge_iou": edges.get(system, (0.5, 0.5))[seed]}
+        for system, values in fidelity.items()
+        for seed in (0, 1)
+    ]  # fmt: skip
+    metrics = {system: {} for system in fidelity}
+    _paired_by_seed(cells, metrics)
+    mix = metrics["mix_opt"]
+    assert mix["fidelity_over_random_min"] == pytest.approx(-0.1)
+    assert mix["gain_share_of_bp_high_min"] == pytest.approx(0.0)  # seed 1 keeps none of 0.4
+    assert mix["fidelity_over_zo_high_min"] == pytest.approx(-0.05)
+    assert mix["distortion_over_bp_low_max"] == pytest.approx(-0.1)  # below BP-low on both
+    assert mix["distortion_over_random_max"] == pytest.approx(0.05)
+    assert all(value is None for value in metrics["random"].values())
+    cells[0]["subject_fidelity"] = cells[2]["subject_fidelity"] = 0.4  # no BP-high gain on seed 0
+    _paired_by_seed(cells, metrics)
+    assert math.isnan(metrics["mix_opt"]["gain_share_of_bp_high_min"])
+
+
 # --- CLI: checked before any work ---------------------------------------------------------------
 
 
