@@ -202,10 +202,10 @@ def test_router_sends_tokens_to_different_depths(calibrated):
         model(tokens(4, seed=3))
     depths = mobi_layers(decoder_blocks(model)[0])[0].token_depth
     assert set(depths.unique().tolist()) == {1, 2}
-    set_budget(model, 4.0)  # an integer budget is uniform
+    set_budget(model, 4.0)  # an integer budget is uniform: one depth, the fixed-precision read
     with torch.no_grad():
         model(tokens(4, seed=3))
-    assert set(mobi_layers(decoder_blocks(model)[0])[0].token_depth.tolist()) == {2}
+    assert mobi_layers(decoder_blocks(model)[0])[0].token_depth == 2
 
 
 def test_learned_clipping_is_dropped_where_it_does_not_help():

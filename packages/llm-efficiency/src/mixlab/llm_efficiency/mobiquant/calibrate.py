@@ -33,20 +33,16 @@ from torch import nn
 
 from mixlab.llm_efficiency.mobiquant.layer import MoBiLinear, MoBiRouter, as_out_in
 from mixlab.llm_efficiency.mobiquant.model import (
-    CALIBRATION_BUFFER,
     MoBiQuantConfig,
     _attach,
     _replace,
     block_linears,
     decoder_blocks,
+    fit_thresholds,
 )
 from mixlab.shared import progress
 
 __all__ = ["BlockCall", "calibrate_", "capture_block_inputs", "run_block"]
-
-STORED_SEQUENCES = (
-    16  # calibration sequences kept in the model, on which set_budget fits thresholds
-)
 
 
 class _Stop(Exception):
@@ -169,8 +165,9 @@ def calibrate_(model: nn.Module, config: MoBiQuantConfig, calib: torch.Tensor) -
             hidden = target  # the next block reads full-precision inputs (see the module doc)
     for parameter in trainable:  # as the caller had them (the quantized layers hold buffers)
         parameter.requires_grad_(True)
-    model.register_buffer(CALIBRATION_BUFFER, calib[:STORED_SEQUENCES].long().clone())
     _attach(model, config)
+    if config.router:  # every budget's thresholds, from these tokens; the tokens are not kept
+        fit_thresholds(model, calib)
     return model
 
 

@@ -31,9 +31,13 @@ from transformers.quantizers.auto import register_quantization_config, register_
 from transformers.quantizers.base import HfQuantizer
 from transformers.utils.quantization_config import QuantizationConfigMixin
 
-from mixlab.llm_efficiency.mobiquant.layer import MoBiLinear, MoBiRouter, check_budget
+from mixlab.llm_efficiency.mobiquant.layer import (
+    MoBiLinear,
+    MoBiRouter,
+    budget_index,
+    check_budget,
+)
 from mixlab.llm_efficiency.mobiquant.model import (
-    CALIBRATION_BUFFER,
     MoBiQuantConfig,
     finish_loading,
     rebuild,
@@ -72,8 +76,9 @@ class MoBiQuantHfConfig(QuantizationConfigMixin):
             raise ValueError(f"precision must be None or in 1..{config.slices}, got {precision!r}")
         if budget is not None:
             if config.router:
-                raise ValueError("budget: a routed model keeps its budget in its routers")
-            check_budget(budget, config.bits, config.slices)
+                budget_index(budget, config.bits, config.slices)  # a budget with a threshold
+            else:
+                check_budget(budget, config.bits, config.slices)
         self.quant_method = QUANT_METHOD
         self.__dict__.update(config.to_dict())
         self.precision, self.budget, self.budget_seed = precision, budget, budget_seed
@@ -114,7 +119,7 @@ class MoBiQuantHfQuantizer(HfQuantizer):
                 "safetensors; use mixlab.llm_efficiency.mobiquant.load_quantized"
             )
         shapes = stored_shapes(checkpoint_files)
-        rebuild(model, self.quantization_config.mobiquant_config(), shapes.get(CALIBRATION_BUFFER))
+        rebuild(model, self.quantization_config.mobiquant_config())
         _check_complete(model, shapes, Path(checkpoint_files[0]).parent)
         for module in model.modules():
             # Their initializers reach for the float weights MoBiLinear replaced (GPT-2 rescales

@@ -38,9 +38,16 @@ from typing import Literal
 
 import torch
 
-from .slices import SliceSpec, dequantize, unpack
+from .slices import SliceSpec, affine_at, combine, dequantize, unpack
 
-__all__ = ["nested_matmul", "nested_matmul_reference", "nested_matmul_triton"]
+__all__ = [
+    "fixed_matmul",
+    "int4_applies",
+    "nested_matmul",
+    "nested_matmul_reference",
+    "nested_matmul_triton",
+    "pack_int4",
+]
 
 BACKENDS = ("auto", "triton", "reference")
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
@@ -86,7 +93,7 @@ def _check_inputs(
     for name, t in (("planes", planes), ("scale", scale), ("zero", zero), ("depth", depth)):
         if t.device != x.device:
             raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
-    if m:
+    if m and not torch.compiler.is_compiling():  # a compiled graph keeps no host sync
         low, high = torch.stack(torch.aminmax(depth)).tolist()  # one host sync
         if low < 1 or high > spec.slices:
             raise ValueError(
@@ -101,6 +108,7 @@ def nested_matmul_reference(
     zero: torch.Tensor,
     depth: torch.Tensor,
     spec: SliceSpec,
+    depths: tuple[int, ...] | None = None,
 ) -> torch.Tensor:
     """``y[m] = x[m] @ W_{depth[m]}^T`` in plain PyTorch (the CPU path and the kernel's oracle).
 
@@ -110,21 +118,84 @@ def nested_matmul_reference(
         scale, zero: ``[N, K / group_size]`` group scale and zero.
         depth: integer ``[M]``, each in ``1..spec.slices``.
         spec: the :class:`.slices.SliceSpec` the planes were made with.
+        depths: the depths ``depth`` can hold (default all; a router at a budget reads two).
 
     Returns:
-        ``[M, N]`` in ``x.dtype``, computed in float32. Each depth present is dequantized once.
+        ``[M, N]`` in ``x.dtype``, computed in float32, as ``sum_d (x * [depth == d]) @ W_d^T``:
+        each row gets exactly one non-zero term, so it equals the per-depth matmul, and nothing
+        reads the depths' values on the host (no sync: it compiles into one graph).
     """
     _check_inputs(x, planes, scale, zero, depth, spec)
-    y = torch.empty(x.shape[0], planes.shape[1], dtype=torch.float32, device=x.device)
-    present = depth.unique().tolist()
-    if not present:
-        return y.to(x.dtype)
-    codes = unpack(planes[: max(present)], spec.bits)  # only the planes some token reads
-    for d in present:
-        rows = (depth == d).nonzero().squeeze(1)
-        weight = dequantize(codes[:d], scale, zero, spec, d)  # [N, K] float32
-        y.index_copy_(0, rows, x.index_select(0, rows).float() @ weight.T)
+    depths = tuple(range(1, spec.slices + 1)) if depths is None else depths
+    codes = unpack(planes[: max(depths)], spec.bits)  # only the planes some token may read
+    x32 = x.float()
+    y = x32.new_zeros(x.shape[0], planes.shape[1])
+    for d in depths:
+        rows = (depth == d).unsqueeze(1).to(x32.dtype)
+        y = y.addmm(x32 * rows, dequantize(codes[:d], scale, zero, spec, d).T)
     return y.to(x.dtype)
+
+
+def int4_applies(spec: SliceSpec, depth: int, device: torch.device, out_features: int) -> bool:
+    """Whether the read at ``depth`` goes to PyTorch's packed int4 CPU matmul: a 4-bit read (two
+    2-bit slices, one 4-bit slice, ...) on the CPU, with what that kernel takes (groups of 32 to
+    256 columns, outputs in multiples of 16)."""
+    return (
+        device.type == "cpu"
+        and depth * spec.bits == 4
+        and spec.group_size in (32, 64, 128, 256)
+        and out_features % 16 == 0
+    )
+
+
+def pack_int4(
+    planes: torch.Tensor,
+    scale: torch.Tensor,
+    zero: torch.Tensor,
+    spec: SliceSpec,
+    depth: int,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The 4-bit read ``Q_d`` as operands of ``torch._weight_int4pack_mm_for_cpu``: the packed
+    codes and the ``[groups, N, 2]`` scales and zeros in ``dtype``.
+
+    That kernel reads ``W = (q - 8) * a + c`` per group; ours is ``W_d = slope * Q_d + offset``
+    (:func:`.slices.affine_at`), so ``a = slope`` and ``c = offset + 8 slope``: the same weight,
+    with the slope and offset rounded to ``dtype``."""
+    codes = combine(unpack(planes[:depth], spec.bits), depth, spec.bits)  # [N, K] in 0..15
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 1)
+    slope, offset = affine_at(scale, zero, spec, depth)
+    scales_and_zeros = torch.stack([slope.T, (offset + 8 * slope).T], dim=-1)
+    return packed, scales_and_zeros.to(dtype).contiguous()
+
+
+def fixed_matmul(
+    x: torch.Tensor,
+    planes: torch.Tensor,
+    scale: torch.Tensor,
+    zero: torch.Tensor,
+    depth: int,
+    spec: SliceSpec,
+    *,
+    int4: tuple[torch.Tensor, torch.Tensor] | None = None,
+    backend: Literal["auto", "triton", "reference"] = "auto",
+) -> torch.Tensor:
+    """``x [M, K] @ W_depth^T``, every token at one depth, by the fastest path that applies:
+
+    - ``int4`` given (:func:`pack_int4`, on the CPU): PyTorch's packed int4 matmul;
+    - CUDA with triton (or ``backend="triton"``): the nested kernel with one depth, its tile
+      table built from ``M`` alone (no host sync);
+    - else unpack and dequantize ``W_d`` (vectorised), then ``F.linear``.
+    """
+    if int4 is not None:
+        packed, scales_and_zeros = int4
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(
+            x, packed, spec.group_size, scales_and_zeros.to(x.dtype)
+        )
+    if backend == "triton" or (backend == "auto" and x.is_cuda and _triton_available()):
+        return _uniform_triton(x, planes, scale, zero, depth, spec)
+    codes = unpack(planes[:depth], spec.bits)
+    return torch.nn.functional.linear(x, dequantize(codes, scale, zero, spec, depth, x.dtype))
 
 
 def _tile_table(
@@ -147,6 +218,29 @@ def _tile_table(
         offset += count
     table = torch.tensor([starts, sizes, depths], dtype=torch.int32).to(depth.device)
     return order, table, len(starts)
+
+
+def _uniform_triton(
+    x: torch.Tensor,
+    planes: torch.Tensor,
+    scale: torch.Tensor,
+    zero: torch.Tensor,
+    depth: int,
+    spec: SliceSpec,
+    block_m: int = 16,
+) -> torch.Tensor:
+    """The kernel with every token at ``depth``: tiles of ``block_m`` tokens in their own order."""
+    m = x.shape[0]
+    y = torch.empty(m, planes.shape[1], dtype=x.dtype, device=x.device)
+    if y.numel() == 0:
+        return y
+    starts = list(range(0, m, block_m))
+    table = [starts, [min(block_m, m - s) for s in starts], [depth] * len(starts)]
+    order = torch.arange(m, dtype=torch.int32, device=x.device)
+    table_t = torch.tensor(table, dtype=torch.int32).to(x.device, non_blocking=True)
+    _launch(x, planes, scale, zero, y, order, table_t, len(starts), spec,
+            block_m=block_m, block_n=32, block_k=64, num_warps=4)  # fmt: skip
+    return y
 
 
 @functools.cache
@@ -298,11 +392,13 @@ def nested_matmul(
     depth: torch.Tensor,
     spec: SliceSpec,
     backend: Literal["auto", "triton", "reference"] = "auto",
+    depths: tuple[int, ...] | None = None,
 ) -> torch.Tensor:
     """``y[..., n] = x[...] @ W_{depth[...]}^T``: x ``[..., K]``, depth ``x.shape[:-1]``.
 
     ``backend="auto"`` uses the Triton kernel for CUDA tensors when triton imports and the
-    PyTorch reference otherwise; ``"triton"`` and ``"reference"`` force one.
+    PyTorch reference otherwise; ``"triton"`` and ``"reference"`` force one. ``depths``: the
+    depths ``depth`` can hold, when fewer than all (the reference then reads fewer).
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -315,6 +411,9 @@ def nested_matmul(
         )
     if backend == "auto":
         backend = "triton" if x.is_cuda and _triton_available() else "reference"
-    matmul = nested_matmul_triton if backend == "triton" else nested_matmul_reference
-    y = matmul(x.reshape(-1, x.shape[-1]), planes, scale, zero, depth.reshape(-1), spec)
+    args = (x.reshape(-1, x.shape[-1]), planes, scale, zero, depth.reshape(-1), spec)
+    if backend == "triton":
+        y = nested_matmul_triton(*args)
+    else:
+        y = nested_matmul_reference(*args, depths)
     return y.reshape(*x.shape[:-1], y.shape[-1])

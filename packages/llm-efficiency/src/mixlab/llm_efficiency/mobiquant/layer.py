@@ -24,7 +24,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mixlab.llm_efficiency.mobiquant.kernel import nested_matmul
+from mixlab.llm_efficiency.mobiquant.kernel import (
+    fixed_matmul,
+    int4_applies,
+    nested_matmul,
+    pack_int4,
+)
 from mixlab.llm_efficiency.mobiquant.slices import (
     SliceSpec,
     dequantize,
@@ -42,6 +47,8 @@ __all__ = [
     "MoBiLinear",
     "MoBiRouter",
     "as_out_in",
+    "budget_grid",
+    "budget_index",
     "check_budget",
     "depth_plan",
     "is_linear",
@@ -132,10 +139,14 @@ class MoBiLinear(nn.Module):
         self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype, **kw)) if bias else None
         self.compute_dtype = dtype
         self.precision: int | None = None
-        self.token_depth: torch.Tensor | None = None
+        self.token_depth: torch.Tensor | int | None = None
+        self.token_depths: tuple[int, ...] | None = None  # the depths token_depth can hold
         self.train_gates: torch.Tensor | None = None  # [tokens, slices] during calibration
         self.backend = "auto"
         self.calibration: _Calibration | None = None
+        # (device, dtype) -> the 4-bit read packed for PyTorch's int4 matmul (kernel.pack_int4):
+        # 4 bits per weight, made on the first 4-bit read, dropped when the planes change
+        self._int4: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
         self.reset_bit_counts()
 
     # --- the bits this layer actually read ---------------------------------------------------
@@ -210,6 +221,27 @@ class MoBiLinear(nn.Module):
         self.zero.copy_(zero.to(torch.float16))
         codes = slice_codes(weight, self.scale, self.zero, self.spec)
         self.planes.copy_(pack(codes, self.spec.bits))
+        self._int4.clear()
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        self._int4.clear()  # new planes: the packed 4-bit read is stale
+        super()._load_from_state_dict(*args, **kwargs)
+
+    def _fixed_read(self, x: torch.Tensor, depth: int) -> torch.Tensor:
+        """``x @ W_depth^T`` by :func:`.kernel.fixed_matmul`: the packed int4 CPU matmul for a
+        4-bit read, the Triton kernel on CUDA, a vectorised unpack otherwise."""
+        int4 = None
+        if int4_applies(self.spec, depth, x.device, self.out_features):
+            key = (x.device, x.dtype)
+            if key not in self._int4:
+                self._int4[key] = pack_int4(
+                    self.planes, self.scale, self.zero, self.spec, depth, x.dtype
+                )
+            int4 = self._int4[key]
+        return fixed_matmul(
+            x, self.planes, self.scale, self.zero, depth, self.spec, int4=int4,
+            backend=self.backend,
+        )  # fmt: skip
 
     def weight_at(self, depth: int) -> torch.Tensor:
         """The dense weight ``[out, in]`` this layer reads at ``depth`` slices."""
@@ -242,6 +274,8 @@ class MoBiLinear(nn.Module):
                     f"precision must be a depth in 1..{self.spec.slices}, got {depth!r}"
                 )
             return depth
+        if isinstance(self.token_depth, int):  # the router sends every token to one depth
+            return self.token_depth
         if self.token_depth is not None:
             if self.token_depth.numel() != tokens:
                 raise ValueError(
@@ -260,11 +294,17 @@ class MoBiLinear(nn.Module):
         else:
             depth = self._depths(x2.shape[0], precision, x.device)
             self._record(depth, x2.shape[0])
+            depths = self.token_depths
+            if not isinstance(depth, int) and not torch.compiler.is_compiling():
+                # eager: read only the planes of the depths present (one host read; a compiled
+                # graph keeps the depths it can hold and no sync); one depth: the fixed read
+                depths = tuple(depth.unique().tolist()) or (self.spec.slices,)  # () if empty
+                depth = depths[0] if len(depths) == 1 else depth
             if isinstance(depth, int):
-                y = F.linear(x2, self.weight_at(depth).to(x.dtype))
+                y = self._fixed_read(x2, depth)
             else:
                 y = nested_matmul(
-                    x2, self.planes, self.scale, self.zero, depth, self.spec, self.backend
+                    x2, self.planes, self.scale, self.zero, depth, self.spec, self.backend, depths
                 )
         if self.bias is not None:
             y = y + self.bias.to(y.dtype)
@@ -299,6 +339,29 @@ def check_budget(avg_bits: float, bits: int, slices: int) -> None:
         raise ValueError(f"avg_bits must be in [{bits}, {bits * slices}], got {avg_bits!r}")
 
 
+BUDGETS_PER_SLICE = 8
+"""the routers' thresholds are fitted at every 1/8 slice of average depth (:func:`budget_grid`)"""
+
+
+def budget_grid(bits: int, slices: int) -> list[float]:
+    """The average code bits a router serves: ``bits`` to ``bits * slices`` in steps of
+    ``bits / BUDGETS_PER_SLICE`` (2, 2.25, ..., 8 for four 2-bit slices)."""
+    return [bits * (1 + k / BUDGETS_PER_SLICE) for k in range(BUDGETS_PER_SLICE * (slices - 1) + 1)]
+
+
+def budget_index(avg_bits: float, bits: int, slices: int) -> int:
+    """The position of ``avg_bits`` in :func:`budget_grid` (a ValueError naming the grid if off it)."""
+    check_budget(avg_bits, bits, slices)
+    position = (avg_bits / bits - 1) * BUDGETS_PER_SLICE
+    if abs(position - round(position)) > 1e-6:
+        raise ValueError(
+            f"avg_bits must be a multiple of {bits / BUDGETS_PER_SLICE:g} bits (1/"
+            f"{BUDGETS_PER_SLICE} slice, where the routers' thresholds were fitted), got "
+            f"{avg_bits!r}"
+        )
+    return round(position)
+
+
 def depth_plan(avg_bits: float, bits: int, slices: int) -> tuple[int, float]:
     """``(base depth, share of tokens one slice deeper)`` averaging ``avg_bits`` code bits: only
     the two depths next to the average are used, since the error falls ~4x per slice (convex),
@@ -322,12 +385,22 @@ def upper_threshold(scores: torch.Tensor, share: float) -> float:
 
 class MoBiRouter(nn.Module):
     """MoBiRoute: a per-token score from the block's input hidden state; at an average of
-    ``base + share`` slices, the top ``share`` of tokens by score read ``base + 1`` slices and
-    the others ``base`` (the threshold is the score quantile, placed by set_budget).
+    ``base + share`` slices, the tokens scoring above the budget's threshold read ``base + 1``
+    slices and the others ``base``.
+
+    The thresholds of every budget in :func:`budget_grid` are fitted once, after calibration
+    (:func:`~.model.fit_thresholds`), and stored in the ``thresholds`` buffer: switching budgets
+    (:meth:`use_budget`) runs nothing. A budget guard keeps what the router reads on budget on
+    any text: it counts the tokens sent deeper since the budget was set against ``share`` of all
+    tokens, and when a call would take that excess past ``GUARD_TOKENS`` it sends only the
+    top-scoring tokens that keep it within (an exact quantile at large calls; one token either way
+    at decoding). Without it, text unlike the calibration text shifts the scores and the bits read.
 
     Always float32, whatever the model's dtype or torch's default dtype, so that a bf16 model
     rebuilt by ``from_pretrained`` (which builds under the model's dtype) gets the router it saved.
     """
+
+    GUARD_TOKENS = 4.0
 
     def __init__(self, hidden_size: int, slices: int, hidden: int = 32, bits: int = 2) -> None:
         super().__init__()
@@ -336,25 +409,44 @@ class MoBiRouter(nn.Module):
         self.slices, self.bits = slices, bits
         self.up = nn.Linear(hidden_size, hidden, dtype=torch.float32)
         self.down = nn.Linear(hidden, 1, dtype=torch.float32)
-        self.register_buffer("threshold", torch.tensor(math.inf, dtype=torch.float32))
-        self.register_buffer("base_depth", torch.tensor(slices, dtype=torch.long))
-        self.fit_to: float | None = None  # set_budget: place the threshold on the next batch
+        grid = len(budget_grid(bits, slices))
+        self.register_buffer("thresholds", torch.full((grid,), math.inf, dtype=torch.float32))
+        # tokens sent deeper minus share * tokens, since the budget was set (the guard)
+        self.register_buffer("excess", torch.zeros((), dtype=torch.float32), persistent=False)
+        self.base, self.share, self.threshold = slices, 0.0, math.inf  # all slices until set
+        self.fit_to: float | None = None  # fit_thresholds: place the threshold on this batch
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """Scores ``[tokens]`` (higher: the token gains more from one more slice)."""
         h = F.rms_norm(hidden.to(self.up.weight.dtype), (hidden.shape[-1],))
         return self.down(F.gelu(self.up(h))).flatten()
 
-    def depth(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Each token's depth at the current budget."""
-        return self.base_depth + (self(hidden) > self.threshold).long()
+    def use_budget(self, avg_bits: float) -> None:
+        """Read ``avg_bits`` on average from now on, with the stored threshold (no forward)."""
+        self.base, self.share = depth_plan(avg_bits, self.bits, self.slices)
+        self.threshold = float(self.thresholds[budget_index(avg_bits, self.bits, self.slices)])
+        self.excess.zero_()
 
-    def fit_threshold(self, scores: torch.Tensor, avg_bits: float) -> None:
-        """Place base depth and threshold so that ``scores`` (of calibration tokens) average
-        ``avg_bits`` code bits."""
-        base, share = depth_plan(avg_bits, self.bits, self.slices)
-        self.base_depth.fill_(base)
-        self.threshold.fill_(upper_threshold(scores, share))
+    def depths(self) -> tuple[int, ...]:
+        """The depths the router's tokens read at the current budget."""
+        return (self.base,) if self.share == 0 else (self.base, self.base + 1)
+
+    def depth(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Each token's depth at the current budget (no host sync)."""
+        scores = self(hidden)
+        if self.fit_to is not None:
+            self.base, self.share = depth_plan(self.fit_to, self.bits, self.slices)
+            self.threshold = upper_threshold(scores, self.share)
+            return self.base + (scores > self.threshold).long()
+        deeper = scores > self.threshold
+        # the guard: the count this call may send deeper keeps |excess| <= GUARD_TOKENS
+        wanted = self.share * scores.numel() - self.excess
+        count = deeper.sum().clamp(wanted - self.GUARD_TOKENS, wanted + self.GUARD_TOKENS)
+        count = count.round().clamp(0, scores.numel())
+        rank = scores.argsort(descending=True).argsort()  # 0 for the highest score
+        deeper = rank < count  # the top `count` by score: the same tokens when none is forced
+        self.excess += deeper.sum() - self.share * scores.numel()
+        return self.base + deeper.long()
 
     def gates(
         self, scores: torch.Tensor, avg_bits: float, temperature: float = 1.0
@@ -375,5 +467,5 @@ class MoBiRouter(nn.Module):
         return gates, (base + soft.mean()) * self.bits
 
     def parameter_bits(self) -> int:
-        """Storage of the router in bits (fp16 weights and biases)."""
-        return 16 * sum(p.numel() for p in self.parameters())
+        """Storage of the router in bits (fp16 weights and biases, float32 thresholds)."""
+        return 16 * sum(p.numel() for p in self.parameters()) + 32 * self.thresholds.numel()

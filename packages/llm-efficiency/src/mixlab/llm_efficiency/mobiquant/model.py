@@ -32,6 +32,7 @@ from mixlab.llm_efficiency.mobiquant.layer import (
     MoBiLinear,
     MoBiRouter,
     as_out_in,
+    budget_grid,
     check_budget,
     depth_plan,
     is_linear,
@@ -45,6 +46,7 @@ __all__ = [
     "block_linears",
     "decoder_blocks",
     "finish_loading",
+    "fit_thresholds",
     "load_quantized",
     "mobi_layers",
     "quantize_",
@@ -61,7 +63,6 @@ __all__ = [
 
 CONFIG_FILE = "mobiquant_config.json"
 WEIGHTS_FILE = "model.safetensors"
-CALIBRATION_BUFFER = "mobiquant_calibration_tokens"  # kept in the checkpoint for set_budget
 
 
 @dataclass
@@ -158,25 +159,32 @@ def mobi_layers(block: nn.Module) -> list[MoBiLinear]:
 
 def _route(block: nn.Module, args: tuple, kwargs: dict) -> None:
     """Forward pre-hook of every quantized block: decide each token's depth and hand it to the
-    block's layers. The router scores the tokens; the no-router ablation at a fractional budget
-    draws depths at random, token-agnostic, in the same proportions
-    (``block.mobi_random_depth = (low depth, P(low + 1), generator)``)."""
+    block's layers, with the depths it can take. The router scores the tokens; the no-router
+    ablation at a fractional budget draws depths at random, token-agnostic, in the same
+    proportions (``block.mobi_random_depth = (low depth, P(low + 1), generator)``). A budget that
+    sends no token deeper hands the layers one depth (their fixed-precision read)."""
     layers = mobi_layers(block)
-    depth = None
-    if all(layer.precision is None for layer in layers):
-        hidden = args[0] if args else kwargs["hidden_states"]
-        random_depth = getattr(block, "mobi_random_depth", None)
-        router: MoBiRouter | None = getattr(block, "mobi_router", None)
-        if random_depth is not None:
-            low, p_up, generator = random_depth
+    if any(layer.precision is not None for layer in layers):
+        return
+    hidden = args[0] if args else kwargs["hidden_states"]
+    random_depth = getattr(block, "mobi_random_depth", None)
+    router: MoBiRouter | None = getattr(block, "mobi_router", None)
+    depth, depths = None, None
+    if random_depth is not None:
+        low, p_up, generator = random_depth
+        if p_up == 0:
+            depth = low
+        else:
             up = torch.rand(hidden.shape[:-1].numel(), generator=generator) < p_up
-            depth = (low + up.long()).to(hidden.device)
-        elif router is not None:
-            if router.fit_to is not None:  # set_budget's pass over the calibration tokens
-                router.fit_threshold(router(hidden), router.fit_to)
+            depth, depths = (low + up.long()).to(hidden.device), (low, low + 1)
+    elif router is not None:
+        if router.share == 0 and router.fit_to is None:
+            depth = router.base
+        else:
             depth = router.depth(hidden)
+            depths = router.depths()
     for layer in layers:
-        layer.token_depth = depth
+        layer.token_depth, layer.token_depths = depth, depths
 
 
 def _attach(model: nn.Module, config: MoBiQuantConfig) -> None:
@@ -232,48 +240,65 @@ def quantize_(
 def set_precision(model: nn.Module, depth: int | None) -> None:
     """Every token reads ``depth`` slices (``depth * bits`` bits); ``None`` hands the choice back to
     the routers (or, without routers, to all slices)."""
+    model.mobiquant_budget = None
     for block in decoder_blocks(model):
         block.mobi_random_depth = None
         for layer in mobi_layers(block):
             if depth is not None and not 1 <= depth <= layer.spec.slices:
                 raise ValueError(f"precision must be in 1..{layer.spec.slices}, got {depth!r}")
             layer.precision = depth
-            layer.token_depth = None
+            layer.token_depth = layer.token_depths = None
             layer.reset_bit_counts()
 
 
-def set_budget(
-    model: nn.Module, avg_bits: float, *, tokens: torch.Tensor | None = None, seed: int = 0
-) -> None:
-    """Average ``avg_bits`` code bits per weight from now on.
+def set_budget(model: nn.Module, avg_bits: float, *, seed: int = 0) -> None:
+    """Average ``avg_bits`` code bits per weight from now on; runs no forward pass.
 
-    Routed blocks: one forward pass over ``tokens`` (default: the calibration tokens stored with
-    the model) places each block's threshold on the hidden states it actually receives, i.e. with
-    the blocks before it already running at the new budget. A model without routers mixes the two
-    nearest depths at random per token in the same proportions (the token-agnostic ablation).
+    Routed blocks switch to the threshold stored for ``avg_bits`` (a multiple of 1/8 slice, see
+    :func:`.layer.budget_grid`; :func:`fit_thresholds` placed them). A model without routers
+    mixes the two nearest depths at random per token in the same proportions (the token-agnostic
+    ablation; ``seed`` seeds the draws).
     """
     config: MoBiQuantConfig = model.mobiquant_config
     check_budget(avg_bits, config.bits, config.slices)
     set_precision(model, None)
     blocks = decoder_blocks(model)
     routers = [r for b in blocks if (r := getattr(b, "mobi_router", None)) is not None]
-    if routers:
-        tokens = tokens if tokens is not None else getattr(model, CALIBRATION_BUFFER, None)
-        if tokens is None:
-            raise ValueError("tokens: this model stores no calibration tokens; pass some")
-        for router in routers:
-            router.fit_to = avg_bits
-        try:
-            with torch.no_grad():
-                model(input_ids=tokens.to(next(model.parameters()).device), use_cache=False)
-        finally:
+    for router in routers:
+        router.use_budget(avg_bits)
+    if not routers:
+        base, share = depth_plan(avg_bits, config.bits, config.slices)
+        for block in blocks:
+            block.mobi_random_depth = (base, share, torch.Generator().manual_seed(seed))
+    model.mobiquant_budget = (avg_bits, seed)
+
+
+@torch.no_grad()
+def fit_thresholds(model: nn.Module, tokens: torch.Tensor) -> None:
+    """Place every router's threshold for every budget of :func:`.layer.budget_grid` on the
+    hidden states of ``tokens`` (``[sequences, seq_len]`` ids): one forward pass per budget, in
+    which each block's threshold is the quantile of its tokens' scores that averages the budget,
+    with the blocks before it already at that budget. Calibration calls it with its tokens; call
+    it again to fit them to other text. The tokens are not kept."""
+    config: MoBiQuantConfig = model.mobiquant_config
+    routers = [r for b in decoder_blocks(model) if (r := getattr(b, "mobi_router", None))]
+    if not routers:
+        raise ValueError("model: it has no routers to fit (quantized with router=False)")
+    set_precision(model, None)
+    device = next(model.parameters()).device
+    try:
+        for index, budget in enumerate(budget_grid(config.bits, config.slices)):
             for router in routers:
-                router.fit_to = None
-        reset_bit_counts(model)  # the fitting pass does not count as reading
-        return
-    base, share = depth_plan(avg_bits, config.bits, config.slices)
-    for block in blocks:
-        block.mobi_random_depth = (base, share, torch.Generator().manual_seed(seed))
+                router.fit_to = budget
+            model(input_ids=tokens.long().to(device), use_cache=False)
+            for router in routers:
+                router.thresholds[index] = router.threshold
+    finally:
+        for router in routers:
+            router.fit_to = None
+    budget = getattr(model, "mobiquant_budget", None)
+    if budget is not None:  # back to the budget the model was at, with its new threshold
+        set_budget(model, *budget)
 
 
 def average_bits(model: nn.Module, *, last_call: bool = False) -> float:
@@ -309,7 +334,8 @@ def storage_bits(model: nn.Module) -> dict[str, float]:
     return {"codes": codes, "scales": scales, "routers": routers, "weights": weights}
 
 
-QUANTIZED_FORMAT = "mixlab.mobiquant/1"
+QUANTIZED_FORMAT = "mixlab.mobiquant/2"
+"""2: thresholds per budget in the routers, no calibration tokens (1: MoBiQuant v1)"""
 _SIDECAR_TYPES: dict[str, type | tuple[type, ...]] = {
     "format": str,
     "bits": int,
@@ -333,34 +359,23 @@ _SIDECAR_TYPES: dict[str, type | tuple[type, ...]] = {
 
 def run_settings(model: nn.Module) -> dict[str, Any]:
     """The run-time setting to save with ``model``: ``precision``, the depth :func:`set_precision`
-    set (or None), and, for a router-free model at a :func:`set_budget` budget, ``budget`` and
-    ``budget_seed`` (else None; a routed budget lives in the routers' buffers)."""
-    blocks = decoder_blocks(model)
-    precisions = {layer.precision for block in blocks for layer in mobi_layers(block)}
+    set (or None), or ``budget`` and ``budget_seed``, what :func:`set_budget` set (else None)."""
+    precisions = {layer.precision for b in decoder_blocks(model) for layer in mobi_layers(b)}
     if len(precisions) > 1:
         raise ValueError(
             f"model: its layers read different precisions {sorted(precisions, key=str)}; call "
             "set_precision(model, depth) (or None) before saving"
         )
-    settings = {"precision": precisions.pop(), "budget": None, "budget_seed": None}
-    random_depth = getattr(blocks[0], "mobi_random_depth", None)
-    if random_depth is not None:
-        low, p_up, generator = random_depth
-        settings["budget"] = (low + p_up) * model.mobiquant_config.bits
-        settings["budget_seed"] = generator.initial_seed()
-    return settings
+    budget, seed = getattr(model, "mobiquant_budget", None) or (None, None)
+    return {"precision": precisions.pop(), "budget": budget, "budget_seed": seed}
 
 
-def rebuild(
-    model: nn.Module, config: MoBiQuantConfig, stored_tokens: tuple[int, ...] | None
-) -> None:
+def rebuild(model: nn.Module, config: MoBiQuantConfig) -> None:
     """Turn a freshly built Hugging Face model into an empty MoBiQuant model of ``config``, ready
-    for the saved tensors (``stored_tokens``: the shape of the saved calibration tokens, if any)."""
+    for the saved tensors."""
     spec, blocks = config.spec(), decoder_blocks(model)
     for index, name, module in block_linears(model, config.target_modules):
         _replace(blocks[index], name, MoBiLinear.shaped_like(module, spec, name=name))
-    if stored_tokens is not None:
-        model.register_buffer(CALIBRATION_BUFFER, torch.zeros(stored_tokens, dtype=torch.long))
     _attach(model, config)
 
 
@@ -371,8 +386,8 @@ def finish_loading(
     budget_seed: int | None = None,
 ) -> None:
     """After the tensors are in: freeze the quantized layers and routers (as calibration leaves
-    them) and restore the saved :func:`run_settings`. A router-free model's random depths restart
-    from their seed."""
+    them) and restore the saved :func:`run_settings` (a router-free model's random depths restart
+    from their seed)."""
     for module in model.modules():
         if isinstance(module, MoBiLinear | MoBiRouter):
             module.requires_grad_(False)
@@ -419,6 +434,11 @@ def read_quantized_config(path: str | Path) -> MoBiQuantConfig:
             "save_pretrained loads with AutoModelForCausalLM.from_pretrained)"
         )
     data = read_sidecar(sidecar, expect=_SIDECAR_TYPES)
+    if data["format"] == "mixlab.mobiquant/1":
+        raise CheckpointError(
+            f"{sidecar}: saved by MoBiQuant v1, whose routers stored calibration tokens instead "
+            "of thresholds; quantize the model again"
+        )
     if data["format"] != QUANTIZED_FORMAT:
         raise CheckpointError(f"{sidecar}: not a MoBiQuant model (format {data['format']!r})")
     with checkpoint_errors(sidecar, "MoBiQuant config"):
@@ -451,10 +471,8 @@ def load_quantized(
         settings = MoBiQuantHfConfig.from_dict(saved).run_settings() if saved else {}
         model = AutoModelForCausalLM.from_config(hf_config, dtype=hf_config.dtype)
     weights = path / WEIGHTS_FILE
-    with checkpoint_errors(weights, "MoBiQuant weights file"):
-        stored_tokens = stored_shapes([weights]).get(CALIBRATION_BUFFER)
     with checkpoint_errors(path / CONFIG_FILE, "MoBiQuant config for this model"):
-        rebuild(model, config, stored_tokens)
+        rebuild(model, config)
     with checkpoint_errors(weights, "MoBiQuant weights file"):
         try:
             load_model(model, str(weights))

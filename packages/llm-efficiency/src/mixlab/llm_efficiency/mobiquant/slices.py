@@ -37,6 +37,7 @@ import torch
 
 __all__ = [
     "SliceSpec",
+    "affine_at",
     "combine",
     "dequantize",
     "group_range",
@@ -159,11 +160,21 @@ def dequantize(
     """``W_d``, the weight read at ``depth`` slices (``depth * bits`` bits), from unpacked codes."""
     if not 1 <= depth <= spec.slices:
         raise ValueError(f"depth must be in 1..{spec.slices}, got {depth!r}")
+    slope, offset = affine_at(scale, zero, spec, depth)
+    q = group_view(combine(codes, depth, spec.bits).float(), spec.group_size)
+    # one multiply-add per weight, the group's slope and offset broadcast (no [out, in] copies)
+    return torch.addcmul(offset.unsqueeze(-1), q, slope.unsqueeze(-1)).flatten(1).to(dtype)
+
+
+def affine_at(
+    scale: torch.Tensor, zero: torch.Tensor, spec: SliceSpec, depth: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``W_d = slope * Q_d + offset`` per group (float32 ``[out, groups]``): the read at ``depth``
+    is an ordinary asymmetric ``d * bits``-bit group code, ``slope = s step`` and
+    ``offset = s (step / 2 - z)`` with ``step = 2^{-b(d-1)}``."""
     step = 2.0 ** (-spec.bits * (depth - 1))
-    q = combine(codes, depth, spec.bits).float()
-    scale_full = scale.float().repeat_interleave(spec.group_size, dim=1)
-    zero_full = zero.float().repeat_interleave(spec.group_size, dim=1)
-    return (scale_full * ((q + 0.5) * step - zero_full)).to(dtype)
+    scale = scale.float()
+    return scale * step, scale * (step / 2 - zero.float())
 
 
 def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
