@@ -434,3 +434,18 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
     assert any(c["part"] == "migration" for c in cells)
     again = run(config, tmp_path / "run", resume=True)
     assert again.metrics == result.metrics
+    # the router claim: gain over random depths beyond 2 sd over seeds; one seed leaves it untested
+    from mixlab.llm_efficiency.mobiquant.experiment import claims
+
+    def router_claim(gain: float, sd: float | None):
+        metrics = copy.deepcopy(result.metrics)
+        for budget in ("2.5", "3", "3.5"):
+            metrics["mobiquant"][f"router_gain@{budget}"] = gain
+            metrics["mobiquant"][f"router_gain_std@{budget}"] = sd
+        (claim,) = [c for c in claims(metrics, config) if c.text.startswith("The router")]
+        return claim
+
+    assert router_claim(0.05, 0.01).holds and router_claim(0.05, 0.01).tested
+    assert not router_claim(0.05, 0.03).holds  # 0.05 - 2 x 0.03 < 0
+    assert not router_claim(-0.05, 0.001).holds
+    assert not router_claim(0.05, None).tested  # one seed: no spread

@@ -212,7 +212,7 @@ def _train_router(
     hidden = state[1]
     spec = config.spec()
     for layer in layers:
-        layer.calibration.requires_grad_(False)
+        layer.calibration.freeze(spec)
     optimizer = torch.optim.AdamW(router.parameters(), lr=config.router_lr, weight_decay=0.0)
     for _ in range(config.router_steps):
         rows = torch.randint(_trained(hidden.shape[0]), (config.calib_batch,), generator=generator)

@@ -194,8 +194,31 @@ def fixed_matmul(
         )
     if backend == "triton" or (backend == "auto" and x.is_cuda and _triton_available()):
         return _uniform_triton(x, planes, scale, zero, depth, spec)
-    codes = unpack(planes[:depth], spec.bits)
-    return torch.nn.functional.linear(x, dequantize(codes, scale, zero, spec, depth, x.dtype))
+    return _dequantized_matmul(x, planes, scale, zero, depth, spec)
+
+
+def _dequantized_matmul(
+    x: torch.Tensor,
+    planes: torch.Tensor,
+    scale: torch.Tensor,
+    zero: torch.Tensor,
+    depth: int,
+    spec: SliceSpec,
+    rows: int = 512,
+) -> torch.Tensor:
+    """``x @ W_depth^T`` dequantizing ``rows`` output rows at a time: the codes concatenated in
+    uint8 while they fit, the weight made in ``x``'s dtype, so each block stays in cache and no
+    full-size temporary is allocated (on a CPU those page faults cost more than the arithmetic)."""
+    slope, offset = affine_at(scale, zero, spec, depth)
+    code_dtype = torch.uint8 if depth * spec.bits <= 8 else torch.int32
+    out = x.new_empty(x.shape[0], planes.shape[1])
+    for start in range(0, planes.shape[1], rows):
+        end = min(start + rows, planes.shape[1])
+        q = combine(unpack(planes[:depth, start:end], spec.bits), depth, spec.bits, code_dtype)
+        q = q.view(end - start, -1, spec.group_size).to(torch.float32)
+        w = torch.addcmul(offset[start:end, :, None], q, slope[start:end, :, None])
+        torch.mm(x, w.flatten(1).to(x.dtype).T, out=out[:, start:end])
+    return out
 
 
 def _tile_table(

@@ -85,6 +85,15 @@ class _Calibration(nn.Module):
         shape = (weight.shape[0], groups)
         self.theta_low = nn.Parameter(torch.zeros(shape, device=weight.device))
         self.theta_high = nn.Parameter(torch.zeros(shape, device=weight.device))
+        self.frozen: list[torch.Tensor] | None = None  # the levels, once the ranges are frozen
+
+    @torch.no_grad()
+    def freeze(self, spec: SliceSpec) -> None:
+        """Fix the ranges and keep their levels: the router's stage reads them every step, and
+        recomputing them (quantizing the whole weight at every depth) was most of its time."""
+        self.requires_grad_(False)
+        self.frozen = None
+        self.frozen = self.levels(spec)
 
     def range(self, spec: SliceSpec) -> tuple[torch.Tensor, torch.Tensor]:
         groups = group_view(self.weight, spec.group_size)
@@ -96,6 +105,8 @@ class _Calibration(nn.Module):
 
     def levels(self, spec: SliceSpec) -> list[torch.Tensor]:
         """``[W_1, ..., W_E]``, differentiable in the range through straight-through floors."""
+        if self.frozen is not None:
+            return self.frozen
         scale, zero = self.range(spec)
         scale = scale.repeat_interleave(spec.group_size, dim=1)
         zero = zero.repeat_interleave(spec.group_size, dim=1)

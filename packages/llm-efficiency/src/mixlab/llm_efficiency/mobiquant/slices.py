@@ -141,11 +141,14 @@ def slice_codes(
     return torch.stack(codes)
 
 
-def combine(codes: torch.Tensor, depth: int, bits: int) -> torch.Tensor:
-    """``Q_d``: the first ``depth`` slices' codes concatenated most significant first (int32)."""
-    total = torch.zeros(codes.shape[1:], dtype=torch.int32, device=codes.device)
-    for e in range(depth):
-        total = (total << bits) | codes[e].to(torch.int32)
+def combine(
+    codes: torch.Tensor, depth: int, bits: int, dtype: torch.dtype = torch.int32
+) -> torch.Tensor:
+    """``Q_d``: the first ``depth`` slices' codes concatenated most significant first (int32, or
+    ``dtype`` when ``depth * bits`` fit in it)."""
+    total = codes[0].to(dtype)
+    for e in range(1, depth):
+        total = (total << bits) | codes[e].to(dtype)
     return total
 
 
