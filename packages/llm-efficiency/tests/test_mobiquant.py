@@ -328,6 +328,23 @@ def test_gptq_beats_round_to_nearest_on_correlated_inputs():
     )
 
 
+def test_upscaling_refines_inside_the_seed_bins():
+    from mixlab.llm_efficiency.mobiquant.baselines import upscale
+
+    torch.manual_seed(0)
+    weight = torch.randn(32, 64)
+    step = torch.full_like(weight, 0.5)
+    seed = (weight / 0.5).round() * 0.5
+    seed[0, 0] += 0.5  # GPTQ may pick a neighbouring level: the weight is outside its bin
+    assert torch.equal(upscale(weight, seed, step, 0), seed)  # no extra bits: the seed itself
+    errors = []
+    for extra in range(4):
+        fine = upscale(weight, seed, step, extra)
+        assert ((fine - seed).abs() < 0.25).all()  # inside the seed's bin: the seed is its top bits
+        errors.append((fine - weight)[1:].pow(2).mean().item())
+    assert all(a / b > 3.5 for a, b in itertools.pairwise(errors))  # 4x per bit on uniform bins
+
+
 def test_per_bit_baselines_error_falls_with_bits_and_matryoshka_rounds():
     fp = tiny("llama")
     x = tokens(4)
@@ -414,9 +431,9 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
         calib_sequences=8, calib_steps=4, eval_tokens=512,
     )  # fmt: skip
     result = run(config, tmp_path / "run")
-    systems = {"fp", "rtn", "hqq", "gptq", "matryoshka", "clip_rtn", "nested", "mobiquant"}
-    assert set(result.metrics) == systems
-    assert len(result.claims) == 7
+    systems = {"fp", "rtn", "hqq", "gptq", "matryoshka", "anyprec", "clip_rtn", "nested"}
+    assert set(result.metrics) == {*systems, "mobiquant"}
+    assert len(result.claims) == 8
     assert [check.text.split()[:2] for check in result.regime] == [
         ["2-bit", "RTN"],
         ["3-bit", "GPTQ"],
@@ -445,7 +462,8 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
         (claim,) = [c for c in claims(metrics, config) if c.text.startswith("The router")]
         return claim
 
-    assert router_claim(0.05, 0.01).holds and router_claim(0.05, 0.01).tested
+    assert router_claim(0.05, 0.01).holds
+    assert router_claim(0.05, 0.01).tested
     assert not router_claim(0.05, 0.03).holds  # 0.05 - 2 x 0.03 < 0
     assert not router_claim(-0.05, 0.001).holds
     assert not router_claim(0.05, None).tested  # one seed: no spread

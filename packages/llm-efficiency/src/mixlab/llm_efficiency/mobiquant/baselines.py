@@ -44,6 +44,7 @@ __all__ = [
     "minmax_affine",
     "per_bit_storage_bits",
     "rtn_",
+    "upscale",
 ]
 
 
@@ -220,10 +221,12 @@ def gptq_weight(
     *,
     damp: float = 0.01,
     block_size: int = 128,
+    scales: list[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """GPTQ of one weight ``[out, in]`` with ``hessian`` = 2 E[x x^T] ``[in, in]``; returns the
     dequantized weight. Group scales/zeros are min-max of the group's columns when the sweep
-    reaches them (already updated by earlier columns' errors), as in the reference algorithm."""
+    reaches them (already updated by earlier columns' errors), as in the reference algorithm.
+    ``scales``: a list that gets each group's scale ``[out]``, in order."""
     w = weight.float().clone()
     h = hessian.float().clone()
     dead = h.diagonal() == 0
@@ -246,6 +249,8 @@ def gptq_weight(
             if i % group_size == 0:
                 scale, zero = minmax_affine(block[:, i : i + group_size], bits, group_size)
                 scale, zero = scale[:, 0], zero[:, 0]
+                if scales is not None:
+                    scales.append(scale)
             q = ((block[:, i] / scale + zero).round().clamp(0, 2**bits - 1) - zero) * scale
             out[:, start + i] = q
             error = (block[:, i] - q) / h_block[i, i]
@@ -277,11 +282,22 @@ def _block_hessians(
 
 
 def gptq_(
-    model: nn.Module, bits: int, group_size: int, calib: torch.Tensor, *, damp: float = 0.01
+    model: nn.Module,
+    bits: int,
+    group_size: int,
+    calib: torch.Tensor,
+    *,
+    damp: float = 0.01,
+    upscale_to: int | None = None,
 ) -> nn.Module:
     """GPTQ every target layer, block after block, each block's Hessians taken on the outputs
-    of the blocks quantized before it."""
+    of the blocks quantized before it. ``upscale_to``: then read the ``bits``-bit GPTQ model as
+    the seed of Any-Precision-LLM-style upscaling (:func:`upscale`) at ``upscale_to`` bits."""
     _check(bits, group_size, model)
+    if upscale_to is not None and not bits <= upscale_to <= 8:
+        raise ValueError(
+            f"upscale_to must be in {bits}..8 (the seed's bits up), got {upscale_to!r}"
+        )
     hidden, call = capture_block_inputs(model, calib)
     layers = block_linears(model)
     for index, block in enumerate(decoder_blocks(model)):
@@ -290,13 +306,30 @@ def gptq_(
         with torch.no_grad():
             for name, module in targets:
                 weight = as_out_in(module, name)
-                hessian = hessians[id(module)]
-                _set_out_in(
-                    module,
-                    gptq_weight(weight, hessian, bits, group_size, damp=damp).to(weight.dtype),
-                )
+                scales: list[torch.Tensor] = []
+                seed = gptq_weight(weight, hessians[id(module)], bits, group_size, damp=damp,
+                                   scales=scales)  # fmt: skip
+                if upscale_to is not None:
+                    step = torch.stack(scales, 1).repeat_interleave(group_size, 1)
+                    seed = upscale(weight.float(), seed, step, upscale_to - bits)
+                _set_out_in(module, seed.to(weight.dtype))
         hidden = run_block_chunked(block, hidden, call)
     return model
+
+
+def upscale(
+    weight: torch.Tensor, seed: torch.Tensor, step: torch.Tensor, extra_bits: int
+) -> torch.Tensor:
+    """Any-Precision LLM's incremental upscaling (Park et al. 2024), on a uniform grid: each seed
+    level ``L`` (bin ``[L - step/2, L + step/2)``) is split into ``2^extra_bits`` equal sub-bins
+    and the original ``weight`` picks its sub-bin (clamped: GPTQ may have sent it to a
+    neighbouring level), read at the sub-bin's middle. The seed's codes are the top bits of every
+    upscaled code, so one checkpoint of the highest width serves each width below it. (The
+    paper's seed is SqueezeLLM's non-uniform levels, refined by weighted k-means per split.)"""
+    parts = 2**extra_bits
+    low = seed - step / 2
+    sub = ((weight - low) / step * parts).floor().clamp(0, parts - 1)
+    return low + step * (sub + 0.5) / parts
 
 
 BASELINES = {"rtn": rtn_, "hqq": hqq_, "matryoshka": matryoshka_, "gptq": gptq_}

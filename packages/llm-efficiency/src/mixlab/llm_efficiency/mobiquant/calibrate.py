@@ -8,13 +8,16 @@ reproduce the full-precision block's outputs on calibration tokens:
 - stage 2: the ranges again, each step at a uniform depth drawn from 1..slices, so that they
   serve every precision; the learned ranges are then kept only if they beat the min-max ranges
   on held-out calibration sequences (:func:`_keep_ranges_if_better`);
-- stage 3 (with a router): the ranges frozen, each step draws a target budget
-  ``b* ~ U[bits, bits * slices]``, sends the batch's top-scoring tokens one slice deeper than the
-  base depth so that it averages ``b*`` (hard gates forward, the sigmoid relaxation's gradient
-  backward: straight-through) and minimises ``log ||F_q(X) - F(X)||^2 +
-  lambda ((soft bits - b*) / max_bits)^2``: the router learns which tokens gain most from one
-  more slice. (Training ranges and router together, our first version, let the ranges follow the
-  routed mix of depths and cost 0.06 perplexity at 2 bits on the quick model; staged, the
+- stage 3 (with a router): the ranges frozen (their levels computed once), the block runs every
+  calibration token at each uniform depth; a token's gain from slice ``d + 1`` is how much its
+  block-output error ``||F_d(x) - F(x)||^2`` falls, and the router's score column ``d`` regresses
+  that gain (standardised). At a budget the tokens above the threshold are then the ones the next
+  slice helps most, the allocation that minimises the block's summed error if tokens did not
+  interact. (Our first router trained end to end through straight-through hard gates at a random
+  budget, with one score for every slice; on the 4,000-step quick model it gained 0.014, 0.024
+  and -0.008 perplexity over random depths at 2.5, 3 and 3.5 bits, and this one 0.087, 0.114 and
+  0.044 on the same seed, calibrating in a fifth of the time. Training ranges and router
+  together, the version before, let the ranges follow the routed mix of depths; staged, the
   router-free ablation has the very same slices.)
 
 Both the quantized and the full-precision block read the full-precision block inputs: an elastic
@@ -205,28 +208,42 @@ def _train_ranges(state, layers, config: MoBiQuantConfig, generator, bar) -> Non
     _set(layers)
 
 
+@torch.no_grad()
+def _slice_gains(state, layers: list[MoBiLinear]) -> torch.Tensor:
+    """``[tokens, slices - 1]``: how much each token's block-output error falls when every token
+    reads slice ``d + 1`` on top of ``d`` (column ``d - 1``), ``||F_d - F||^2 - ||F_{d+1} - F||^2``."""
+    block, hidden, call, target = state
+    errors = []
+    for depth in range(1, layers[0].spec.slices + 1):
+        _set(layers, precision=depth)
+        errors.append((run_block_chunked(block, hidden, call) - target).pow(2).sum(-1).flatten())
+    _set(layers)
+    return torch.stack([errors[d] - errors[d + 1] for d in range(len(errors) - 1)], dim=1)
+
+
 def _train_router(
     state, layers, router: MoBiRouter, config: MoBiQuantConfig, generator, bar
 ) -> None:
-    """Stage 3 (see the module doc): the router, on the frozen ranges."""
+    """Stage 3 (see the module doc): each score column regresses the standardised gain of its slice
+    (:func:`_slice_gains`), so at any budget the tokens above the threshold are those whose
+    block error the next slice lowers most (the allocation that minimises the block's summed
+    error when tokens did not interact)."""
     hidden = state[1]
-    spec = config.spec()
     for layer in layers:
-        layer.calibration.freeze(spec)
+        layer.calibration.freeze(config.spec())
+    gains = _slice_gains(state, layers)
+    targets = (gains - gains.mean(0)) / gains.std(0).clamp_min(1e-12)
+    inputs = hidden.flatten(0, -2)
     optimizer = torch.optim.AdamW(router.parameters(), lr=config.router_lr, weight_decay=0.0)
+    batch = config.calib_batch * hidden.shape[1]  # as many tokens as a range step sees
     for _ in range(config.router_steps):
-        rows = torch.randint(_trained(hidden.shape[0]), (config.calib_batch,), generator=generator)
-        target_bits = (
-            spec.bits + (spec.max_bits - spec.bits) * torch.rand((), generator=generator).item()
-        )
-
-        def budget_term(rows=rows, target_bits=target_bits) -> torch.Tensor:
-            gates, soft_bits = router.gates(router(hidden[rows]), target_bits)
-            _set(layers, gates=gates)  # the block's forward reads these gates
-            return config.budget_weight * ((soft_bits - target_bits) / spec.max_bits) ** 2
-
-        _calibration_step(state, rows, budget_term, optimizer, bar)
-    _set(layers)
+        rows = torch.randint(len(inputs), (batch,), generator=generator)
+        with torch.enable_grad():
+            loss = F.mse_loss(router(inputs[rows]), targets[rows])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+        optimizer.step()
+        bar.advance(loss=loss.item())
 
 
 def _trained(sequences: int) -> int:

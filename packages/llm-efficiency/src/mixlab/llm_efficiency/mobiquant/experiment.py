@@ -1,5 +1,5 @@
-"""MoBiQuant against per-bit RTN / HQQ / GPTQ, Matryoshka slicing and router-free nested slices
-(``mixlab run mobiquant``).
+"""MoBiQuant against per-bit RTN / HQQ / GPTQ, Matryoshka slicing, Any-Precision-LLM-style
+upscaling of a 2-bit GPTQ seed and router-free nested slices (``mixlab run mobiquant``).
 
 A tiny Llama trained here on the standard library's sources (cached) is quantized by every
 system with the same groups (``group_size`` columns, one float16 scale and zero each) and the
@@ -65,7 +65,9 @@ from mixlab.shared.result import format_number
 
 __all__ = ["METHOD", "Config", "claims", "regime", "run", "summarise"]
 
-PER_BIT = ("rtn", "hqq", "gptq", "matryoshka")
+PER_BIT = ("rtn", "hqq", "gptq", "matryoshka", "anyprec")
+ANYPREC_SEED_BITS = 2
+"""the any-precision baseline upscales a GPTQ model of this many bits (Any-Precision LLM's seed)"""
 NESTED = ("nested", "mobiquant")
 SYSTEMS = (*PER_BIT, *NESTED)
 WITHIN = 0.05  # "within 5% of per-bit GPTQ"
@@ -103,6 +105,9 @@ def run_per_bit(
     model = copy.deepcopy(fp)
     if system == "gptq":
         gptq_(model, bits, config.group_size, _calibration(config, seed))
+    elif system == "anyprec":
+        calib = _calibration(config, seed)
+        gptq_(model, ANYPREC_SEED_BITS, config.group_size, calib, upscale_to=bits)
     else:
         BASELINES[system](model, bits, config.group_size)
     nll = _nll(model, config)
@@ -160,7 +165,9 @@ def _cells(config: Config) -> list[dict[str, Any]]:
     for offset in range(config.n_seeds):
         seed = config.seed + offset
         cells += [
-            {"part": "per_bit", "system": "gptq", "bits": b, "seed": seed} for b in config.per_bit
+            {"part": "per_bit", "system": system, "bits": b, "seed": seed}
+            for system in ("gptq", "anyprec")
+            for b in config.per_bit
         ]
         cells += [{"part": "nested", "system": s, "seed": seed} for s in NESTED]
         cells.append({"part": "migration", "seed": seed})
@@ -250,6 +257,9 @@ def summarise(
         metrics[system]["stored_layer_bytes"] = per_bit_set / 8
     metrics["matryoshka"]["stored_layer_bytes"] = (
         per_bit_storage_bits(weights, 8, config.group_size) / 8
+    )
+    metrics["anyprec"]["stored_layer_bytes"] = (  # one checkpoint at the widest read
+        per_bit_storage_bits(weights, max(config.per_bit), config.group_size) / 8
     )
     metrics["fp"]["stored_layer_bytes"] = weights * 2.0  # float16
     runs = [c for c in cells if c["part"] == "migration"]
@@ -409,6 +419,24 @@ def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
                 parts,
             )
         )
+    anyprec = metrics["anyprec"]
+    out.append(
+        Claim.all_of(
+            "MoBiQuant beats Any-Precision-LLM-style upscaling (a 2-bit GPTQ seed, each bin split "
+            "for every further bit; also one checkpoint) at 2, 3 and 4 bits",
+            [
+                Claim.compare(
+                    f"at {bits}",
+                    mob[f"ppl@{bits}"],
+                    "<",
+                    anyprec[f"ppl@{bits}"],
+                    value_label="MoBiQuant ppl",
+                    reference_label="upscaled ppl",
+                )
+                for bits in (2, 3, 4)
+            ],
+        )
+    )
     per_bit_set = "+".join(str(b) for b in config.per_bit)
     out += [
         Claim.compare(

@@ -7,12 +7,11 @@ The depth comes from, in order: the ``precision=`` argument of ``forward``; the 
 ``token_depth`` for the current forward; else all slices.
 
 The router (MoBiRoute, paper §4.2) is a 2-layer MLP on the block's input hidden state that
-scores each token. At an average budget of ``base + share`` slices the tokens scoring above the
-block's threshold read ``base + 1`` slices and the rest ``base``: one knob (the threshold, a
-quantile of calibration scores) per block, placed for a target average by
-:func:`~.model.set_budget`. (We first let the router score every slice with prefix gating, as
-the paper's "score each token and bit slice" suggests; spreading tokens over all depths read
-worse than uniform precision at the same average, see the seed card.)
+scores each token once per slice. At an average budget of ``base + share`` slices the tokens
+scoring above the block's threshold for slice ``base + 1`` read it and the rest read ``base``:
+one threshold per block and budget, fitted once (:func:`~.model.fit_thresholds`). (We first let
+the router spread tokens over all depths with prefix gating; at the same average that read worse
+than uniform precision, see the seed card.)
 """
 
 from __future__ import annotations
@@ -395,9 +394,10 @@ def upper_threshold(scores: torch.Tensor, share: float) -> float:
 
 
 class MoBiRouter(nn.Module):
-    """MoBiRoute: a per-token score from the block's input hidden state; at an average of
-    ``base + share`` slices, the tokens scoring above the budget's threshold read ``base + 1``
-    slices and the others ``base``.
+    """MoBiRoute: per-token scores from the block's input hidden state, one per slice (how much a
+    token gains from slice ``d + 1`` on top of ``d``, :func:`~.calibrate._train_router`); at an
+    average of ``base + share`` slices, the tokens whose score for slice ``base + 1`` is above
+    the budget's threshold read ``base + 1`` slices and the others ``base``.
 
     The thresholds of every budget in :func:`budget_grid` are fitted once, after calibration
     (:func:`~.model.fit_thresholds`), and stored in the ``thresholds`` buffer: switching budgets
@@ -419,7 +419,7 @@ class MoBiRouter(nn.Module):
             raise ValueError(f"a router needs slices >= 2 to choose from, got {slices}")
         self.slices, self.bits = slices, bits
         self.up = nn.Linear(hidden_size, hidden, dtype=torch.float32)
-        self.down = nn.Linear(hidden, 1, dtype=torch.float32)
+        self.down = nn.Linear(hidden, slices - 1, dtype=torch.float32)  # one score per slice
         grid = len(budget_grid(bits, slices))
         self.register_buffer("thresholds", torch.full((grid,), math.inf, dtype=torch.float32))
         # tokens sent deeper minus share * tokens, since the budget was set (the guard)
@@ -427,10 +427,12 @@ class MoBiRouter(nn.Module):
         self.base, self.share, self.threshold = slices, 0.0, math.inf  # all slices until set
         self.fit_to: float | None = None  # fit_thresholds: place the threshold on this batch
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Scores ``[tokens]`` (higher: the token gains more from one more slice)."""
+    def forward(self, hidden: torch.Tensor, base: int | None = None) -> torch.Tensor:
+        """Scores ``[tokens, slices - 1]``: column ``d - 1`` says how much a token gains from
+        slice ``d + 1`` when it reads ``d``; with ``base``, that column ``[tokens]`` alone."""
         h = F.rms_norm(hidden.to(self.up.weight.dtype), (hidden.shape[-1],))
-        return self.down(F.gelu(self.up(h))).flatten()
+        scores = self.down(F.gelu(self.up(h))).flatten(0, -2)
+        return scores if base is None else scores[:, min(base, self.slices - 1) - 1]
 
     def use_budget(self, avg_bits: float) -> None:
         """Read ``avg_bits`` on average from now on, with the stored threshold (no forward)."""
@@ -444,11 +446,12 @@ class MoBiRouter(nn.Module):
 
     def depth(self, hidden: torch.Tensor) -> torch.Tensor:
         """Each token's depth at the current budget (no host sync)."""
-        scores = self(hidden)
         if self.fit_to is not None:
             self.base, self.share = depth_plan(self.fit_to, self.bits, self.slices)
+            scores = self(hidden, self.base)
             self.threshold = upper_threshold(scores, self.share)
             return self.base + (scores > self.threshold).long()
+        scores = self(hidden, self.base)
         deeper = scores > self.threshold
         # the guard: the count this call may send deeper keeps |excess| <= GUARD_TOKENS
         wanted = self.share * scores.numel() - self.excess
@@ -458,24 +461,6 @@ class MoBiRouter(nn.Module):
         deeper = rank < count  # the top `count` by score: the same tokens when none is forced
         self.excess += deeper.sum() - self.share * scores.numel()
         return self.base + deeper.long()
-
-    def gates(
-        self, scores: torch.Tensor, avg_bits: float, temperature: float = 1.0
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(gates [tokens, slices], soft_bits)`` for calibration at ``avg_bits``: 1 up to the
-        base depth, then the next slice's gate, hard (score above the batch quantile) in the
-        forward pass with the sigmoid relaxation's gradient (straight-through), then 0. The
-        relaxation's mean code bits feed the budget term."""
-        base, share = depth_plan(avg_bits, self.bits, self.slices)
-        threshold = upper_threshold(scores, share)
-        soft = torch.sigmoid((scores - threshold) / temperature)
-        gate = (scores > threshold).float() + soft - soft.detach()
-        gates = torch.zeros(len(scores), self.slices, device=scores.device)
-        gates[:, :base] = 1.0
-        gates = gates.index_put(
-            (torch.arange(len(scores)), torch.full_like(gate, base).long()), gate
-        )
-        return gates, (base + soft.mean()) * self.bits
 
     def parameter_bits(self) -> int:
         """Storage of the router in bits (fp16 weights and biases, float32 thresholds)."""

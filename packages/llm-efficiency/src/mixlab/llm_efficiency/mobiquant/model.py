@@ -80,7 +80,6 @@ class MoBiQuantConfig:
     calib_batch: int = 4  # sequences per calibration step
     lwc_lr: float = 5e-3
     router_lr: float = 2e-3
-    budget_weight: float = 1.0  # lambda of the budget term (soft bits - target)^2 / max_bits^2
     first_slice_fraction: float = 0.25  # stage 1: steps that calibrate the first slice alone
     target_modules: tuple[str, ...] | None = (
         None  # regexes on module names; None: all linears in blocks
@@ -101,7 +100,7 @@ class MoBiQuantConfig:
             raise ValueError(
                 f"first_slice_fraction must be in [0, 1), got {self.first_slice_fraction!r}"
             )
-        for name in ("lwc_lr", "router_lr", "budget_weight"):
+        for name in ("lwc_lr", "router_lr"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise ValueError(f"{name} must be a number >= 0, got {value!r}")
@@ -349,7 +348,6 @@ _SIDECAR_TYPES: dict[str, type | tuple[type, ...]] = {
     "calib_batch": int,
     "lwc_lr": (int, float),
     "router_lr": (int, float),
-    "budget_weight": (int, float),
     "first_slice_fraction": (int, float),
     "target_modules": (list, type(None)),
     "seed": int,
