@@ -145,6 +145,21 @@ def test_generate_holds_the_budget_over_512_tokens(calibrated):
         assert abs(router.excess.item()) <= router.GUARD_TOKENS + 1
 
 
+def test_cli_refuses_a_budget_without_thresholds(calibrated, tmp_path, capsys):
+    from mixlab.llm_efficiency.cli import main
+
+    model, _ = calibrated
+    folder = save_quantized(model, tmp_path / "q")
+    (tmp_path / "text.txt").write_bytes(bytes(range(256)) * 4)
+    evaluate = ["mobiquant", "eval", "--model", str(folder), "--text", str(tmp_path / "text.txt")]
+    assert main([*evaluate, "--avg-bits", "3.1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "--avg-bits must be a multiple of 0.25 for a routed model" in err[0]
+    assert main([*evaluate, "--avg-bits", "3.25", "--seq-len", "64"]) == 0
+    assert "average bits 3.2" in capsys.readouterr().out
+
+
 def test_saved_folder_holds_no_calibration_tokens(calibrated, tmp_path):
     model, calib = calibrated
     set_budget(model, 3.0)
