@@ -58,7 +58,7 @@ def test_packed_int4_read_equals_the_dequantized_matmul_in_bf16():
     x = torch.randn(7, 256, dtype=torch.bfloat16)
     assert int4_applies(layer.spec, 2, x.device, layer.out_features)
     got = layer(x, precision=2).float()
-    assert list(layer._int4) == [(x.device, torch.bfloat16)]  # the packed kernel ran
+    assert len(layer._int4) == 1  # the packed kernel ran
     exact = x.float() @ layer.weight_at(2).float().T + layer.bias.float()
     assert ((got - exact).norm() / exact.norm()).item() < 1e-2
     # new planes drop the packed copy, and the read follows them
@@ -77,6 +77,21 @@ def test_other_fixed_reads_equal_the_dequantized_matmul(depth):
     exact = x.float() @ layer.weight_at(depth).float().T + layer.bias.float()
     assert not layer._int4
     assert ((got - exact).norm() / exact.norm()).item() < 1e-2
+
+
+def test_wide_layer_reads_in_blocks_with_gradients_and_backend_reference():
+    torch.manual_seed(0)
+    layer = MoBiLinear.from_linear(torch.nn.Linear(128, 1040), SliceSpec(2, 4, 64))  # 3 blocks
+    x = torch.randn(3, 128)
+    for depth in (1, 3):
+        exact = x @ layer.weight_at(depth).T + layer.bias
+        torch.testing.assert_close(layer(x, precision=depth), exact, rtol=1e-5, atol=1e-5)
+    x.requires_grad_(True)  # the blocked read writes no out=; autograd goes through F.linear
+    layer(x, precision=3).sum().backward()
+    torch.testing.assert_close(x.grad, layer.weight_at(3).sum(0).expand(3, -1))
+    layer.backend = "reference"
+    layer(x.detach(), precision=2)
+    assert not layer._int4  # "reference" forces the dequantized read
 
 
 def test_mixed_depths_equal_each_tokens_own_read():
@@ -109,6 +124,26 @@ def test_no_graph_breaks_for_fixed_and_mixed_depths(calibrated):
     layer = _layer(dtype=torch.float32)
     layer.token_depth = torch.randint(1, 5, (9,), generator=torch.Generator().manual_seed(3))
     assert _graph_breaks(layer, torch.randn(9, 256)) == (0, [])
+
+
+def test_refitting_thresholds_and_a_refused_budget_keep_the_models_setting(calibrated):
+    from mixlab.llm_efficiency.mobiquant import fit_thresholds
+    from mixlab.llm_efficiency.mobiquant.model import run_settings
+
+    model, calib = calibrated
+    ids = torch.randint(256, (4, 48), generator=torch.Generator().manual_seed(5))
+    set_budget(model, 3.0)
+    fit_thresholds(model, calib[:8])
+    assert run_settings(model)["budget"] == 3.0
+    with torch.no_grad():
+        model(ids)
+    assert abs(average_bits(model) - 3.0) <= 0.1
+    set_precision(model, 2)
+    fit_thresholds(model, calib[:8])
+    with pytest.raises(ValueError, match="multiple of 0.25 bits"):
+        set_budget(model, 3.1)
+    assert run_settings(model)["precision"] == 2
+    assert {layer.precision for layer in mobi_layers(decoder_blocks(model)[1])} == {2}
 
 
 def test_set_budget_runs_no_forward(calibrated):

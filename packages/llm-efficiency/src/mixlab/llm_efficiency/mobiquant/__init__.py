@@ -7,7 +7,8 @@ precision at run time.
 
 - :func:`quantize_` / :class:`MoBiQuantConfig`: quantize any HF causal LM in place (Llama,
   Qwen2, Mistral, GPT-2's ``Conv1D`` ...), calibrated block-wise when given calibration tokens.
-- :func:`set_budget` (average bits, routed), :func:`set_precision` (uniform depth),
+- :func:`set_budget` (average bits, routed; no forward), :func:`fit_thresholds` (refit the
+  routers' per-budget thresholds on other text), :func:`set_precision` (uniform depth),
   :func:`average_bits` (what the last forward read), :func:`storage_bits`.
 - :func:`save_quantized` / :func:`load_quantized`: safetensors + JSON, identical logits.
 - ``model.save_pretrained`` / ``AutoModelForCausalLM.from_pretrained``: the same, through the
@@ -15,7 +16,8 @@ precision at run time.
   importing this package (before or after transformers).
 - :class:`MoBiLinear`, :class:`MoBiRouter`, :class:`SliceSpec`; the kernel
   :func:`nested_matmul` (Triton on CUDA, pure torch elsewhere).
-- Baselines: :func:`rtn_`, :func:`gptq_`, :func:`hqq_`, :func:`matryoshka_`, :func:`clip_rtn_`.
+- Baselines: :func:`rtn_`, :func:`gptq_` (with ``upscale_to=``: Any-Precision-LLM-style
+  :func:`upscale`), :func:`hqq_`, :func:`matryoshka_`, :func:`clip_rtn_`.
 
     from mixlab.llm_efficiency.lm import load_lm
     from mixlab.llm_efficiency.mobiquant import MoBiQuantConfig, quantize_, set_budget
@@ -44,6 +46,7 @@ _MODULE_OF = {
     "SliceSpec": "slices",
     "average_bits": "model",
     "clip_rtn_": "baselines",
+    "fit_thresholds": "model",
     "gptq_": "baselines",
     "hqq_": "baselines",
     "load_quantized": "model",
@@ -55,6 +58,7 @@ _MODULE_OF = {
     "set_budget": "model",
     "set_precision": "model",
     "storage_bits": "model",
+    "upscale": "baselines",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _MODULE_OF)
 
@@ -66,6 +70,7 @@ __all__ = [
     "SliceSpec",
     "average_bits",
     "clip_rtn_",
+    "fit_thresholds",
     "gptq_",
     "hqq_",
     "load_quantized",
@@ -77,16 +82,25 @@ __all__ = [
     "set_budget",
     "set_precision",
     "storage_bits",
+    "upscale",
 ]
 
 if TYPE_CHECKING:
-    from mixlab.llm_efficiency.mobiquant.baselines import clip_rtn_, gptq_, hqq_, matryoshka_, rtn_
+    from mixlab.llm_efficiency.mobiquant.baselines import (
+        clip_rtn_,
+        gptq_,
+        hqq_,
+        matryoshka_,
+        rtn_,
+        upscale,
+    )
     from mixlab.llm_efficiency.mobiquant.hf import MoBiQuantHfConfig
     from mixlab.llm_efficiency.mobiquant.kernel import nested_matmul
     from mixlab.llm_efficiency.mobiquant.layer import MoBiLinear, MoBiRouter
     from mixlab.llm_efficiency.mobiquant.model import (
         MoBiQuantConfig,
         average_bits,
+        fit_thresholds,
         load_quantized,
         quantize_,
         save_quantized,

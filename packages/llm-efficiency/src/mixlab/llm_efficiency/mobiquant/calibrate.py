@@ -174,15 +174,13 @@ def calibrate_(model: nn.Module, config: MoBiQuantConfig, calib: torch.Tensor) -
     return model
 
 
-def _calibration_step(state, rows, extra_loss, optimizer, bar) -> None:
-    """One AdamW step on the block's log output MSE plus ``extra_loss()``, which runs first, so
-    that it can set the gates the block's forward reads."""
+def _calibration_step(state, rows, optimizer, bar) -> None:
+    """One AdamW step of the ranges on the block's log output MSE."""
     block, hidden, call, target = state
     with torch.enable_grad():  # also under a caller's no_grad
-        extra = extra_loss()
         # log-MSE: every budget's step counts by its relative improvement, so the large errors of
         # the 2-bit read do not drown the 8-bit read's
-        loss = F.mse_loss(run_block(block, hidden, call, rows), target[rows]).log() + extra
+        loss = F.mse_loss(run_block(block, hidden, call, rows), target[rows]).log()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
     optimizer.step()
@@ -204,7 +202,7 @@ def _train_ranges(state, layers, config: MoBiQuantConfig, generator, bar) -> Non
             else int(torch.randint(1, config.slices + 1, (), generator=generator))
         )
         _set(layers, precision=depth)
-        _calibration_step(state, rows, lambda: 0.0, optimizer, bar)
+        _calibration_step(state, rows, optimizer, bar)
     _set(layers)
 
 
@@ -282,9 +280,6 @@ def _keep_ranges_if_better(state, layers: list[MoBiLinear]) -> None:
             parameter.copy_(value)
 
 
-def _set(
-    layers: list[MoBiLinear], precision: int | None = None, gates: torch.Tensor | None = None
-) -> None:
+def _set(layers: list[MoBiLinear], precision: int | None = None) -> None:
     for layer in layers:
         layer.precision = precision
-        layer.train_gates = gates

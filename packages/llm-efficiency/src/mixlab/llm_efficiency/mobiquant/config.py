@@ -149,6 +149,12 @@ class Config(ExperimentConfig):
             self.budgets,
         )
         require(
+            all(float(b / self.slice_bits * 8).is_integer() for b in self.budgets),
+            "budgets",
+            f"multiples of {self.slice_bits / 8:g} bits (1/8 slice: the routers' threshold grid)",
+            self.budgets,
+        )
+        require(
             all(needed in self.budgets for needed in CLAIM_BUDGETS),
             "budgets",
             "a tuple containing 2, 3 and 4 (the claims)",

@@ -185,7 +185,8 @@ def fixed_matmul(
     - ``int4`` given (:func:`pack_int4`, on the CPU): PyTorch's packed int4 matmul;
     - CUDA with triton (or ``backend="triton"``): the nested kernel with one depth, its tile
       table built from ``M`` alone (no host sync);
-    - else unpack and dequantize ``W_d`` (vectorised), then ``F.linear``.
+    - else unpack and dequantize ``W_d`` (vectorised) block by block and multiply (the whole
+      weight at once, then ``F.linear``, under autograd or ``torch.compile``).
     """
     if int4 is not None:
         packed, scales_and_zeros = int4
@@ -194,6 +195,9 @@ def fixed_matmul(
         )
     if backend == "triton" or (backend == "auto" and x.is_cuda and _triton_available()):
         return _uniform_triton(x, planes, scale, zero, depth, spec)
+    if x.requires_grad or torch.compiler.is_compiling():
+        codes = unpack(planes[:depth], spec.bits)
+        return torch.nn.functional.linear(x, dequantize(codes, scale, zero, spec, depth, x.dtype))
     return _dequantized_matmul(x, planes, scale, zero, depth, spec)
 
 
@@ -211,14 +215,14 @@ def _dequantized_matmul(
     full-size temporary is allocated (on a CPU those page faults cost more than the arithmetic)."""
     slope, offset = affine_at(scale, zero, spec, depth)
     code_dtype = torch.uint8 if depth * spec.bits <= 8 else torch.int32
-    out = x.new_empty(x.shape[0], planes.shape[1])
+    blocks = []
     for start in range(0, planes.shape[1], rows):
         end = min(start + rows, planes.shape[1])
         q = combine(unpack(planes[:depth, start:end], spec.bits), depth, spec.bits, code_dtype)
         q = q.view(end - start, -1, spec.group_size).to(torch.float32)
         w = torch.addcmul(offset[start:end, :, None], q, slope[start:end, :, None])
-        torch.mm(x, w.flatten(1).to(x.dtype).T, out=out[:, start:end])
-    return out
+        blocks.append(torch.mm(x, w.flatten(1).to(x.dtype).T))
+    return torch.cat(blocks, dim=1)
 
 
 def _tile_table(

@@ -151,12 +151,11 @@ class MoBiLinear(nn.Module):
         self.precision: int | None = None
         self.token_depth: torch.Tensor | int | None = None
         self.token_depths: tuple[int, ...] | None = None  # the depths token_depth can hold
-        self.train_gates: torch.Tensor | None = None  # [tokens, slices] during calibration
         self.backend = "auto"
         self.calibration: _Calibration | None = None
-        # (device, dtype) -> the 4-bit read packed for PyTorch's int4 matmul (kernel.pack_int4):
-        # 4 bits per weight, made on the first 4-bit read, dropped when the planes change
-        self._int4: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
+        # the 4-bit read packed for PyTorch's int4 matmul (kernel.pack_int4), 4 bits per weight,
+        # made on the first 4-bit read; keyed by what it was made from, so any change remakes it
+        self._int4: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
         self.reset_bit_counts()
 
     # --- the bits this layer actually read ---------------------------------------------------
@@ -241,13 +240,18 @@ class MoBiLinear(nn.Module):
         """``x @ W_depth^T`` by :func:`.kernel.fixed_matmul`: the packed int4 CPU matmul for a
         4-bit read, the Triton kernel on CUDA, a vectorised unpack otherwise."""
         int4 = None
-        if int4_applies(self.spec, depth, x.device, self.out_features):
-            key = (x.device, x.dtype)
-            if key not in self._int4:
-                self._int4[key] = pack_int4(
-                    self.planes, self.scale, self.zero, self.spec, depth, x.dtype
-                )
-            int4 = self._int4[key]
+        if self.backend == "auto" and int4_applies(self.spec, depth, x.device, self.out_features):
+            if torch.compiler.is_compiling():  # made by an eager call (no version checks here)
+                int4 = next(iter(self._int4.values()), None)
+            else:
+                key = (x.device, x.dtype, self.planes.data_ptr(), self.scale.dtype)
+                key += tuple(t._version for t in (self.planes, self.scale, self.zero))
+                if key not in self._int4:
+                    self._int4.clear()  # one packed copy: on this device, of these planes
+                    self._int4[key] = pack_int4(
+                        self.planes, self.scale, self.zero, self.spec, depth, x.dtype
+                    )
+                int4 = self._int4[key]
         return fixed_matmul(
             x, self.planes, self.scale, self.zero, depth, self.spec, int4=int4,
             backend=self.backend,
@@ -271,7 +275,6 @@ class MoBiLinear(nn.Module):
         assert self.calibration is not None
         self.set_weight(self.calibration.weight, *self.calibration.range(self.spec))
         self.calibration = None
-        self.train_gates = None
 
     # --- forward ----------------------------------------------------------------------------
     def _depths(
@@ -321,20 +324,12 @@ class MoBiLinear(nn.Module):
         return y.reshape(*shape[:-1], self.out_features)
 
     def _calibration_forward(self, x: torch.Tensor, precision: int | None) -> torch.Tensor:
-        """y = sum_d g_d * x (W_d - W_{d-1})^T: linear in the slices (paper Eq. 6), so gates
-        ``g_d`` (1 for the first slice) carry the router's straight-through gradient."""
+        """``x @ W_d^T`` with the differentiable levels of the ranges being learned."""
         levels = self.calibration.levels(self.spec)
         depth = precision if precision is not None else self.precision
-        if depth is not None or self.train_gates is None:
-            depth = depth or self.spec.slices
-            self._record(depth, x.shape[0])
-            return F.linear(x, levels[depth - 1].to(x.dtype))
-        gates = self.train_gates.to(x.dtype)  # [tokens, slices]
-        self._record(gates.detach().sum(), x.shape[0])
-        y = F.linear(x, levels[0].to(x.dtype))
-        for d in range(1, self.spec.slices):
-            y = y + gates[:, d : d + 1] * F.linear(x, (levels[d] - levels[d - 1]).to(x.dtype))
-        return y
+        depth = depth or self.spec.slices
+        self._record(depth, x.shape[0])
+        return F.linear(x, levels[depth - 1].to(x.dtype))
 
     def extra_repr(self) -> str:
         s = self.spec
@@ -403,8 +398,8 @@ class MoBiRouter(nn.Module):
     (:func:`~.model.fit_thresholds`), and stored in the ``thresholds`` buffer: switching budgets
     (:meth:`use_budget`) runs nothing. A budget guard keeps what the router reads on budget on
     any text: it counts the tokens sent deeper since the budget was set against ``share`` of all
-    tokens, and when a call would take that excess past ``GUARD_TOKENS`` it sends only the
-    top-scoring tokens that keep it within (an exact quantile at large calls; one token either way
+    tokens, and when a call would take that excess past ``GUARD_TOKENS`` it sends the number of
+    top-scoring tokens that keeps it within (fewer, or more when under budget) (an exact quantile at large calls; one token either way
     at decoding). Without it, text unlike the calibration text shifts the scores and the bits read.
 
     Always float32, whatever the model's dtype or torch's default dtype, so that a bf16 model
@@ -425,6 +420,7 @@ class MoBiRouter(nn.Module):
         # tokens sent deeper minus share * tokens, since the budget was set (the guard)
         self.register_buffer("excess", torch.zeros((), dtype=torch.float32), persistent=False)
         self.base, self.share, self.threshold = slices, 0.0, math.inf  # all slices until set
+        self.budget_index: int | None = None
         self.fit_to: float | None = None  # fit_thresholds: place the threshold on this batch
 
     def forward(self, hidden: torch.Tensor, base: int | None = None) -> torch.Tensor:
@@ -437,8 +433,15 @@ class MoBiRouter(nn.Module):
     def use_budget(self, avg_bits: float) -> None:
         """Read ``avg_bits`` on average from now on, with the stored threshold (no forward)."""
         self.base, self.share = depth_plan(avg_bits, self.bits, self.slices)
-        self.threshold = float(self.thresholds[budget_index(avg_bits, self.bits, self.slices)])
+        self.budget_index = budget_index(avg_bits, self.bits, self.slices)
+        self.threshold = float(self.thresholds[self.budget_index])
         self.excess.zero_()
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        super()._load_from_state_dict(*args, **kwargs)
+        if self.budget_index is not None:  # the current budget's threshold from the new buffer
+            self.threshold = float(self.thresholds[self.budget_index])
+            self.excess.zero_()
 
     def depths(self) -> tuple[int, ...]:
         """The depths the router's tokens read at the current budget."""

@@ -18,6 +18,7 @@ block gets a :class:`MoBiRouter`, trained with the slices' ranges by block-wise 
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 from dataclasses import asdict, dataclass, fields
@@ -33,6 +34,7 @@ from mixlab.llm_efficiency.mobiquant.layer import (
     MoBiRouter,
     as_out_in,
     budget_grid,
+    budget_index,
     check_budget,
     depth_plan,
     is_linear,
@@ -259,10 +261,13 @@ def set_budget(model: nn.Module, avg_bits: float, *, seed: int = 0) -> None:
     ablation; ``seed`` seeds the draws).
     """
     config: MoBiQuantConfig = model.mobiquant_config
-    check_budget(avg_bits, config.bits, config.slices)
-    set_precision(model, None)
     blocks = decoder_blocks(model)
     routers = [r for b in blocks if (r := getattr(b, "mobi_router", None)) is not None]
+    if routers:  # refused before anything changes
+        budget_index(avg_bits, config.bits, config.slices)
+    else:
+        check_budget(avg_bits, config.bits, config.slices)
+    set_precision(model, None)
     for router in routers:
         router.use_budget(avg_bits)
     if not routers:
@@ -283,21 +288,30 @@ def fit_thresholds(model: nn.Module, tokens: torch.Tensor) -> None:
     routers = [r for b in decoder_blocks(model) if (r := getattr(b, "mobi_router", None))]
     if not routers:
         raise ValueError("model: it has no routers to fit (quantized with router=False)")
+    budget, precision = getattr(model, "mobiquant_budget", None), run_settings(model)["precision"]
     set_precision(model, None)
     device = next(model.parameters()).device
+    # only the last position's logits: the thresholds read the blocks, not the LM head
+    head = (
+        {"logits_to_keep": 1}
+        if "logits_to_keep" in inspect.signature(model.forward).parameters
+        else {}
+    )
     try:
-        for index, budget in enumerate(budget_grid(config.bits, config.slices)):
+        for index, grid_budget in enumerate(budget_grid(config.bits, config.slices)):
             for router in routers:
-                router.fit_to = budget
-            model(input_ids=tokens.long().to(device), use_cache=False)
+                router.fit_to = grid_budget
+            model(input_ids=tokens.long().to(device), use_cache=False, **head)
             for router in routers:
                 router.thresholds[index] = router.threshold
     finally:
         for router in routers:
             router.fit_to = None
-    budget = getattr(model, "mobiquant_budget", None)
-    if budget is not None:  # back to the budget the model was at, with its new threshold
-        set_budget(model, *budget)
+            router.excess.zero_()
+    if budget is not None:  # back where the model was, with the new thresholds
+        set_budget(model, budget[0], seed=budget[1])
+    else:
+        set_precision(model, precision)
 
 
 def average_bits(model: nn.Module, *, last_call: bool = False) -> float:
@@ -389,6 +403,8 @@ def finish_loading(
     for module in model.modules():
         if isinstance(module, MoBiLinear | MoBiRouter):
             module.requires_grad_(False)
+        if isinstance(module, MoBiRouter):  # a non-persistent buffer transformers may leave empty
+            module.excess.zero_()
     if precision is not None:
         set_precision(model, precision)
     elif budget is not None:
