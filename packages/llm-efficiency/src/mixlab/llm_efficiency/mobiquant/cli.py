@@ -139,7 +139,7 @@ def evaluate(
         check_number(avg_bits, "--avg-bits", avg_bits > 0, "a finite number > 0")
 
     from mixlab.llm_efficiency.lm import encode_file, perplexity
-    from mixlab.llm_efficiency.mobiquant.layer import BUDGETS_PER_SLICE
+    from mixlab.llm_efficiency.mobiquant.layer import BUDGETS_PER_SLICE, budget_index
     from mixlab.llm_efficiency.mobiquant.model import (
         average_bits,
         load_quantized,
@@ -157,16 +157,14 @@ def evaluate(
         )
     if avg_bits is not None and not slice_bits <= avg_bits <= top:
         raise ValueError(f"--avg-bits must be in [{slice_bits}, {top}], got {avg_bits}")
-    step = slice_bits / BUDGETS_PER_SLICE
-    if (
-        avg_bits is not None
-        and config.router
-        and abs(avg_bits / step - round(avg_bits / step)) > 1e-6
-    ):
-        raise ValueError(
-            f"--avg-bits must be a multiple of {step:g} for a routed model (the budgets its "
-            f"routers store thresholds for), got {avg_bits}"
-        )
+    if avg_bits is not None and config.router:
+        try:  # the routers' own grid check, before the model is loaded
+            budget_index(avg_bits, slice_bits, config.slices)
+        except ValueError:
+            raise ValueError(
+                f"--avg-bits must be a multiple of {slice_bits / BUDGETS_PER_SLICE:g} for a routed "
+                f"model (the budgets its routers store thresholds for), got {avg_bits}"
+            ) from None
     tokens = encode_file(model, text)
     lm = load_quantized(model, config=config)
     if bits is not None:
