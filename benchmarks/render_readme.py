@@ -4,8 +4,10 @@
     uv run python benchmarks/render_readme.py --check  # exit 1 when README.md is out of date
 
 Everything between ``<!-- results:begin -->`` and ``<!-- results:end -->`` in README.md comes from
-``benchmarks/results/<method>/experiment-*/result.json``: per method and run, the claims tally
-(holds, fails, untested), the regime checks and each claim with its evidence.
+``benchmarks/results/<method>/experiment-*/result.json``: the tally of every method's quick run, then
+per method and run, the claims tally (holds, fails, untested, vacuous), the regime checks and each
+claim with its evidence and its control's outcome. Only holds count: a claim whose control passes
+the same test is vacuous, one whose regime check or premise failed is untested.
 """
 
 from __future__ import annotations
@@ -16,14 +18,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mixlab.shared.claims import CLAIM_STATES, claim_state, control_outcome
+
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
-
-
-def _state(claim: dict[str, Any]) -> str:
-    if not claim.get("tested", True):
-        return "untested"
-    return "holds" if claim["holds"] else "fails"
 
 
 def _cell(text: str) -> str:
@@ -40,16 +38,17 @@ def render_method(method: str, runs: list[tuple[Path, dict[str, Any]]]) -> list[
     lines = [
         f"### {method}",
         "",
-        "| run | commit | wall s | holds | fails | untested |",
-        "|---|---|---|---|---|---|",
+        "| run | commit | wall s | " + " | ".join(CLAIM_STATES) + " |",
+        "|---|---|---|" + "---|" * len(CLAIM_STATES),
     ]
     for folder, result in runs:
-        states = [_state(claim) for claim in result["claims"]]
         commit = (result.get("env", {}).get("git") or "unknown")[:12]
         commit += "+dirty" if str(result.get("env", {}).get("git", "")).endswith("+dirty") else ""
+        counts = _tally(result)
         lines.append(
             f"| {_run_label(folder, result)} | {commit} | {result['wall_s']:.0f} | "
-            f"{states.count('holds')} | {states.count('fails')} | {states.count('untested')} |"
+            + " | ".join(str(counts[state]) for state in CLAIM_STATES)
+            + " |"
         )
     for folder, result in runs:
         lines += ["", f"**{_run_label(folder, result)}**", ""]
@@ -61,8 +60,39 @@ def render_method(method: str, runs: list[tuple[Path, dict[str, Any]]]) -> list[
                 f"- regime check {verdict}: {_cell(check['text'])} ({_cell(check['evidence'])})"
             )
         for claim in result["claims"]:
-            lines.append(f"- {_state(claim)}: {_cell(claim['text'])} ({_cell(claim['evidence'])})")
+            control = control_outcome(claim)
+            lines.append(
+                f"- {claim_state(claim)}: {_cell(claim['text'])} ({_cell(claim['evidence'])})"
+                + (f"; control {_cell(control)}" if control else "")
+            )
     return lines
+
+
+def _tally(result: dict[str, Any]) -> dict[str, int]:
+    states = [claim_state(claim) for claim in result["claims"]]
+    return {state: states.count(state) for state in CLAIM_STATES}
+
+
+def render_summary(quick: dict[str, dict[str, Any]]) -> list[str]:
+    """One line over every method's committed quick run: how many claims are in each state."""
+    total = dict.fromkeys(CLAIM_STATES, 0)
+    for result in quick.values():
+        for state, count in _tally(result).items():
+            total[state] += count
+    no_control = sum(
+        1 for result in quick.values() for claim in result["claims"] if "control" not in claim
+    )
+    line = (
+        f"Over the {len(quick)} committed quick runs: "
+        + ", ".join(f"{total[state]} {state}" for state in CLAIM_STATES)
+        + "."
+    )
+    if no_control:
+        line += (
+            f" {no_control} of these claims were judged before controls existed (no control "
+            "outcome): their method's rerun will judge them against one."
+        )
+    return [line, ""]
 
 
 def render_section(results: Path) -> str:
@@ -71,6 +101,7 @@ def render_section(results: Path) -> str:
         "<!-- rendered by benchmarks/render_readme.py from benchmarks/results; do not edit by hand -->",
         "",
     ]
+    methods = {}
     for method_dir in sorted(p for p in results.iterdir() if p.is_dir()):
         runs = [
             (folder, json.loads((folder / "result.json").read_text()))
@@ -78,7 +109,16 @@ def render_section(results: Path) -> str:
             if (folder / "result.json").is_file()
         ]
         if runs:
-            lines += [*render_method(method_dir.name, runs), ""]
+            methods[method_dir.name] = runs
+    quick = {
+        method: result
+        for method, runs in methods.items()
+        for folder, result in runs
+        if folder.name == "experiment-quick"
+    }
+    lines += render_summary(quick)
+    for method, runs in methods.items():
+        lines += [*render_method(method, runs), ""]
     lines.append(END)
     return "\n".join(lines)
 

@@ -177,7 +177,7 @@ def test_reproduce_compare_reports_verdict_changes_and_drift(
     same = json.loads((tmp_path / "same" / "reproduce.json").read_text())["methods"][0]["compare"]
     assert (same["verdict_changes"], same["drifted_metrics"]) == ([], [])
 
-    committed["claims"][0]["holds"] = False
+    committed["claims"][0] |= {"holds": False, "state": "fails"}
     committed["metrics"]["sgd"]["train_mse"] *= 2
     (folder / "result.json").write_text(json.dumps(committed))
     assert main([*argv, "--out", str(tmp_path / "changed")]) == 1
@@ -192,24 +192,87 @@ def test_reproduce_compare_reports_verdict_changes_and_drift(
     assert "1 verdict change(s)" in (tmp_path / "changed" / "report.md").read_text()
 
 
-def test_reproduce_shows_untested_claims(site_with_methods, tmp_path: Path) -> None:
+FOUR_STATES_METHOD = """
+from dataclasses import dataclass
+from typing import ClassVar
+
+from mixlab.shared import Claim, ClaimSpec, ExperimentConfig, Method, Result
+
+ACCURACY = {"ours": 0.9, "mean": 0.8, "chance": 0.5}
+
+
+def spec(key, text, control, premises=()):
+    return ClaimSpec(key=key, text=text, system="ours", control=control, why_control="simpler",
+                     premises=premises, not_per_seed="a toy")
+
+
+@dataclass
+class Config(ExperimentConfig):
+    SYSTEMS: ClassVar = tuple(ACCURACY)
+    CLAIMS: ClassVar = (
+        spec("beats_chance", "ours beats chance", "mean"),
+        spec("beats_mean", "ours beats the mean", "chance"),
+        spec("premised", "ours beats chance once it learned", "mean", ("learned",)),
+        spec("perfect", "ours is perfect", "chance"),
+    )
+
+
+def beats(reference):
+    return lambda system: Claim.compare(system, ACCURACY[system], ">", ACCURACY[reference])
+
+
+def run(config, out_dir, *, resume=False):
+    learned = Claim.compare("the reference learned", 0.1, ">", 0.5)
+    claims = [
+        config.judge("beats_chance", beats("chance")),
+        config.judge("beats_mean", beats("mean")),
+        config.judge("premised", beats("chance"), premises={"learned": learned}),
+        config.judge("perfect", lambda s: Claim.compare(s, ACCURACY[s], ">=", 1.0)),
+    ]
+    return Result(metrics={s: {"acc": v} for s, v in ACCURACY.items()}, claims=claims)
+
+
+METHOD = Method(name="four", domain="rl", paper="p", claim="c", config=Config, run=run)
+"""
+
+
+def test_reproduce_shows_the_four_states(site_with_methods, tmp_path: Path) -> None:
     site_with_methods(
-        {"flat": "mixlab_flat_method:METHOD"},
+        {"four": "mixlab_four_states:METHOD"}, {"mixlab_four_states": FOUR_STATES_METHOD}
+    )
+    assert main(["reproduce", "--only", "four", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert (
+        "| four | ours beats chance | vacuous | 0.9 > 0.5 | mean passes too (0.8 > 0.5) |" in report
+    )
+    assert "| four | ours beats the mean | holds | 0.9 > 0.8 | chance fails (0.5 > 0.8) |" in report
+    assert "| four | ours beats chance once it learned | untested |" in report
+    assert "| four | ours is perfect | fails |" in report
+    assert "1 hold, 1 fail, 1 untested, 1 vacuous" in report
+    row = json.loads((tmp_path / "reproduce.json").read_text())["methods"][0]
+    assert row["tally"] == {"holds": 1, "fails": 1, "untested": 1, "vacuous": 1}
+    saved = json.loads((tmp_path / "four" / "result.json").read_text())["claims"]
+    assert [c["state"] for c in saved] == ["vacuous", "holds", "untested", "fails"]
+    assert saved[2]["premises"][0]["text"] == "the reference learned"
+
+
+def test_reproduce_refuses_a_claim_without_a_control(site_with_methods, tmp_path: Path) -> None:
+    site_with_methods(
+        {"bare": "mixlab_bare_method:METHOD"},
         {
-            "mixlab_flat_method": (
+            "mixlab_bare_method": (
                 "from mixlab.shared import Claim, ExperimentConfig, Method, Result\n"
                 "def run(config, out_dir, *, resume=False):\n"
-                "    regime = [Claim.compare('the reference beats chance', 0.33, '>', 0.5)]\n"
                 "    claims = [Claim.compare('ours beats the reference', 0.34, '>', 0.33)]\n"
-                "    return Result(metrics={'ours': {'acc': 0.34}}, claims=claims, regime=regime)\n"
-                "METHOD = Method(name='flat', domain='rl', paper='p', claim='c', config=ExperimentConfig, run=run)\n"
+                "    return Result(metrics={'ours': {'acc': 0.34}}, claims=claims)\n"
+                "METHOD = Method(name='bare', domain='rl', paper='p', claim='c', config=ExperimentConfig, run=run)\n"
             )
         },
     )
-    assert main(["reproduce", "--only", "flat", "--device", "cpu", "--out", str(tmp_path)]) == 0
-    assert "| flat | ours beats the reference | untested |" in (tmp_path / "report.md").read_text()
+    assert main(["reproduce", "--only", "bare", "--device", "cpu", "--out", str(tmp_path)]) == 1
     row = json.loads((tmp_path / "reproduce.json").read_text())["methods"][0]
-    assert row["tally"] == {"holds": 0, "fails": 0, "untested": 1}
+    assert row["status"] == "failed"
+    assert "was not judged from its Config's CLAIMS" in row["error"]
 
 
 def test_reproduce_on_a_missing_device_is_one_line_and_exit_2(

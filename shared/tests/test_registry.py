@@ -43,7 +43,7 @@ def test_execute_writes_the_result_schema(toy_method: Method, tmp_path: Path) ->
     assert data["profile"] == "quick"
     assert data["seed"] == 3
     assert data["config"]["steps"] == 100
-    assert set(data["metrics"]) == {"sgd", "least_squares"}
+    assert set(data["metrics"]) == {"sgd", "least_squares", "zero"}
     assert data["env"]["device"] == "cpu"
     assert data["env"]["torch"] == torch.__version__
     assert data["wall_s"] > 0
@@ -132,15 +132,15 @@ def test_a_run_named_by_import_path_loads_only_when_run(site_with_methods, tmp_p
                 " config=ExperimentConfig, run='mixlab_lazy_run:run')\n"
             ),
             "mixlab_lazy_run": (
-                "from mixlab.shared import Claim, Result\n"
+                "from mixlab.shared import Result\n"
                 "def run(config, out_dir, *, resume=False):\n"
-                "    return Result(metrics={'a': {'x': 1.0}}, claims=[Claim.compare('c', 1, '>', 0)])\n"
+                "    return Result(metrics={'a': {'x': 1.0}}, claims=[])\n"
             ),
         },
     )
     method = get_method("lazy")
     assert "mixlab_lazy_run" not in sys.modules
-    assert method.execute(ExperimentConfig(device="cpu"), tmp_path).claims[0].state == "holds"
+    assert method.execute(ExperimentConfig(device="cpu"), tmp_path).metrics == {"a": {"x": 1.0}}
     assert "mixlab_lazy_run" in sys.modules
     with pytest.raises(
         ValueError, match="Method.run must be a function or 'package.module:function'"

@@ -30,15 +30,6 @@ def test_all_of_needs_every_part() -> None:
     assert combined.evidence == "1 < 2; 3 < 2"
 
 
-def test_paired_claims_clear_the_threshold_with_their_spread() -> None:
-    differences = np.array([0.05, 0.07, 0.09])
-    claim = Claim.paired("ours beats theirs", differences, 0.02, label="ours − theirs")
-    assert claim.holds is True  # mean 0.07 − sd 0.02 = 0.05
-    assert claim.evidence == "mean − sd over seeds of ours − theirs 0.05 >= 0.02"
-    assert Claim.paired("x", [0.05, 0.07, 0.09], 0.06, label="d").holds is False
-    assert Claim.paired("x", [0.5], 0.0, label="d").holds is False  # one seed has no spread
-
-
 def test_claims_must_be_computed() -> None:
     with pytest.raises(ValueError, match="holds must be a bool"):
         Claim(text="x", holds="yes", evidence="")  # type: ignore[arg-type]
@@ -114,7 +105,7 @@ def test_a_failed_regime_check_marks_every_claim_untested(tmp_path: Path) -> Non
     assert [claim.state for claim in result.claims] == ["untested", "untested"]
     assert [claim.holds for claim in result.claims] == [True, False]  # still computed
     assert "regime check failed: the reference beats chance" in result.claims[0].evidence
-    assert result.tally() == {"holds": 0, "fails": 0, "untested": 2}
+    assert result.tally() == {"holds": 0, "fails": 0, "untested": 2, "vacuous": 0}
     data = json.loads(result.write(tmp_path).read_text())
     assert data["regime"] == [learned.to_dict()]
     assert [claim["tested"] for claim in data["claims"]] == [False, False]

@@ -2,7 +2,9 @@
 
 - :class:`Method` and :func:`discover_methods`: the registry behind ``mixlab list/run/reproduce``.
 - :class:`ExperimentConfig`: the base of each experiment's Config (quick and full profiles).
-- :class:`Result` and :class:`Claim`: ``result.json``, with claims computed from measured metrics.
+- :class:`Result` and :class:`Claim`: ``result.json``, with claims computed from measured metrics;
+  :class:`ClaimSpec` and :func:`judge`: claims declared on the Config with a control, premises and
+  bounds, and judged seed by seed into four states (holds, fails, untested, vacuous).
 - :func:`seed_everything`, :func:`resolve_device`, :class:`Checkpointer`, :func:`progress`,
   :func:`line_plot` / :func:`bar_plot`: the pieces every experiment loop needs.
 
@@ -45,7 +47,9 @@ _MODULE_OF = {
     "Method": "registry",
     "discover_methods": "registry",
     "get_method": "registry",
-    "Claim": "result",
+    "Claim": "claims",
+    "ClaimSpec": "claims",
+    "judge": "claims",
     "Result": "result",
     "capture_rng_state": "seeding",
     "restore_rng_state": "seeding",
@@ -55,6 +59,7 @@ __all__ = [
     "DOMAINS",
     "Checkpointer",
     "Claim",
+    "ClaimSpec",
     "ExperimentConfig",
     "Method",
     "Result",
@@ -69,6 +74,7 @@ __all__ = [
     "get_method",
     "interleaved_median_seconds",
     "is_count",
+    "judge",
     "key_digest",
     "line_plot",
     "load_state",
@@ -96,6 +102,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _MODULE_OF)
 if TYPE_CHECKING:
     from mixlab.shared.budget import parameter_count, width_for_budget
     from mixlab.shared.checkpoint import Checkpointer, load_state, run_cells, save_state
+    from mixlab.shared.claims import Claim, ClaimSpec, judge
     from mixlab.shared.config import ExperimentConfig, is_count, require
     from mixlab.shared.device import resolve_device
     from mixlab.shared.diffusion import ema_update, timestep_embedding
@@ -105,6 +112,6 @@ if TYPE_CHECKING:
     from mixlab.shared.plotting import bar_plot, line_plot, save_figure
     from mixlab.shared.progress import progress, track
     from mixlab.shared.registry import DOMAINS, Method, discover_methods, get_method
-    from mixlab.shared.result import Claim, Result
+    from mixlab.shared.result import Result
     from mixlab.shared.seeding import capture_rng_state, restore_rng_state, seed_everything
     from mixlab.shared.stats import interleaved_median_seconds, mean_std, median_seconds

@@ -20,10 +20,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from mixlab.shared.claims import CLAIM_STATES, claim_state, control_outcome
 from mixlab.shared.cli_base import run_app
 from mixlab.shared.compare import (
     DRIFT_TOLERANCE,
-    claim_state,
     committed_result,
     committed_wall_s,
     compare_results,
@@ -115,8 +115,8 @@ def reproduce(
         ),
     ] = None,
 ) -> int:
-    """Run every installed method's experiment and print one table of claims (holds, fails or
-    untested); writes reproduce.json and report.md. Exit 1 when a method failed or, with
+    """Run every installed method's experiment and print one table of claims (holds, fails,
+    untested or vacuous); writes reproduce.json and report.md. Exit 1 when a method failed or, with
     --compare, a verdict changed."""
     from mixlab.shared.device import resolve_device
 
@@ -256,14 +256,27 @@ def _compare_one(reference: Path, name: str, profile: str, out_dir: Path) -> dic
 
 
 def _claims_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table("method", "claim", "result", "evidence", "wall s", show_lines=True)
+    table = Table("method", "claim", "result", "evidence", "control", "wall s", show_lines=True)
     for row in rows:
         wall = format_number(row["wall_s"]) if row["wall_s"] is not None else "-"
         if row["status"] == "failed":
-            table.add_row(row["method"], "-", "[red]failed[/red]", row["error"], wall)
+            table.add_row(row["method"], "-", "[red]failed[/red]", row["error"], "-", wall)
         for claim in row["claims"]:
-            table.add_row(row["method"], claim["text"], claim_state(claim), claim["evidence"], wall)
+            table.add_row(
+                row["method"],
+                claim["text"],
+                claim_state(claim),
+                claim["evidence"],
+                control_outcome(claim) or "-",
+                wall,
+            )
     return table
+
+
+def _tally_text(tally: dict[str, int]) -> str:
+    """``2 hold, 1 fail, 0 untested, 1 vacuous`` (reports written before vacuous existed count 0)."""
+    words = {"holds": "hold", "fails": "fail", "untested": "untested", "vacuous": "vacuous"}
+    return ", ".join(f"{tally.get(state, 0)} {words[state]}" for state in CLAIM_STATES)
 
 
 def _compare_table(rows: list[dict[str, Any]]) -> Table:
@@ -295,36 +308,36 @@ def _percent(relative: float | None) -> str:
 
 
 def _markdown(report: dict[str, Any], out: Path) -> str:
-    """report.md: the claims table (holds, fails, untested), the regime checks, the comparison with
-    committed results, and each method's headline plot."""
+    """report.md: the claims table (holds, fails, untested, vacuous), the regime checks, the
+    comparison with committed results, and each method's headline plot."""
     lines = [
         f"# mixlab reproduce ({report['profile']} profile, seed {report['seed']}, device {report['device']})",
         "",
-        "A claim is *untested* when a regime check failed: the setup could not tell the systems apart.",
+        "Each claim is in one of four states: *holds*; *fails*; *untested* when a regime check or "
+        "one of its premises failed (the setup could not test it); *vacuous* when it holds but its "
+        "control, the strongest simple system without the method's idea, passes the same test. "
+        "Only holds count.",
         "",
-        "| method | claim | result | evidence | wall s |",
-        "|---|---|---|---|---|",
+        "| method | claim | result | evidence | control | wall s |",
+        "|---|---|---|---|---|---|",
     ]
     for row in report["methods"]:
         wall = format_number(row["wall_s"]) if row["wall_s"] is not None else "-"
         if row["status"] == "failed":
-            lines.append(f"| {row['method']} | - | failed | {row['error']} | {wall} |")
+            lines.append(f"| {row['method']} | - | failed | {row['error']} | - | {wall} |")
         for claim in row["claims"]:
             lines.append(
-                f"| {row['method']} | {claim['text']} | {claim_state(claim)} | {claim['evidence']} | {wall} |"
+                f"| {row['method']} | {claim['text']} | {claim_state(claim)} | "
+                f"{claim['evidence']} | {control_outcome(claim) or '-'} | {wall} |"
             )
     if not report["methods"]:
-        lines.append("| (no methods installed) | | | | |")
+        lines.append("| (no methods installed) | | | | | |")
     for row in report["methods"]:
         lines += ["", f"## {row['method']}", ""]
         if row["status"] == "failed":
             lines.append(f"Failed: {row['error']}")
             continue
-        tally = row["tally"]
-        lines.append(
-            f"{tally['holds']} hold, {tally['fails']} fail, {tally['untested']} untested; "
-            f"{format_number(row['wall_s'])} s."
-        )
+        lines.append(f"{_tally_text(row['tally'])}; {format_number(row['wall_s'])} s.")
         for check in row["regime"]:
             verdict = "holds" if check["holds"] else "fails"
             lines.append(f"- regime check ({verdict}): {check['text']} ({check['evidence']})")
@@ -357,14 +370,19 @@ def _print_result(result: Result) -> None:
         for system, row in result.metrics.items():
             metrics.add_row(system, *(format_number(row[name]) for name in metric_names))
     console.print(metrics)
-    claims = Table("claim", "result", "evidence", title=f"{result.method}: claims", show_lines=True)
+    claims = Table(
+        "claim", "result", "evidence", "control", title=f"{result.method}: claims", show_lines=True
+    )
     for check in result.regime:
         claims.add_row(
-            f"(regime) {check.text}", "holds" if check.holds else "fails", check.evidence
+            f"(regime) {check.text}", "holds" if check.holds else "fails", check.evidence, "-"
         )
     for claim in result.claims:
-        claims.add_row(claim.text, claim.state, claim.evidence)
+        claims.add_row(
+            claim.text, claim.state, claim.evidence, control_outcome(claim.to_dict()) or "-"
+        )
     console.print(claims)
+    console.print(_tally_text(result.tally()))
 
 
 def main(argv: list[str] | None = None) -> int:

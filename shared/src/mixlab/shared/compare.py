@@ -11,6 +11,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from mixlab.shared.claims import claim_state
+
 DRIFT_TOLERANCE = 0.05
 """a metric whose relative change exceeds this is listed as drifted"""
 
@@ -29,13 +31,6 @@ def committed_wall_s(reference: Path | None, method: str, profile: str) -> float
     except (OSError, ValueError, AttributeError):
         return None
     return float(wall) if isinstance(wall, int | float) and not isinstance(wall, bool) else None
-
-
-def claim_state(claim: dict[str, Any]) -> str:
-    """holds, fails or untested (files written before ``tested`` existed count as tested)."""
-    if not claim.get("tested", True):
-        return "untested"
-    return "holds" if claim.get("holds") else "fails"
 
 
 def compare_results(committed: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:

@@ -26,10 +26,15 @@ import math
 import numbers
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+from mixlab.shared.claims import ClaimSpec, judge
 from mixlab.shared.device import check_device_name
+
+if TYPE_CHECKING:
+    from mixlab.shared.claims import Claim
 
 PROFILE_NAMES = ("quick", "full")
 
@@ -64,6 +69,30 @@ class ExperimentConfig:
     Every other float field must be finite (checked here) and every count field is range-checked by
     the subclass; a workspace test feeds each field these values and expects a ValueError."""
 
+    SYSTEMS: ClassVar[tuple[str, ...]] = ()
+    """the names of the systems the experiment runs (the method, its baselines and controls), as
+    its claims' tests read them"""
+
+    CLAIMS: ClassVar[tuple[ClaimSpec, ...]] = ()
+    """the claims, declared before any run: each names its system, its control among ``SYSTEMS``,
+    its premises and its threshold's bounds (:class:`~mixlab.shared.claims.ClaimSpec`); the
+    experiment judges each with :meth:`judge`"""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        keys = [spec.key for spec in cls.CLAIMS]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"{cls.__qualname__}.CLAIMS: keys must be distinct, got {keys}")
+        for spec in cls.CLAIMS:
+            if not isinstance(spec, ClaimSpec):
+                raise ValueError(f"{cls.__qualname__}.CLAIMS must hold ClaimSpecs, got {spec!r}")
+            unknown = [s for s in (spec.system, spec.control) if s not in cls.SYSTEMS]
+            if unknown:
+                raise ValueError(
+                    f"{cls.__qualname__}.CLAIMS[{spec.key!r}] names {unknown}, which are not "
+                    f"among SYSTEMS {list(cls.SYSTEMS)}"
+                )
+
     def __post_init__(self) -> None:
         self._check_finite_floats()
         require(
@@ -81,6 +110,21 @@ class ExperimentConfig:
             f"one of {sorted(self.PROFILES)}",
             self.profile,
         )
+        for spec in self.CLAIMS:  # a threshold no system could pass is an error before any work
+            spec.check_bounds(self)
+
+    def claim_spec(self, key: str) -> ClaimSpec:
+        """The :class:`ClaimSpec` of ``CLAIMS`` called ``key``."""
+        for spec in self.CLAIMS:
+            if spec.key == key:
+                return spec
+        raise ValueError(f"claim key must be one of {[s.key for s in self.CLAIMS]}, got {key!r}")
+
+    def judge(self, key: str, test: Callable[[str], Claim], **options: Any) -> Claim:
+        """The verdict of the claim ``key``: ``test`` on its system and on its control, with its
+        premises and bounds (:func:`mixlab.shared.claims.judge`; ``options`` go there) and its
+        sentence filled from this config."""
+        return judge(self.claim_spec(key), test, config=self, **options)
 
     def _check_finite_floats(self) -> None:
         """NaN and infinity make no sense in a float field unless the field says so."""

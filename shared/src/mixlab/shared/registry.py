@@ -145,6 +145,13 @@ class Method:
             raise TypeError(
                 f"{self.name}: run() must return a mixlab.shared.Result, got {type(result).__name__}"
             )
+        declared = {spec.key for spec in config.CLAIMS}
+        for claim in result.claims:
+            if claim.key not in declared or claim.control is None:
+                raise ValueError(
+                    f"{self.name}: the claim {claim.text!r} was not judged from its Config's "
+                    f"CLAIMS (declare it as a ClaimSpec with a control; judge it with config.judge)"
+                )
         result = replace(
             result,
             method=self.name,

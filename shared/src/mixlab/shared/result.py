@@ -14,10 +14,10 @@ An experiment's ``run`` returns ``Result(metrics=..., claims=..., regime=...)``;
 the file.
 
 ``regime`` holds the checks that the setup can test the claims at all (the reference system clearly
-beats a trivial one by a margin fixed in advance). When one fails, every claim is still computed but
-marked ``tested: false``: each claim is in one of three states, holds, fails or untested
-(:attr:`Claim.state`). A claim that needs a precondition of its own (``DQN learned`` before ``DQN
-colludes``) passes it as ``requires=[check]`` to :meth:`Claim.compare` / :meth:`Claim.all_of`.
+beats a trivial one by a margin fixed in advance). When one fails, every claim it gates is still
+computed but marked ``tested: false``. Each claim is in one of four states, holds, fails, untested
+or vacuous (:attr:`Claim.state`; :mod:`mixlab.shared.claims` has the rules: controls, premises,
+floors and per-seed judgement).
 """
 
 from __future__ import annotations
@@ -25,28 +25,31 @@ from __future__ import annotations
 import json
 import math
 import numbers
-import operator
 import os
 import platform
 import subprocess
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Self
 
+from mixlab.shared.claims import CLAIM_STATES, Claim, format_number
 from mixlab.shared.files import write_json_atomic
 
 if TYPE_CHECKING:
     import torch
 
-Comparison = Literal["<", "<=", ">", ">="]
-_OPERATORS: dict[str, Callable[[float, float], bool]] = {
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-}
+__all__ = [
+    "CLAIM_STATES",
+    "RESULT_KEYS",
+    "Claim",
+    "Result",
+    "environment",
+    "format_number",
+    "git_commit",
+    "write_benchmark",
+]
+
 RESULT_KEYS = (
     "method",
     "profile",
@@ -59,135 +62,6 @@ RESULT_KEYS = (
     "wall_s",
 )
 """the keys of result.json, in order; files written before ``regime`` existed load with none"""
-CLAIM_STATES = ("holds", "fails", "untested")
-
-
-def format_number(value: float | None) -> str:
-    """Four significant digits, the way numbers appear in evidence strings and tables."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return str(value)
-    return f"{value:.4g}"
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One sentence of the paper's claim, whether it held in this run, and the numbers that say so.
-
-    Build claims with :meth:`compare` (or :meth:`all_of`) from measured metrics, never by hand.
-    """
-
-    text: str
-    holds: bool
-    evidence: str
-    tested: bool = True
-    """False when the setup could not test the claim (a regime check failed): the verdict is moot"""
-    gates: tuple[str, ...] = ()
-    """for a regime check: the texts of the claims it gates (empty: every claim); see :meth:`gating`"""
-
-    def __post_init__(self) -> None:
-        for name in ("holds", "tested"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(
-                    f"Claim.{name} must be a bool computed from metrics, got {getattr(self, name)!r}"
-                )
-        if not self.text.strip():
-            raise ValueError("Claim.text must be a non-empty sentence")
-        object.__setattr__(self, "gates", tuple(self.gates))
-
-    def gating(self, *claims: Claim) -> Self:
-        """This regime check, gating only ``claims`` (a check of the training budget gates the
-        claims about trained systems, not a claim about exact theory)."""
-        if not claims:
-            raise ValueError("gating needs at least one claim")
-        return replace(self, gates=tuple(claim.text for claim in claims))
-
-    @property
-    def state(self) -> str:
-        """``"holds"``, ``"fails"`` or ``"untested"``."""
-        if not self.tested:
-            return "untested"
-        return "holds" if self.holds else "fails"
-
-    def untested(self, reason: str) -> Self:
-        """This claim marked untested, with ``reason`` appended to its evidence."""
-        return replace(self, tested=False, evidence=f"{self.evidence} (untested: {reason})")
-
-    def _gated(self, requires: list[Claim] | tuple[Claim, ...]) -> Self:
-        failed = [check for check in requires if not check.holds]
-        if not failed:
-            return self
-        reason = "; ".join(f"{check.text} does not hold ({check.evidence})" for check in failed)
-        return self.untested(reason)
-
-    @classmethod
-    def compare(
-        cls,
-        text: str,
-        value: float,
-        op: Comparison,
-        reference: float,
-        *,
-        value_label: str = "",
-        reference_label: str = "",
-        requires: list[Claim] | tuple[Claim, ...] = (),
-    ) -> Self:
-        """``value op reference``, e.g. ``Claim.compare(text, ours_error, "<", baseline_error)``.
-
-        A non-finite number (a diverged run) makes the claim not hold. ``requires``: checks this
-        claim alone depends on; when one does not hold the claim is untested.
-        """
-        if op not in _OPERATORS:
-            raise ValueError(f"op must be one of {list(_OPERATORS)}, got {op!r}")
-        value, reference = float(value), float(reference)
-        holds = (
-            math.isfinite(value) and math.isfinite(reference) and _OPERATORS[op](value, reference)
-        )
-        left = f"{value_label} {format_number(value)}".strip()
-        right = f"{reference_label} {format_number(reference)}".strip()
-        claim = cls(text=text, holds=bool(holds), evidence=f"{left} {op} {right}")
-        return claim._gated(requires)
-
-    @classmethod
-    def paired(
-        cls, text: str, differences: Any, threshold: float, *, label: str,
-        requires: list[Claim] | tuple[Claim, ...] = (),
-    ) -> Self:  # fmt: skip
-        """Differences paired by seed clear ``threshold`` with their spread: mean − sd (ddof 1)
-        >= threshold; one seed gives NaN, so the claim does not hold."""
-        values = [float(v) for v in differences]
-        low = float("nan")
-        if len(values) > 1:
-            mean = sum(values) / len(values)
-            low = mean - math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-        return cls.compare(text, low, ">=", threshold, value_label=f"mean − sd over seeds of {label}",
-                           requires=requires)  # fmt: skip
-
-    @classmethod
-    def all_of(
-        cls, text: str, parts: list[Claim], *, requires: list[Claim] | tuple[Claim, ...] = ()
-    ) -> Self:
-        """A claim that holds when every part holds; the evidence lists the parts'. It is tested
-        only when every part is and every check in ``requires`` holds."""
-        if not parts:
-            raise ValueError("Claim.all_of needs at least one part")
-        claim = cls(
-            text=text,
-            holds=all(p.holds for p in parts),
-            evidence="; ".join(p.evidence for p in parts),
-            tested=all(p.tested for p in parts),
-        )
-        return claim._gated(requires)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {
-            "text": self.text,
-            "holds": self.holds,
-            "tested": self.tested,
-            "evidence": self.evidence,
-        }
-        if self.gates:
-            data["gates"] = list(self.gates)
-        return data
 
 
 def _metric_value(system: str, name: str, value: Any) -> float | None:
@@ -265,10 +139,11 @@ class Result:
 
     @property
     def all_claims_hold(self) -> bool:
-        return all(claim.holds for claim in self.claims)
+        """True when every claim holds: tested, and not met by its control as well."""
+        return all(claim.state == "holds" for claim in self.claims)
 
     def tally(self) -> dict[str, int]:
-        """How many claims hold, fail and are untested."""
+        """How many claims hold, fail, are untested and are vacuous (the control passes too)."""
         states = [claim.state for claim in self.claims]
         return {state: states.count(state) for state in CLAIM_STATES}
 
@@ -300,8 +175,8 @@ class Result:
         if missing:
             raise ValueError(f"{path} is not a mixlab result.json: missing {missing}")
         try:
-            claims = [Claim(**claim) for claim in data.pop("claims")]
-            regime = [Claim(**check) for check in data.pop("regime", [])]
+            claims = [Claim.from_dict(claim) for claim in data.pop("claims")]
+            regime = [Claim.from_dict(check) for check in data.pop("regime", [])]
             known = {key: data[key] for key in RESULT_KEYS if key in data}
             # gating is idempotent: stored claims come back in the states they were saved in
             result = cls(claims=claims, regime=regime, **known)
