@@ -451,19 +451,45 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
     assert any(c["part"] == "migration" for c in cells)
     again = run(config, tmp_path / "run", resume=True)
     assert again.metrics == result.metrics
-    # the router claim: gain over random depths beyond 2 sd over seeds; one seed leaves it untested
+    # every claim is judged with its control; the numbers the claims read are in per_seed.json
     from mixlab.llm_efficiency.mobiquant.experiment import claims
+    from mixlab.shared import Result
 
-    def router_claim(gain: float, sd: float | None):
-        metrics = copy.deepcopy(result.metrics)
-        for budget in ("2.5", "3", "3.5"):
-            metrics["mobiquant"][f"router_gain@{budget}"] = gain
-            metrics["mobiquant"][f"router_gain_std@{budget}"] = sd
-        (claim,) = [c for c in claims(metrics, config) if c.text.startswith("The router")]
-        return claim
+    assert [c.key for c in result.claims] == [spec.key for spec in config.CLAIMS]
+    assert all(c.control is not None for c in result.claims)
+    values = json.loads((tmp_path / "run" / "per_seed.json").read_text())
+    rejudged = Result(metrics=result.metrics, claims=claims(values, config), regime=result.regime)
+    assert rejudged.claims == result.claims
 
-    assert router_claim(0.05, 0.01).holds
-    assert router_claim(0.05, 0.01).tested
-    assert not router_claim(0.05, 0.03).holds  # 0.05 - 2 x 0.03 < 0
-    assert not router_claim(-0.05, 0.001).holds
-    assert not router_claim(0.05, None).tested  # one seed: no spread
+    def judged(edit) -> dict:
+        edited = copy.deepcopy(values)
+        edit(edited)
+        return {c.key: c for c in claims(edited, config)}
+
+    def router_gains(gains: list[float]):
+        def edit(v):
+            for row in v.values():  # as many seeds as gains, each seed like the measured one
+                for name, numbers in row.items():
+                    if name != "stored_layer_bytes":
+                        row[name] = numbers[:1] * len(gains)
+            for budget in ("2.5", "3", "3.5"):
+                v["nested"][f"ppl@{budget}"] = [5.0] * len(gains)
+                v["mobiquant"][f"ppl@{budget}"] = [5.0 - g for g in gains]
+
+        return judged(edit)["router_beats_random_depths"]
+
+    assert router_gains([0.05, 0.06, 0.04]).state == "holds"  # paired t = 8.7 over 3 seeds
+    assert router_gains([0.05, -0.02, 0.09]).state == "fails"  # within the spread
+    assert router_gains([0.05]).state == "untested"  # one seed: no spread
+    assert router_gains([0.05, 0.06, 0.04]).control.holds is False  # random vs itself
+
+    def near_gptq(system: str, factor: float):
+        def edit(v):
+            v[system]["ppl@4"] = [factor * g for g in v["gptq"]["ppl@4"]]
+
+        return edit
+
+    claim = judged(lambda v: (near_gptq("mobiquant", 1.01)(v), near_gptq("rtn", 1.04)(v)))
+    assert claim["within_gptq_at_4_bits"].state == "vacuous"  # RTN is within 5 % too
+    claim = judged(lambda v: (near_gptq("mobiquant", 1.01)(v), near_gptq("rtn", 1.2)(v)))
+    assert claim["within_gptq_at_4_bits"].state == "holds"

@@ -11,6 +11,7 @@ import numbers
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from mixlab.shared.claims import ClaimSpec
 from mixlab.shared.config import ExperimentConfig, is_count, require
 from mixlab.shared.registry import Method
 
@@ -24,6 +25,86 @@ CLAIM_BUDGETS = (2.0, 3.0, 4.0)
 """average bits the claims read: ``budgets`` must contain them"""
 CLAIM_PER_BIT = (2, 3, 4)
 """per-bit widths the claims and the regime checks read: ``per_bit`` must contain them"""
+WITHIN = 0.05
+"""MoBiQuant at 4 bits must be within this fraction of per-bit GPTQ's perplexity"""
+TOP_FRACTION = 0.10
+"""outlier migration compares the top 10 % of tokens by loss increase"""
+CHANCE_JACCARD = TOP_FRACTION / (2 - TOP_FRACTION)
+"""the expected Jaccard overlap of two random top-10 % sets: the floor of the migration metric"""
+MIGRATION_JACCARD = 0.5
+"""outlier migration: the top-10 % sets at 3 and 4 bits overlap by less than this"""
+RTN_CONTROL = "round-to-nearest at the same bits: no calibration, no nested slices, no router"
+
+SYSTEMS = ("fp", "rtn", "hqq", "gptq", "matryoshka", "anyprec", "clip_rtn", "nested", "mobiquant")
+CLAIMS = (
+    ClaimSpec(
+        key="within_gptq_at_4_bits",
+        text=f"MoBiQuant at 4 average bits is within {WITHIN:.0%} of per-bit GPTQ's perplexity",
+        system="mobiquant",
+        control="rtn",
+        why_control=RTN_CONTROL,
+    ),
+    *(
+        ClaimSpec(
+            key=f"beats_matryoshka_at_{bits}_bits",
+            text=f"At {bits} average bits MoBiQuant beats Matryoshka-style slicing (MSB slices of "
+            "an 8-bit RTN model, rounded) within its budget",
+            system="mobiquant",
+            control="rtn",
+            why_control=RTN_CONTROL,
+        )
+        for bits in (2, 3)
+    ),
+    ClaimSpec(
+        key="router_beats_random_depths",
+        text="The router beats token-agnostic random depths at every fractional budget "
+        "({fractional} bits), where only routing differs (one-sided paired t-test over seeds "
+        "at 5 %)",
+        system="mobiquant",
+        control="nested",
+        why_control="the same nested slices read at random depths per token: the claim's own "
+        "reference, the only system that differs from MoBiQuant by the router alone",
+    ),
+    ClaimSpec(
+        key="beats_upscaling",
+        text="MoBiQuant beats Any-Precision-LLM-style upscaling (a 2-bit GPTQ seed, each bin split "
+        "for every further bit; also one checkpoint) at 2, 3 and 4 bits",
+        system="mobiquant",
+        control="rtn",
+        why_control=RTN_CONTROL,
+    ),
+    ClaimSpec(
+        key="one_checkpoint_is_smaller",
+        text="One nested checkpoint is smaller than the per-bit set ({per_bit_set} bits; by "
+        "construction: 8 bits of codes against their sum)",
+        system="mobiquant",
+        control="matryoshka",
+        why_control="one 8-bit RTN checkpoint sliced by its most significant bits: also a single "
+        "checkpoint for every precision, without MoBiQuant's residual slices",
+        not_per_seed="byte counts of the stored layers: no seed enters them",
+    ),
+    ClaimSpec(
+        key="outliers_migrate",
+        text=f"Outlier migration: the top-{TOP_FRACTION:.0%} tokens by loss increase at 3 and at 4 "
+        f"bits overlap by less than half (Jaccard < {MIGRATION_JACCARD:g}; chance "
+        f"{CHANCE_JACCARD:.3f})",
+        system="gptq",
+        control="rtn",
+        why_control="round-to-nearest at 3 and 4 bits: quantization without calibration; the "
+        "noise floor of two calibration seeds (issue 77) is not measured yet",
+        threshold=MIGRATION_JACCARD,
+        floor=CHANCE_JACCARD,
+        ceiling=1.0,
+    ),
+    ClaimSpec(
+        key="cross_calibration_costs",
+        text="Calibrating at 3 bits and running at 4 costs perplexity against calibrating at 4",
+        system="clip_rtn",
+        control="rtn",
+        why_control="round-to-nearest calibrates nothing, so a precision-specific calibration "
+        "cannot cost it anything",
+    ),
+)
 
 
 def lm_heads(hidden_size: int) -> int:
@@ -77,6 +158,8 @@ class Config(ExperimentConfig):
         "quick": {},
         "full": {"n_seeds": 3},
     }
+    SYSTEMS: ClassVar[tuple[str, ...]] = SYSTEMS
+    CLAIMS: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
 
     def __post_init__(self) -> None:
         super().__post_init__()

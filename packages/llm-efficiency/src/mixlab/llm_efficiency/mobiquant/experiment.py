@@ -26,6 +26,7 @@ every claim is reported untested.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,14 @@ from mixlab.llm_efficiency.mobiquant.baselines import (
     gptq_,
     per_bit_storage_bits,
 )
-from mixlab.llm_efficiency.mobiquant.config import METHOD, Config
+from mixlab.llm_efficiency.mobiquant.config import (
+    CHANCE_JACCARD,
+    METHOD,
+    MIGRATION_JACCARD,
+    TOP_FRACTION,
+    WITHIN,
+    Config,
+)
 from mixlab.llm_efficiency.mobiquant.model import (
     average_bits,
     quantize_,
@@ -63,18 +71,19 @@ from mixlab.shared import (
 from mixlab.shared.files import write_json_atomic
 from mixlab.shared.result import format_number
 
-__all__ = ["METHOD", "Config", "claims", "regime", "run", "summarise"]
+__all__ = ["METHOD", "Config", "claims", "per_seed_values", "regime", "run", "summarise"]
 
 PER_BIT = ("rtn", "hqq", "gptq", "matryoshka", "anyprec")
 ANYPREC_SEED_BITS = 2
 """the any-precision baseline upscales a GPTQ model of this many bits (Any-Precision LLM's seed)"""
 NESTED = ("nested", "mobiquant")
-SYSTEMS = (*PER_BIT, *NESTED)
-WITHIN = 0.05  # "within 5% of per-bit GPTQ"
+DATA_FREE = ("rtn", "hqq", "matryoshka")
+"""per-bit systems that read no calibration data: one run serves every seed"""
+MIGRATION_SYSTEMS = ("gptq", "rtn")
+"""per-bit systems whose token losses at 2, 3 and 4 bits are kept for outlier migration"""
 BUDGET_SLACK = (
     0.05  # measured code bits may exceed the budget by this much (threshold fitted on val)
 )
-TOP_FRACTION = 0.10
 RTN2_MIN_COST = 0.30
 """regime: 2-bit RTN must cost at least +30 % perplexity over full precision (fixed in advance)"""
 GPTQ3_MIN_COST = 0.02
@@ -112,7 +121,7 @@ def run_per_bit(
         BASELINES[system](model, bits, config.group_size)
     nll = _nll(model, config)
     out: dict[str, Any] = {"ppl": perplexity_of(nll)}
-    if system == "gptq" and bits in (2, 3, 4):  # outlier migration reads these tokens' losses
+    if system in MIGRATION_SYSTEMS and bits in (2, 3, 4):  # outlier migration reads these losses
         out["nll"] = nll.tolist()
     return out
 
@@ -157,7 +166,7 @@ def run_migration(config: Config, seed: int, fp: torch.nn.Module) -> dict[str, A
 
 def _cells(config: Config) -> list[dict[str, Any]]:
     cells: list[dict[str, Any]] = [{"part": "fp"}]
-    for system in ("rtn", "hqq", "matryoshka"):  # data-free: the seed changes nothing
+    for system in DATA_FREE:  # the seed changes nothing
         cells += [
             {"part": "per_bit", "system": system, "bits": b, "seed": config.seed}
             for b in config.per_bit
@@ -196,7 +205,9 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     plain = [{k: v for k, v in c.items() if k != "nll"} for c in cells]
     write_json_atomic(out_dir / "cells.json", plain, indent=1)
     _plot(metrics, config, out_dir)
-    return Result(metrics=metrics, claims=claims(metrics, config), regime=regime(metrics))
+    values = per_seed_values(cells, config, metrics)
+    write_json_atomic(out_dir / "per_seed.json", values, indent=1)  # what the claims read
+    return Result(metrics=metrics, claims=claims(values, config), regime=regime(metrics))
 
 
 def _jaccard_top(delta_a: torch.Tensor, delta_b: torch.Tensor, fraction: float) -> float:
@@ -292,10 +303,10 @@ def summarise(
         mean, std = mean_std(gains)
         metrics["mobiquant"][f"router_gain@{key}"] = mean
         metrics["mobiquant"][f"router_gain_std@{key}"] = std if len(gains) > 1 else None
-    gptq = metrics["gptq"]
-    for bits, value in _jaccards(cells, fp_cell).items():
-        gptq[f"top10_jaccard@{bits}"] = value
-    gptq["top10_jaccard_chance"] = TOP_FRACTION / (2 - TOP_FRACTION)  # two random top-10% sets
+    for system in MIGRATION_SYSTEMS:
+        for bits, values in _jaccards(cells, fp_cell, system).items():
+            metrics[system][f"top10_jaccard@{bits}"] = mean_std(values)[0]
+        metrics[system]["top10_jaccard_chance"] = CHANCE_JACCARD
     return metrics
 
 
@@ -314,22 +325,68 @@ def _paired_nested(cells: list[dict[str, Any]]) -> list[tuple[dict, dict]]:
     ]
 
 
-def _jaccards(cells: list[dict[str, Any]], fp_cell: dict[str, Any]) -> dict[int, float]:
-    """Mean over seeds of the Jaccard overlap of GPTQ's top-10% tokens by loss increase at 2 and
-    at 3 bits with those at 4 bits (outlier migration, paper §3)."""
+def _jaccards(
+    cells: list[dict[str, Any]], fp_cell: dict[str, Any], system: str
+) -> dict[int, list[float]]:
+    """Per seed, the Jaccard overlap of ``system``'s top-10% tokens by loss increase at 2 and at
+    3 bits with those at 4 bits (outlier migration, paper §3)."""
     fp_nll = torch.tensor(fp_cell["nll"])
-    seeds = sorted({c["seed"] for c in cells if c.get("system") == "gptq"})
+    seeds = sorted({c["seed"] for c in cells if c.get("system") == system})
 
     def delta(bits: int, seed: int) -> torch.Tensor:
         for c in cells:
-            if c.get("system") == "gptq" and c["bits"] == bits and c["seed"] == seed:
+            if c.get("system") == system and c["bits"] == bits and c["seed"] == seed:
                 return torch.tensor(c["nll"]) - fp_nll
-        raise KeyError((bits, seed))
+        raise KeyError((system, bits, seed))
 
     return {
-        bits: mean_std([_jaccard_top(delta(bits, s), delta(4, s), TOP_FRACTION) for s in seeds])[0]
+        bits: [_jaccard_top(delta(bits, s), delta(4, s), TOP_FRACTION) for s in seeds]
         for bits in (2, 3)
     }
+
+
+def per_seed_values(
+    cells: list[dict[str, Any]], config: Config, metrics: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, list[float]]]:
+    """What the claims read, per system and seed (seed order ``config.seed``, ``+1``, ...):
+    ``ppl@P`` and ``bits@P`` at every bit point the system runs, ``top10_jaccard@3`` for the
+    migration systems, ``cross_calibrated_ppl@4`` for clip_rtn (rtn's is its own perplexity:
+    it calibrates nothing) and ``stored_layer_bytes``. A data-free system's one run stands for
+    every seed."""
+    seeds = [config.seed + offset for offset in range(config.n_seeds)]
+    values: dict[str, dict[str, list[float]]] = {s: {} for s in metrics}
+
+    def cell(system: str, seed: int, **match: Any) -> dict[str, Any]:
+        seed = config.seed if system in DATA_FREE else seed
+        return next(
+            c
+            for c in cells
+            if c.get("system") == system
+            and c["seed"] == seed
+            and all(c.get(k) == v for k, v in match.items())
+        )
+
+    for system in PER_BIT:
+        for bits in config.per_bit:
+            values[system][f"ppl@{bits:g}"] = [cell(system, s, bits=bits)["ppl"] for s in seeds]
+            values[system][f"bits@{bits:g}"] = [float(bits)] * len(seeds)
+    for system in NESTED:
+        for budget in config.budgets:
+            key = f"{budget:g}"
+            read = [cell(system, s)["budgets"][key] for s in seeds]
+            values[system][f"ppl@{key}"] = [r["ppl"] for r in read]
+            values[system][f"bits@{key}"] = [r["bits"] for r in read]
+    fp_cell = next(c for c in cells if c["part"] == "fp")
+    for system in MIGRATION_SYSTEMS:
+        jaccards = _jaccards(cells, fp_cell, system)[3]
+        values[system]["top10_jaccard@3"] = jaccards * (len(seeds) // len(jaccards))
+    migration = {c["seed"]: c for c in cells if c["part"] == "migration"}
+    values["clip_rtn"]["ppl@4"] = [migration[s]["calib4_run4"] for s in seeds]
+    values["clip_rtn"]["cross_calibrated_ppl@4"] = [migration[s]["calib3_run4"] for s in seeds]
+    values["rtn"]["cross_calibrated_ppl@4"] = values["rtn"]["ppl@4"]
+    for system, row in metrics.items():
+        values[system]["stored_layer_bytes"] = [row["stored_layer_bytes"]]
+    return values
 
 
 def regime(metrics: dict[str, dict[str, Any]]) -> list[Claim]:
@@ -358,112 +415,135 @@ def regime(metrics: dict[str, dict[str, Any]]) -> list[Claim]:
     ]
 
 
-def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
-    mob, gptq, mat = (metrics[s] for s in ("mobiquant", "gptq", "matryoshka"))
-    clip = metrics["clip_rtn"]
-    out = [
-        Claim.compare(
-            f"MoBiQuant at 4 average bits is within {WITHIN:.0%} of per-bit GPTQ's perplexity",
-            mob["ppl@4"],
+def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Claim]:
+    """The claims, each judged seed by seed on ``values`` (:func:`per_seed_values`) and again
+    with its control in MoBiQuant's place (``Config.CLAIMS``)."""
+
+    def seeds_of(system: str, name: str) -> list[float]:
+        return values[system][name]  # a KeyError: the system does not run this point
+
+    def within_gptq(system: str) -> Claim:
+        return Claim.worst_seed(
+            system,
+            seeds_of(system, "ppl@4"),
             "<=",
-            (1 + WITHIN) * gptq["ppl@4"],
-            value_label="MoBiQuant ppl@4",
-            reference_label="1.05 x GPTQ ppl@4",
+            [(1 + WITHIN) * g for g in seeds_of("gptq", "ppl@4")],
+            value_label=f"{system} ppl@4",
+            reference_label=f"{1 + WITHIN:g} x GPTQ ppl@4",
         )
-    ]
-    for bits in (2, 3):
-        parts = [
-            Claim.compare(
-                "vs Matryoshka",
-                mob[f"ppl@{bits}"],
-                "<",
-                mat[f"ppl@{bits}"],
-                value_label="MoBiQuant ppl",
-                reference_label="MSB slicing of 8-bit RTN ppl",
-            ),
-            Claim.compare(
-                "within its budget on the test text",
-                mob[f"bits@{bits}"],
-                "<=",
-                bits + BUDGET_SLACK,
-                value_label="measured code bits",
-                reference_label=f"budget + {BUDGET_SLACK}",
-            ),
-        ]
-        out.append(
-            Claim.all_of(
-                f"At {bits} average bits MoBiQuant beats Matryoshka-style slicing (MSB slices of an "
-                "8-bit RTN model, rounded) within its budget",
-                parts,
+
+    def beats_matryoshka(bits: int) -> Callable[[str], Claim]:
+        def test(system: str) -> Claim:
+            return Claim.all_of(
+                system,
+                [
+                    Claim.worst_seed(
+                        "vs Matryoshka",
+                        seeds_of(system, f"ppl@{bits}"),
+                        "<",
+                        seeds_of("matryoshka", f"ppl@{bits}"),
+                        value_label=f"{system} ppl",
+                        reference_label="MSB slicing of 8-bit RTN ppl",
+                    ),
+                    Claim.worst_seed(
+                        "within its budget on the test text",
+                        seeds_of(system, f"bits@{bits}"),
+                        "<=",
+                        bits + BUDGET_SLACK,
+                        value_label="measured code bits",
+                        reference_label=f"budget + {BUDGET_SLACK}",
+                    ),
+                ],
             )
-        )
+
+        return test
+
     fractional = _fractional(config)
-    if fractional:
-        parts = []
-        for b in fractional:
-            gain, std = mob[f"router_gain@{b:g}"], mob[f"router_gain_std@{b:g}"]
-            part = Claim.compare(
-                f"at {b:g} bits",
-                gain - 2 * std if std is not None else float("nan"),
-                ">",
-                0.0,
-                value_label=f"ppl gain {format_number(gain)} - 2 x sd {format_number(std)} =",
-            )
-            parts.append(part if std is not None else part.untested("one seed: no spread"))
-        out.append(
-            Claim.all_of(
-                "The router beats token-agnostic random depths by more than 2 standard "
-                "deviations over seeds at every fractional budget ("
-                + ", ".join(f"{b:g}" for b in fractional)
-                + " bits), where only routing differs",
-                parts,
-            )
-        )
-    anyprec = metrics["anyprec"]
-    out.append(
-        Claim.all_of(
-            "MoBiQuant beats Any-Precision-LLM-style upscaling (a 2-bit GPTQ seed, each bin split "
-            "for every further bit; also one checkpoint) at 2, 3 and 4 bits",
+
+    def router_gain(system: str) -> Claim:
+        return Claim.all_of(
+            system,
             [
-                Claim.compare(
+                Claim.paired(
+                    f"at {b:g} bits",
+                    [
+                        random - routed
+                        for random, routed in zip(
+                            seeds_of("nested", f"ppl@{b:g}"),
+                            seeds_of(system, f"ppl@{b:g}"),
+                            strict=True,
+                        )
+                    ],
+                    0.0,
+                    label=f"ppl gain of {system} over random depths at {b:g} bits",
+                )
+                for b in fractional
+            ],
+        )
+
+    def beats_upscaling(system: str) -> Claim:
+        return Claim.all_of(
+            system,
+            [
+                Claim.worst_seed(
                     f"at {bits}",
-                    mob[f"ppl@{bits}"],
+                    seeds_of(system, f"ppl@{bits}"),
                     "<",
-                    anyprec[f"ppl@{bits}"],
-                    value_label="MoBiQuant ppl",
+                    seeds_of("anyprec", f"ppl@{bits}"),
+                    value_label=f"{system} ppl",
                     reference_label="upscaled ppl",
                 )
                 for bits in (2, 3, 4)
             ],
         )
-    )
-    per_bit_set = "+".join(str(b) for b in config.per_bit)
-    out += [
-        Claim.compare(
-            f"One nested checkpoint is smaller than the per-bit set ({per_bit_set} bits; by "
-            "construction: 8 bits of codes against their sum)",
-            mob["stored_layer_bytes"],
+
+    def smaller_checkpoint(system: str) -> Claim:
+        return Claim.compare(
+            system,
+            seeds_of(system, "stored_layer_bytes")[0],
             "<",
-            gptq["stored_layer_bytes"],
-            value_label="MoBiQuant bytes",
+            seeds_of("gptq", "stored_layer_bytes")[0],
+            value_label=f"{system} bytes",
             reference_label="per-bit set bytes",
-        ),
-        Claim.compare(
-            "Outlier migration: the top-10% tokens by loss increase at 3 and at 4 bits overlap by "
-            "less than half (Jaccard < 0.5)",
-            gptq["top10_jaccard@3"],
+        )
+
+    def migrates(system: str) -> Claim:
+        return Claim.worst_seed(
+            system,
+            seeds_of(system, "top10_jaccard@3"),
             "<",
-            0.5,
-            value_label="Jaccard (GPTQ 3 vs 4 bits)",
-        ),
-        Claim.compare(
-            "Calibrating at 3 bits and running at 4 costs perplexity against calibrating at 4",
-            clip["cross_calibrated_ppl@4"],
+            MIGRATION_JACCARD,
+            value_label=f"Jaccard ({system} 3 vs 4 bits)",
+        )
+
+    def cross_costs(system: str) -> Claim:
+        return Claim.worst_seed(
+            system,
+            seeds_of(system, "cross_calibrated_ppl@4"),
             ">",
-            clip["ppl@4"],
-            value_label="ppl, clipping calibrated at 3",
+            seeds_of(system, "ppl@4"),
+            value_label=f"{system} ppl, calibrated at 3",
             reference_label="at 4",
+        )
+
+    out = [config.judge("within_gptq_at_4_bits", within_gptq)]
+    out += [config.judge(f"beats_matryoshka_at_{b}_bits", beats_matryoshka(b)) for b in (2, 3)]
+    if fractional:
+        budgets = ", ".join(f"{b:g}" for b in fractional)
+        out.append(
+            config.judge(
+                "router_beats_random_depths", router_gain, text_values={"fractional": budgets}
+            )
+        )
+    out += [
+        config.judge("beats_upscaling", beats_upscaling),
+        config.judge(
+            "one_checkpoint_is_smaller",
+            smaller_checkpoint,
+            text_values={"per_bit_set": "+".join(str(b) for b in config.per_bit)},
         ),
+        config.judge("outliers_migrate", migrates),
+        config.judge("cross_calibration_costs", cross_costs),
     ]
     return out
 
