@@ -264,6 +264,14 @@ def test_quick_experiment_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     )
     assert data["regime"][0]["holds"] == (oracle_worst <= 0.05)
     assert all(isinstance(claim["holds"], bool) for claim in data["claims"])
+    # every claim is judged from Config.CLAIMS, seed by seed, with its control's outcome
+    assert [claim["key"] for claim in data["claims"]] == [spec.key for spec in Config.CLAIMS]
+    for claim, spec in zip(data["claims"], Config.CLAIMS, strict=True):
+        assert claim["control"]["system"] == spec.control
+        assert isinstance(claim["control"]["holds"], bool)
+        assert claim["control"]["evidence"]
+        assert claim["per_seed"] is True
+        assert claim["state"] in ("holds", "fails", "untested", "vacuous")
     assert data["env"]["device"] == "cpu"
     assert (tmp_path / "error_over_time.png").exists()
     # the same seed gives the same metrics

@@ -518,8 +518,72 @@ def test_head_start_and_drift_claims_must_hold_on_every_seed() -> None:
     metrics = summarise(streams, sweeps, config)
     assert metrics["mosaic"]["first_window_vs_kgrouse_worst"] == pytest.approx(0.9)
     assert metrics["mosaic"]["drift_vs_frozen_worst"] == pytest.approx(0.75)
-    verdicts = {claim.text.split(":")[0]: claim.holds for claim in claims(metrics, config)}
-    head_start = next(text for text in verdicts if text.startswith("Pre-training"))
-    drift = next(text for text in verdicts if text.startswith("MoSAIC tracks drift"))
-    assert verdicts[head_start] is False
-    assert verdicts[drift] is False
+    verdicts = {claim.key: claim for claim in claims(metrics, streams, sweeps, config)}
+    assert [spec.key for spec in Config.CLAIMS] == list(verdicts)
+    assert verdicts["head_start"].state == "fails"
+    assert "seed 1" in verdicts["head_start"].evidence
+    assert verdicts["tracks_drift"].state == "fails"
+    assert all(claim.control is not None and claim.per_seed for claim in verdicts.values())
+
+
+def _edited_systems(streams: list[dict], **systems: dict) -> None:
+    """Replace, on every stream, the named systems' rows by theirs updated with ``systems``."""
+    for cell in streams:
+        cell["systems"] = cell["systems"] | {
+            name: dict(cell["systems"][name], **changes) for name, changes in systems.items()
+        }
+
+
+def test_a_claim_the_control_also_passes_is_vacuous() -> None:
+    """MoSAIC starts well ahead of k-GROUSE and tracks drift on every seed; the claims hold while
+    PETRELS(K·r), their control, does not, and turn vacuous once its numbers pass too."""
+    from mixlab.online.mosaic.experiment import claims
+
+    config = Config(observed_fractions=(0.2,), n_seeds=2)
+    streams, sweeps = _fake_cells(0.01, 0.05, config)
+    ahead = {"window_nrmse": [0.01, 0.1], "nrmse_drift": 0.02, "nrmse_slow_drift": 0.02}
+    _edited_systems(streams, mosaic=ahead, frozen={"nrmse_drift": 0.2, "nrmse_slow_drift": 0.2})
+    _edited_systems(streams, petrels_Kr={"window_nrmse": [0.5, 0.1], "nrmse_drift": 0.3})
+    verdicts = {
+        c.key: c for c in claims(summarise(streams, sweeps, config), streams, sweeps, config)
+    }
+    assert verdicts["head_start"].state == "holds"
+    assert verdicts["tracks_drift"].state == "holds"
+    assert verdicts["head_start"].control.system == "petrels_Kr"
+    assert not verdicts["head_start"].control.holds
+    _edited_systems(streams, petrels_Kr=ahead)
+    verdicts = {
+        c.key: c for c in claims(summarise(streams, sweeps, config), streams, sweeps, config)
+    }
+    assert verdicts["head_start"].state == "vacuous"
+    assert verdicts["tracks_drift"].state == "vacuous"
+    assert verdicts["head_start"].control.holds
+
+
+def test_detection_claim_is_judged_against_random_alarms() -> None:
+    """The residual test finds both switches of every stream with no false alarm: it holds, and
+    as few alarms at random times would find almost none; with many false alarms it fails."""
+    from mixlab.online.mosaic.experiment import claims
+
+    config = Config(observed_fractions=(0.2,), n_seeds=2)
+    streams, sweeps = _fake_cells(0.01, 0.05, config)
+    for cell in streams:
+        cell["detections"] = cell["detections"] | {
+            "mosaic_decreasing": {"delays": [3, 12], "false_alarms": 0, "n_samples": 6000}
+        }
+    verdict = next(
+        c
+        for c in claims(summarise(streams, sweeps, config), streams, sweeps, config)
+        if c.key == "detects_switches"
+    )
+    assert verdict.state == "holds"
+    assert verdict.control.system == "random_alarms"
+    assert not verdict.control.holds
+    for cell in streams:
+        cell["detections"]["mosaic_decreasing"]["false_alarms"] = 30
+    verdict = next(
+        c
+        for c in claims(summarise(streams, sweeps, config), streams, sweeps, config)
+        if c.key == "detects_switches"
+    )
+    assert verdict.state == "fails"

@@ -43,6 +43,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,21 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from mixlab.online.mosaic.config import COMPARISON_WINDOW, EPOCHS, METHOD, Config, rate_key
+from mixlab.online.mosaic.config import (
+    COMPARISON_WINDOW,
+    DETECTED_SHARE,
+    DETECTION_DELAY,
+    EPOCHS,
+    EXPONENT_SPREAD,
+    HEAD_START,
+    HIGH_ROUTING_ACCURACY,
+    LOW_ROUTING_ACCURACY,
+    MAX_FALSE_ALARMS,
+    METHOD,
+    TRACKS_DRIFT,
+    Config,
+    rate_key,
+)
 from mixlab.online.mosaic.diagnostics import (
     contraction_exponent,
     match_experts,
@@ -62,6 +77,7 @@ from mixlab.online.mosaic.estimators import GROUSE, PETRELS, MoSAIC, WindowedKSu
 from mixlab.online.mosaic.stream import DriftingSubspaceStream, Epoch
 from mixlab.online.mosaic.subspace import RIDGE, route
 from mixlab.shared import Checkpointer, Claim, Result, progress, save_figure
+from mixlab.shared.claims import Comparison
 
 __all__ = ["METHOD", "Config", "run", "system_names"]
 
@@ -74,19 +90,10 @@ ORACLE_MAX_NRMSE = 0.05
 """the true-subspace oracle must reach this NRMSE at every rate and epoch (fixed in advance)"""
 STATIC_GROUSE_MAX_NRMSE = 0.1
 """GROUSE at rank r must track one static subspace to this NRMSE at every rate (fixed in advance)"""
-HIGH_ROUTING_ACCURACY = 0.9
 WINDOW = COMPARISON_WINDOW
 """samples per window of the k-GROUSE comparison"""
 SAME_STEP_KGROUSE = {"mosaic_small_step": "kgrouse_small_step"}
 """the k-GROUSE each system is compared with window by window (``kgrouse`` unless listed)"""
-HEAD_START = 0.8
-"""pre-training's head start: MoSAIC's first-window NRMSE at most this times k-GROUSE's"""
-TRACKS_DRIFT = 0.5
-"""tracking drift: MoSAIC's drift-epoch NRMSE at most this times the frozen experts'"""
-DETECTION_DELAY = 200
-"""a switch counts as detected when the residual test fires within this many samples of it"""
-EXPONENT_SPREAD = 2.0
-"""the contraction exponent is a property of the method if it varies less than this factor over τ"""
 
 
 def sweep_names(config: Config) -> dict[float, str]:
@@ -508,7 +515,11 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     metrics = summarise(streams, sweeps, config)
     _plot_errors(streams, config, out_dir / "error_over_time.png")
     _plot_diagnostics(streams, metrics, config, out_dir / "diagnostics.png")
-    return Result(metrics=metrics, claims=claims(metrics, config), regime=regime(metrics, config))
+    return Result(
+        metrics=metrics,
+        claims=claims(metrics, streams, sweeps, config),
+        regime=regime(metrics, config),
+    )
 
 
 def _mean(values: list[Any]) -> float | None:
@@ -697,187 +708,331 @@ def regime(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
     ]
 
 
-def _beats_everywhere(
-    text: str, metrics: dict[str, dict[str, Any]], config: Config, rivals: tuple[str, ...]
+def _ratio(value: float, reference: float) -> float:
+    """``value / reference``; infinite (or NaN for 0/0) when the reference is 0, so that a claim
+    of ``ratio < 1`` fails where ``value < reference`` would."""
+    if reference > 0:
+        return value / reference
+    return math.inf if value > 0 else math.nan
+
+
+def _by_rate(streams: list[dict[str, Any]], config: Config) -> dict[float, list[dict[str, Any]]]:
+    """The stream cells of each observation rate, in seed order."""
+    return {
+        rate: sorted(
+            (c for c in streams if c["observed_fraction"] == rate), key=lambda c: c["seed"]
+        )
+        for rate in config.observed_fractions
+    }
+
+
+def _by_seed(cells: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """The cells of each seed (every rate of a seed's streams), seeds in order."""
+    seeds = sorted({c["seed"] for c in cells})
+    return {seed: [c for c in cells if c["seed"] == seed] for seed in seeds}
+
+
+def _per_rate(
+    text: str,
+    streams: list[dict[str, Any]],
+    config: Config,
+    value: Callable[[dict[str, Any]], float],
+    op: Comparison,
+    reference: float,
+    label: str,
 ) -> Claim:
-    """MoSAIC's NRMSE below each rival's at every rate and epoch; the evidence names the closest case."""
-    ours = _epoch_cases(metrics["mosaic"])
-    closest: tuple[float, str] | None = None
-    holds = True
+    """``value(cell) op reference`` on every stream, judged seed by seed at each rate (one
+    :meth:`Claim.worst_seed` per rate, all of which must hold)."""
+    parts = [
+        Claim.worst_seed(
+            text,
+            [value(c) for c in cells],
+            op,
+            reference,
+            seeds=[c["seed"] for c in cells],
+            value_label=f"{rate_key(rate)} {label}",
+        )
+        for rate, cells in _by_rate(streams, config).items()
+    ]
+    return Claim.all_of(text, parts)
+
+
+def _with_context(claim: Claim, context: str) -> Claim:
+    return replace(claim, evidence=f"{claim.evidence}; {context}")
+
+
+def _closest_case(metrics: dict[str, dict[str, Any]], system: str, rivals: list[str]) -> str:
+    """The rate and epoch where ``system``'s mean NRMSE over seeds comes closest to (or furthest
+    past) the best rival's."""
+    ours = _epoch_cases(metrics[system])
+    ratios = {}
     for case, value in ours.items():
         theirs = {name: _epoch_cases(metrics[name])[case] for name in rivals}
-        best_rival = min(theirs, key=theirs.get)
-        holds &= value < theirs[best_rival]
-        ratio = value / theirs[best_rival] if theirs[best_rival] > 0 else math.inf
-        if closest is None or ratio > closest[0]:
-            closest = (
-                ratio,
-                f"{case}: mosaic {value:.4g} vs {best_rival} {theirs[best_rival]:.4g}",
+        best = min(theirs, key=theirs.get)
+        ratios[case] = (
+            _ratio(value, theirs[best]),
+            f"{system} {value:.4g} vs {best} {theirs[best]:.4g}",
+        )
+    case = max(ratios, key=lambda c: ratios[c][0])
+    return f"closest case of the means over seeds {case}: {ratios[case][1]}"
+
+
+def claims(
+    metrics: dict[str, dict[str, Any]],
+    streams: list[dict[str, Any]],
+    sweeps: list[dict[str, Any]],
+    config: Config,
+) -> list[Claim]:
+    """The experiment's claims (``Config.CLAIMS``), each judged seed by seed from the stream cells
+    (``streams``) and routing-sweep cells (``sweeps``) of :func:`run`, on its system and again on
+    its control; ``metrics`` (:func:`summarise`) adds the means to the evidence."""
+
+    def beats_single_subspace(system: str) -> Claim:
+        rivals = [name for name in SINGLE_SUBSPACE if name != system]
+
+        def largest_ratio(cell: dict[str, Any]) -> float:
+            rows = cell["systems"]
+            return max(
+                _ratio(
+                    rows[system][f"nrmse_{epoch}"],
+                    min(rows[name][f"nrmse_{epoch}"] for name in rivals),
+                )
+                for epoch in EPOCHS
             )
-    assert closest is not None
-    return Claim(
-        text=text, holds=holds, evidence=f"closest case {closest[1]} (ratio {closest[0]:.3g})"
-    )
 
+        label = f"{system} NRMSE over the best single-subspace baseline's, worst epoch"
+        claim = _per_rate(system, streams, config, largest_ratio, "<", 1.0, label)
+        return _with_context(claim, _closest_case(metrics, system, rivals))
 
-def _worst_ratio(
-    metrics: dict[str, dict[str, Any]], ours: str, theirs: str, keys: list[str]
-) -> tuple[float, str]:
-    """The largest ``ours / theirs`` over ``keys`` and the key where it is."""
-    ratios = {key: metrics[ours][key] / metrics[theirs][key] for key in keys}
-    key = max(ratios, key=ratios.get)
-    return ratios[key], key
+    def head_start(system: str) -> Claim:
+        baseline = SAME_STEP_KGROUSE.get(system, "kgrouse")
 
+        def first_window_ratio(cell: dict[str, Any]) -> float:
+            rows = cell["systems"]
+            return _ratio(rows[system]["window_nrmse"][0], rows[baseline]["window_nrmse"][0])
 
-def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
-    rates = config.observed_fractions
-    mosaic = metrics["mosaic"]
-    routing = [mosaic[f"routing_accuracy_{epoch}"] for epoch in EPOCHS]
-    head_start, head_where = _worst_ratio(
-        metrics, "mosaic", "kgrouse", [f"nrmse_{rate_key(rate)}_first_window" for rate in rates]
-    )
-    drift, drift_where = _worst_ratio(
-        metrics,
-        "mosaic",
-        "frozen",
-        [f"nrmse_{rate_key(rate)}_{epoch}" for rate in rates for epoch in DRIFTS],
-    )
+        label = f"{system} first-window NRMSE over {baseline}'s"
+        claim = _per_rate(system, streams, config, first_window_ratio, "<=", HEAD_START, label)
+        below = metrics[system]["windows_below_kgrouse"]
+        return _with_context(
+            claim,
+            f"{system} is more than 5 % below {baseline} in {below:.0%} of the {WINDOW}-sample "
+            "windows",
+        )
+
+    def tracks_drift(system: str) -> Claim:
+        def drift_ratio(cell: dict[str, Any]) -> float:
+            rows = cell["systems"]
+            return max(
+                _ratio(rows[system][f"nrmse_{epoch}"], rows["frozen"][f"nrmse_{epoch}"])
+                for epoch in DRIFTS
+            )
+
+        label = f"{system} drift-epoch NRMSE over the frozen experts', worst drift epoch"
+        return _per_rate(system, streams, config, drift_ratio, "<=", TRACKS_DRIFT, label)
+
+    def routing_stays_high(system: str) -> Claim:
+        def worst_epoch(cell: dict[str, Any]) -> float:
+            return min(cell["systems"][system][f"routing_{epoch}"] for epoch in EPOCHS)
+
+        label = f"{system} routing accuracy, worst epoch"
+        return _per_rate(system, streams, config, worst_epoch, ">=", HIGH_ROUTING_ACCURACY, label)
+
+    sweep = sweep_names(config)
+    taus = ", ".join(f"{tau:g}" for tau in sweep)
     return [
-        _beats_everywhere(
-            "MoSAIC's completion error on unobserved entries is below every single-subspace baseline "
-            "(GROUSE rank r and K·r, PETRELS rank K·r) in every epoch at every observation rate",
-            metrics,
-            config,
-            SINGLE_SUBSPACE,
+        config.judge("beats_single_subspace", beats_single_subspace),
+        config.judge("head_start", head_start),
+        config.judge("tracks_drift", tracks_drift),
+        config.judge("routing_stays_high", routing_stays_high),
+        config.judge("detects_switches", lambda system: _detection_test(system, streams, metrics)),
+        config.judge(
+            "sublinear_decay", lambda system: _decay_test(system, streams, metrics, config)
         ),
-        Claim(
-            text=f"Pre-training gives MoSAIC a head start over k-GROUSE (the same online phase from "
-            f"random experts): its NRMSE over the first {WINDOW} samples is at most {HEAD_START}× "
-            "k-GROUSE's in every stream (every rate and seed)",
-            holds=mosaic["first_window_vs_kgrouse_worst"] <= HEAD_START,
-            evidence=f"worst stream's ratio {mosaic['first_window_vs_kgrouse_worst']:.3g} (mean over "
-            f"seeds: worst {head_start:.3g} at {head_where.split('_')[1]}); MoSAIC is more "
-            f"than 5 % below k-GROUSE in {mosaic['windows_below_kgrouse']:.0%} of the "
-            f"{WINDOW}-sample windows (mosaic_decreasing: "
-            f"{metrics['mosaic_decreasing']['windows_below_kgrouse']:.0%})",
+        config.judge(
+            "exponent_not_schedule",
+            lambda system: _spread_test(system, streams, metrics, config),
+            text_values={"taus": taus},
         ),
-        Claim(
-            text=f"MoSAIC tracks drift where the frozen pre-trained experts fail: its NRMSE in both "
-            f"drift epochs (ω = {config.drift_rate:g} and {config.slow_drift_rate:g} rad/sample) is at "
-            f"most {TRACKS_DRIFT}× the frozen experts' in every stream (every rate and seed)",
-            holds=mosaic["drift_vs_frozen_worst"] <= TRACKS_DRIFT,
-            evidence=f"worst stream's ratio {mosaic['drift_vs_frozen_worst']:.3g} (mean over "
-            f"seeds: worst {drift:.3g} at {' '.join(drift_where.split('_', 2)[1:])})",
+        config.judge(
+            "routing_transition", lambda system: _transition_test(system, sweeps, metrics, config)
         ),
-        Claim(
-            text=f"MoSAIC's routing accuracy stays at or above {HIGH_ROUTING_ACCURACY} in every "
-            "epoch of every stream (every rate and seed)",
-            holds=mosaic["routing_accuracy_worst_stream"] >= HIGH_ROUTING_ACCURACY,
-            evidence=f"worst stream and epoch {mosaic['routing_accuracy_worst_stream']:.4g}; "
-            f"worst epoch of the mean over streams {min(routing):.4g}",
-        ),
-        _detection_claim(metrics),
-        *_contraction_claims(metrics, config),
-        _transition_claim(metrics, config),
     ]
 
 
-def _detection_claim(metrics: dict[str, dict[str, Any]]) -> Claim:
-    row = metrics["mosaic_decreasing"]
-    share, delay, alarms = (
-        row["switches_detected_share"],
-        row["detection_delay"],
-        row["false_alarms_per_10k"],
+def _detection_test(
+    system: str, streams: list[dict[str, Any]], metrics: dict[str, dict[str, Any]]
+) -> Claim:
+    """The residual test's record, seed by seed (pooled over the seed's rates): the share of
+    switches detected within :data:`DETECTION_DELAY` samples and the false alarms per 10,000
+    samples. ``random_alarms``: on each stream as many alarms as ``mosaic_decreasing``'s residual
+    test raised (the fewest that give its record: one per switch it found, plus its false alarms)
+    at independent uniform times; its expected share found and false alarms."""
+    shares, alarms = [], []
+    for cells in _by_seed(streams).values():
+        found = switches = false_alarms = seen = 0.0
+        for cell in cells:
+            detector = "mosaic_decreasing" if system == "random_alarms" else system
+            record = cell["detections"][detector]
+            caught = sum(delay is not None for delay in record["delays"])
+            n_switches, n_samples = len(record["delays"]), record["n_samples"]
+            if system == "random_alarms":
+                n_alarms = caught + record["false_alarms"]
+                # one alarm at a uniform time lands within DETECTION_DELAY after a given switch
+                window = min(1.0, DETECTION_DELAY / n_samples)
+                found += n_switches * (1 - (1 - window) ** n_alarms)
+                false_alarms += n_alarms * (1 - min(1.0, n_switches * window))
+            else:
+                found += caught
+                false_alarms += record["false_alarms"]
+            switches += n_switches
+            seen += n_samples
+        shares.append(found / switches if switches else math.nan)
+        alarms.append(1e4 * false_alarms / seen)
+    seeds = list(_by_seed(streams))
+    claim = Claim.all_of(
+        system,
+        [
+            Claim.worst_seed(
+                system,
+                shares,
+                ">=",
+                DETECTED_SHARE,
+                seeds=seeds,
+                value_label=f"{system} share of switches found within {DETECTION_DELAY} samples",
+            ),
+            Claim.worst_seed(
+                system,
+                alarms,
+                "<=",
+                MAX_FALSE_ALARMS,
+                seeds=seeds,
+                value_label=f"{system} false alarms per 10,000 samples",
+            ),
+        ],
     )
-    return Claim(
-        text=f"The residual test finds the switches without oracle boundaries: at least 90 % of "
-        f"them within {DETECTION_DELAY} samples, with at most 1 false alarm per 10,000 samples",
-        holds=share >= 0.9 and alarms <= 1,
-        evidence=f"{share:.0%} found, mean delay "
-        + (f"{delay:.0f}" if delay is not None else "n/a")
-        + f" samples, {alarms:.2g} false alarms per 10,000 samples",
-    )
+    delay = metrics.get(system, {}).get("detection_delay")
+    return claim if delay is None else _with_context(claim, f"mean delay {delay:.0f} samples")
 
 
-def _contraction_claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
-    """Sublinear decay after a switch at the default τ, and whether the exponent is the method's
-    or the schedule's: it should not move with τ if it is a property of MoSAIC."""
-    sweep = {tau: metrics[name] for tau, name in sweep_names(config).items()}
-    decreasing = metrics["mosaic_decreasing"]
-    exponent, share = (
-        decreasing["switch_contraction_exponent"],
-        decreasing["switch_power_law_share"],
-    )
-    fitted, recovered = decreasing["switches_fitted"], decreasing["switches_recovered"]
+def _decay_test(
+    system: str, streams: list[dict[str, Any]], metrics: dict[str, dict[str, Any]], config: Config
+) -> Claim:
+    """Seed by seed, over the seed's recovered and fitted switches: the mean power-law exponent
+    lies in (0, 1) and a power law fits better than an exponential in most of them (no fit on a
+    seed: it fails)."""
+    exponents, shares = [], []
+    for cells in _by_seed(streams).values():
+        fits = [f for c in cells for f in c["contraction"][system] if f["exponent"] is not None]
+        exponents.append(float(np.mean([f["exponent"] for f in fits])) if fits else math.nan)
+        shares.append(
+            float(np.mean([f["power_law_fits_better"] for f in fits])) if fits else math.nan
+        )
+    seeds = list(_by_seed(streams))
+    parts = [
+        Claim.worst_seed(system, exponents, ">", 0.0, seeds=seeds, value_label=f"{system} a"),
+        Claim.worst_seed(system, exponents, "<", 1.0, seeds=seeds, value_label=f"{system} a"),
+        Claim.worst_seed(
+            system,
+            shares,
+            ">",
+            0.5,
+            seeds=seeds,
+            value_label=f"{system} share of fits where a power law is better",
+        ),
+    ]
+    row = metrics[system]
     n_switches = len(SWITCHES) * len(config.observed_fractions) * config.n_seeds
     grouse = metrics["mosaic_grouse_schedule"]["switch_contraction_exponent"]
-    exponents = {tau: row["switch_contraction_exponent"] for tau, row in sweep.items()}
-    measured = {tau: a for tau, a in exponents.items() if a is not None and a > 0}
-    slope = (
-        float(np.polyfit(np.log(list(measured)), np.log(list(measured.values())), 1)[0])
-        if len(measured) >= 2
-        else None
+    return _with_context(
+        Claim.all_of(system, parts),
+        f"{row['switches_recovered']} of {n_switches} switches recovered, "
+        f"{row['switches_fitted']} fitted; GROUSE's η₀/t schedule: a = "
+        + (f"{grouse:.3g}" if grouse is not None else "no fit"),
     )
-    spread = max(measured.values()) / min(measured.values()) if len(measured) >= 2 else math.inf
+
+
+def _spread_test(
+    system: str, streams: list[dict[str, Any]], metrics: dict[str, dict[str, Any]], config: Config
+) -> Claim:
+    """Seed by seed: how much the contraction exponent varies over τ (largest over smallest of
+    the seed's mean exponents per τ; infinite when one τ gave no positive fit). ``schedule_alone``:
+    the exponent a = cτ a schedule sets by itself varies as max τ / min τ, on every seed."""
+    sweep = sweep_names(config)
+    by_seed = _by_seed(streams)
+    if system == "schedule_alone":
+        spreads = [max(sweep) / min(sweep)] * len(by_seed)
+        label = "a = cτ: max τ / min τ"
+    else:
+        spreads = []
+        for cells in by_seed.values():
+            means = [
+                _mean([f["exponent"] for c in cells for f in c["contraction"][name]])
+                for name in sweep.values()
+            ]
+            measured = [a for a in means if a is not None and a > 0]
+            complete = len(measured) == len(means)
+            spreads.append(max(measured) / min(measured) if complete else math.inf)
+        label = "spread of the exponent over τ (largest / smallest)"
+    claim = Claim.worst_seed(
+        system, spreads, "<", EXPONENT_SPREAD, seeds=list(by_seed), value_label=label
+    )
+    if system == "schedule_alone":
+        return claim
+    exponents = {tau: metrics[name]["switch_contraction_exponent"] for tau, name in sweep.items()}
     listed = ", ".join(
         f"τ={tau:g}: " + (f"{a:.3g}" if a is not None else "no fit") for tau, a in exponents.items()
     )
-    return [
-        Claim(
-            text=f"With the decreasing step (τ = {config.step_decay:g}) restarted by the residual "
-            "test, the replaced subspace's error after a switch decays sublinearly: power-law "
-            "exponent a in (0, 1) for error ∝ t^(−a), and a power law fits the decay better than "
-            "an exponential in most switches",
-            holds=exponent is not None and 0 < exponent < 1 and share is not None and share > 0.5,
-            evidence=(
-                f"{recovered} of {n_switches} switches recovered, {fitted} fitted: a = {exponent:.3g} "
-                f"(mean), power law better in {share:.0%}"
-                if exponent is not None
-                else f"no fit: {recovered} of {n_switches} switches recovered"
-            )
-            + "; GROUSE's η₀/t schedule: a = "
-            + (f"{grouse:.3g}" if grouse is not None else "no fit"),
-        ),
-        Claim(
-            text=f"The contraction exponent is a property of MoSAIC, not of its step schedule: on a "
-            f"stationary-then-switch stream, under the pure step 1/(1 + t/τ) restarted by the "
-            f"residual test, it varies by less than a factor {EXPONENT_SPREAD:g} over τ in "
-            f"({', '.join(f'{tau:g}' for tau in sweep)})",
-            holds=len(measured) == len(sweep) and spread < EXPONENT_SPREAD,
-            evidence=f"{listed}; spread ×{spread:.3g}"
-            + (f", slope of log a against log τ {slope:.2f}" if slope is not None else ""),
-        ),
-    ]
-
-
-def _transition_claim(metrics: dict[str, dict[str, Any]], config: Config) -> Claim:
-    """Matched subspace detection needs about r·log r observed entries (Balzano, Recht, Nowak 2010):
-    the true subspaces' routing accuracy should rise from below 0.6 at the smallest rate to 0.9
-    at an expected observed count p·n within a factor 2 of r·ln r."""
-    accuracy = {
-        rate: metrics["true_subspaces"][f"routing_sweep_{rate_key(rate)}"]
-        for rate in sorted(config.routing_fractions)
-    }
-    target = config.rank * math.log(config.rank)
-    crossing = next(
-        (rate for rate, value in accuracy.items() if value >= HIGH_ROUTING_ACCURACY), None
+    measured = {tau: a for tau, a in exponents.items() if a is not None and a > 0}
+    slope = (
+        f", slope of log a against log τ "
+        f"{np.polyfit(np.log(list(measured)), np.log(list(measured.values())), 1)[0]:.2f}"
+        if len(measured) >= 2
+        else ""
     )
-    low_start = accuracy[min(accuracy)] < 0.6
-    count = None if crossing is None else crossing * config.n_features
-    holds = low_start and count is not None and target / 2 <= count <= 2 * target
-    pretrained = {
-        rate: metrics["mosaic"][f"routing_sweep_{rate_key(rate)}"] for rate in sorted(accuracy)
-    }
-    return Claim(
-        text="Routing accuracy shows a transition near r·ln r observed entries: the true subspaces "
-        f"route below 0.6 at the smallest rate and reach {HIGH_ROUTING_ACCURACY} at an expected "
-        "observed count p·n within a factor 2 of r·ln r",
-        holds=holds,
-        evidence=f"r·ln r = {target:.3g}; true subspaces "
-        + ", ".join(f"p={rate:g}: {value:.2f}" for rate, value in accuracy.items())
-        + (f" (crosses at p·n = {count:.3g})" if count is not None else " (never crosses)")
-        + "; pre-trained experts "
-        + ", ".join(f"{value:.2f}" for value in pretrained.values()),
+    return _with_context(claim, f"means over seeds {listed}{slope}")
+
+
+def _transition_test(
+    system: str, sweeps: list[dict[str, Any]], metrics: dict[str, dict[str, Any]], config: Config
+) -> Claim:
+    """Matched subspace detection needs about r·log r observed entries (Balzano, Recht, Nowak 2010):
+    seed by seed, ``system``'s routing accuracy on the routing sweep is below
+    :data:`LOW_ROUTING_ACCURACY` at the smallest rate and first reaches
+    :data:`HIGH_ROUTING_ACCURACY` at an expected observed count p·n within a factor 2 of r·ln r
+    (infinite when it never does)."""
+    target = config.rank * math.log(config.rank)
+    rates = sorted(config.routing_fractions)
+    cells = sorted(sweeps, key=lambda c: c["seed"])
+    seeds = [c["seed"] for c in cells]
+    lows, counts = [], []
+    for cell in cells:
+        accuracy = [cell[system][rate_key(rate)] for rate in rates]
+        lows.append(accuracy[0])
+        crossing = next(
+            (rate for rate, value in zip(rates, accuracy, strict=True)
+             if value >= HIGH_ROUTING_ACCURACY),
+            None,
+        )  # fmt: skip
+        counts.append(math.inf if crossing is None else crossing * config.n_features)
+    crossing_label = f"{system} p·n where accuracy first reaches {HIGH_ROUTING_ACCURACY}"
+    parts = [
+        Claim.worst_seed(
+            system,
+            lows,
+            "<",
+            LOW_ROUTING_ACCURACY,
+            seeds=seeds,
+            value_label=f"{system} accuracy at p={rates[0]:g}",
+        ),
+        Claim.worst_seed(system, counts, ">=", target / 2, seeds=seeds, value_label=crossing_label),
+        Claim.worst_seed(system, counts, "<=", 2 * target, seeds=seeds, value_label=crossing_label),
+    ]
+    means = ", ".join(
+        f"p={rate:g}: {metrics[system][f'routing_sweep_{rate_key(rate)}']:.2f}" for rate in rates
+    )
+    return _with_context(
+        Claim.all_of(system, parts), f"r·ln r = {target:.3g}; means over seeds {means}"
     )
 
 
