@@ -246,19 +246,34 @@ def _metrics(full: float, mita: float) -> dict[str, dict[str, float]]:
     return metrics
 
 
-def test_regime_check_gates_the_claims():
-    from mixlab.attention_arch.mita.experiment import claims, regime
+def _cells(metrics: dict[str, dict[str, float]]) -> list[dict]:
+    """One seed's from-scratch and swap cells carrying ``metrics``' numbers."""
+    pruning = ("pruned_fraction", "pruned_accuracy", "random_pruned_accuracy")
+    scratch = [
+        {"part": "scratch", "system": kind, "seed": 0, "accuracy": row["accuracy"]}
+        | ({name: row[name] for name in pruning} if kind == "mita" else {})
+        for kind, row in metrics.items()
+    ]
+    swaps = [
+        {"part": "swap", "kind": k, "finetuned": r["swap_finetuned"]} for k, r in metrics.items()
+    ]
+    return scratch + swaps
 
+
+def test_regime_check_gates_the_claims():
+    from mixlab.attention_arch.mita.experiment import Config, claims, regime
+
+    config = Config()
     low = _metrics(full=0.331, mita=0.329)  # today's quick testbed: every kind near 0.33
     check = regime(low)
     assert len(check) == 1
     assert not check[0].holds
     assert check[0].evidence == "full-attention accuracy 0.331 >= required 0.8"
-    result = Result(metrics=low, claims=claims(low), regime=check)
-    assert result.tally() == {"holds": 0, "fails": 0, "untested": 3}
+    result = Result(metrics=low, claims=claims(config, _cells(low), low), regime=check)
+    assert result.tally() == {"holds": 0, "fails": 0, "untested": 3, "vacuous": 0}
 
     high = _metrics(full=0.85, mita=0.845)
-    result = Result(metrics=high, claims=claims(high), regime=regime(high))
+    result = Result(metrics=high, claims=claims(config, _cells(high), high), regime=regime(high))
     assert all(c.holds for c in result.regime)
     assert isinstance(result.claims[0], Claim)
     assert result.claims[0].state == "holds"

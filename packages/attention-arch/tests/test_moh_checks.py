@@ -33,6 +33,8 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     assert moh["route_tv"] >= 0
     assert len(result.regime) == 3
     assert len(result.claims) == 5
+    assert [c.key for c in result.claims] == [spec.key for spec in Config.CLAIMS]
+    assert all(c.control is not None for c in result.claims)  # each judged against its control
     if not all(c.holds for c in result.regime):  # 4 steps draw nothing recognisable
         assert not any(c.tested for c in result.claims)
     for plot in ("fid_over_steps.png", "routes.png", "samples.png"):
@@ -59,9 +61,65 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
                 assert resumed.metrics[system][key] == value, (system, key)
 
 
+def _cells(fid: dict[str, list[float]], block_share: dict[str, float]) -> list[dict]:
+    """Cells as the experiment leaves them: the real-vs-real floor at 0.5, and per system and seed
+    an FID_local, a route total variation (MoH 0.4, the static MoE 0), a block share and a
+    training curve that ends at the final FID_local."""
+    cells = [{"dataset": "digits", "size": 8, "system": "real", "fid_local": 0.5}]
+    for system, values in fid.items():
+        for seed, value in enumerate(values):
+            cells.append({
+                "dataset": "digits", "size": 8, "system": system, "seed": seed, "fid_local": value,
+                "route_tv": {MOH: 0.4, STATIC: 0.0}.get(system), "block_share": block_share[system],
+                "curve": {"step": [2, 4], "fid_local": [value + 0.1, value]},
+            })  # fmt: skip
+    return cells
+
+
+def test_claims_are_judged_per_seed_against_their_controls():
+    from mixlab.attention_arch.moh.experiment import claims
+
+    config = Config(n_seeds=2)
+    fid = {PLAIN: [2.0, 2.2], STATIC: [2.1, 2.0], MOH: [1.0, 1.2]}
+    shares = {PLAIN: 1.0, STATIC: 0.9, MOH: 0.5}
+    states = {c.key: c.state for c in claims(_cells(fid, shares), config)}
+    assert states == {
+        "fid_below_plain": "holds",
+        "fid_below_static": "holds",
+        "converges_faster": "holds",
+        "routes_move_with_t": "holds",
+        "skips_blocks": "holds",
+    }
+    # the static MoE skips as many blocks: the depth gate's saving is not MoH's routing
+    shares[STATIC] = 0.6
+    judged = {c.key: c for c in claims(_cells(fid, shares), config)}
+    assert judged["skips_blocks"].state == "vacuous"
+    assert judged["skips_blocks"].control.system == STATIC
+    # plain Mamba beats the static MoE as well: beating it says nothing about routing on t
+    fid[PLAIN] = [1.9, 1.9]
+    assert {c.key: c.state for c in claims(_cells(fid, shares), config)}[
+        "fid_below_static"
+    ] == "vacuous"
+    # one seed on which MoH is no better fails the claim, whatever the mean says
+    fid[MOH] = [0.6, 1.9]
+    assert {c.key: c.state for c in claims(_cells(fid, shares), config)}[
+        "fid_below_plain"
+    ] == "fails"
+    # plain Mamba below the real-vs-real floor: beating it would mean beating the data
+    fid = {PLAIN: [0.45, 0.4], STATIC: [0.6, 0.7], MOH: [0.3, 0.3]}
+    judged = {c.key: c for c in claims(_cells(fid, shares), config)}
+    assert judged["fid_below_plain"].state == "untested"
+    assert judged["converges_faster"].state == "untested"
+    assert "real-vs-real floor" in judged["converges_faster"].evidence
+
+
 def test_config_refuses_bad_values():
     with pytest.raises(ValueError, match="systems must be"):
         Config(systems=("plain Mamba", "DiT"))  # no MoH
+    with pytest.raises(ValueError, match="systems must be"):
+        Config(systems=("plain Mamba", "MoH"))  # no static MoE: the controls need it
+    with pytest.raises(ValueError, match="max_block_share must lie strictly between"):
+        Config(max_block_share=1.0)  # every system passes a 100 % bar
     with pytest.raises(ValueError, match="datasets must be"):
         Config(datasets=(("cifar", 32),))
     with pytest.raises(ValueError, match="patch_size must be a divisor"):

@@ -39,6 +39,8 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     assert result.metrics["toy base"]["probe_colour_layer3"] is not None  # embeddings + 3 blocks
     assert len(result.regime) == 3
     assert len(result.claims) == 3
+    assert [c.key for c in result.claims] == [spec.key for spec in Config.CLAIMS]
+    assert all(c.control is not None for c in result.claims)  # each judged against its control
     if not all(c.holds for c in result.regime):
         assert not any(c.tested for c in result.claims)
     for plot in ("task_accuracy.png", "routes.png", "probe.png"):
@@ -61,6 +63,60 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
         for key, value in row.items():
             if not key.startswith(("train_s", "toy_train_s", "prepare_s")):  # wall times differ
                 assert resumed.metrics[system][key] == value, (system, key)
+
+
+def _claim_inputs(fine: dict[str, list[float]], shift: float, probe_gap: float):
+    """(cells, metrics, config) as the experiment leaves them: per system and seed a fine-grained accuracy
+    (semantic 0.95), MoL-hybrid's layer index ``shift`` shallower on fine-grained questions; the
+    fixed layers' mean accuracies; the colour probe ``probe_gap`` better at layer 2 than at the
+    penultimate (5), the blind base at 0.3 on every task."""
+    from mixlab.attention_arch.mol.experiment import FINE_QUESTIONS
+
+    cells = []
+    for system, values in fine.items():
+        for seed, value in enumerate(values):
+            accuracy = {**dict.fromkeys(FINE_QUESTIONS, value), "shape": 0.95}
+            index = {**dict.fromkeys(FINE_QUESTIONS, 3.0 - shift * (system == MOL_HYBRID)),
+                     "shape": 3.0}  # fmt: skip
+            cells.append({"system": system, "seed": seed, "accuracy": accuracy,
+                          "layer_index": index})  # fmt: skip
+    config = Config(n_seeds=2)
+    metrics = {s: dict.fromkeys(("vstar", "hrbench", "charxiv"), 0.7) for s in config.systems}
+    probe = {f"probe_colour_layer{i}": 0.6 for i in range(config.vision_depth + 1)}
+    probe["probe_colour_layer2"] += probe_gap
+    blind = {f"blind_{task}": 0.3 for task in ("vstar", "hrbench", "charxiv")}
+    metrics["toy base"] = {**probe, **blind}
+    return cells, metrics, config
+
+
+def test_claims_are_judged_per_seed_against_their_controls():
+    from mixlab.attention_arch.mol.experiment import claims
+
+    fine = {
+        MOL_HYBRID: [0.80, 0.82],
+        PENULTIMATE: [0.70, 0.72],
+        "static mixture": [0.72, 0.73],  # gains 0.02 and 0.01 over the penultimate: below 0.03
+        "DenseConnector concat": [0.71, 0.70],
+        "uniform average": [0.70, 0.71],
+    }
+    states = {c.key: c.state for c in claims(*_claim_inputs(fine, 1.5, 0.3))}
+    assert states == {
+        "beats_penultimate": "holds",
+        "beats_blind_mixtures": "holds",
+        "routes_shallower_for_detail": "holds",
+    }
+    # the parameter-free uniform average beats the static mixture and the concat too: vacuous
+    fine["uniform average"] = [0.75, 0.76]
+    judged = {c.key: c for c in claims(*_claim_inputs(fine, 1.5, 0.3))}
+    assert judged["beats_blind_mixtures"].state == "vacuous"
+    assert judged["beats_blind_mixtures"].control.system == "uniform average"
+    # one seed below the penultimate's gain fails the claim, whatever the mean says
+    fine[MOL_HYBRID] = [0.90, 0.73]
+    assert claims(*_claim_inputs(fine, 1.5, 0.3))[0].state == "fails"
+    # the probe finds the detail as well in the penultimate layer: nothing to route to, untested
+    judged = claims(*_claim_inputs(fine, 1.5, 0.0))
+    assert [c.state for c in judged] == ["untested"] * 3
+    assert "deep layers drop the detail" in judged[2].evidence
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,11 @@
 Regime check (issue 32): the claims are tested only when full attention, trained from scratch like
 every system, reaches FULL_ACCURACY_REGIME (0.8) test accuracy, mean over seeds; otherwise the
 testbed cannot tell attention kinds apart and every claim is reported untested.
+
+Each claim (:data:`~.config.CLAIMS`) is judged seed by seed on MiTA and again on its control (MoBA
+at the same FLOPs; the top-k swap; random pruning): a claim its control passes too is vacuous.
+"Matches full attention" assumes attention's reach matters here (top-k at the same budget loses
+more than a point to full attention on every seed); without it, it is untested.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from mixlab.attention_arch.mita.config import (
     FULL_ACCURACY_REGIME,
     METHOD,
     MIN_PRUNED,
+    RANDOM_PRUNING,
+    REACH_MARGIN,
     SWAPPED,
     WITHIN_POINTS,
     Config,
@@ -252,7 +259,7 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     write_json_atomic(out_dir / "cells.json", cells, indent=1)
     metrics = summarise(cells, config)
     _plots(cells, metrics, out_dir)
-    return Result(metrics=metrics, claims=claims(metrics), regime=regime(metrics))
+    return Result(metrics=metrics, claims=claims(config, cells, metrics), regime=regime(metrics))
 
 
 def summarise(cells: list[dict[str, Any]], config: Config) -> dict[str, dict[str, float | None]]:
@@ -317,61 +324,117 @@ def regime(metrics: dict[str, dict[str, Any]]) -> list[Claim]:
     ]
 
 
-def claims(metrics: dict[str, dict[str, Any]]) -> list[Claim]:
-    mita, full = metrics["mita"], metrics["full"]
-    best_rival = max(SWAPPED[1:], key=lambda k: metrics[k]["swap_finetuned"])
-    return [
-        Claim.all_of(
-            f"MiTA is within {WITHIN_POINTS:.0%} (1 point) of full attention's accuracy at no more "
-            f"than {FLOP_FRACTION:.0%} of its attention FLOPs",
+def per_seed(cells: list[dict[str, Any]], system: str, name: str) -> list[float]:
+    """``name`` of each of ``system``'s from-scratch cells, in seed order (the claims' values)."""
+    mine = sorted(
+        (c for c in cells if c["part"] == "scratch" and c["system"] == system),
+        key=lambda c: c["seed"],
+    )
+    if not mine:
+        raise KeyError(system)
+    return [float(c[name]) for c in mine]
+
+
+def claims(
+    config: Config, cells: list[dict[str, Any]], metrics: dict[str, dict[str, Any]]
+) -> list[Claim]:
+    """The three claims of :data:`~.config.CLAIMS`, each judged on MiTA and on its control, seed by
+    seed where a seed enters (the from-scratch cells; the swaps run one fine-tuning seed)."""
+    seeds = [c["seed"] for c in cells if c["part"] == "scratch" and c["system"] == "full"]
+    seeds.sort()
+    full = per_seed(cells, "full", "accuracy")
+
+    def matches_full(system: str) -> Claim:
+        return Claim.all_of(
+            "matches full attention",
             [
-                Claim.compare(
+                Claim.worst_seed(
                     "accuracy",
-                    mita["accuracy"],
+                    per_seed(cells, system, "accuracy"),
                     ">=",
-                    full["accuracy"] - WITHIN_POINTS,
-                    value_label="MiTA accuracy",
+                    [a - WITHIN_POINTS for a in full],
+                    seeds=seeds,
+                    value_label=f"{system} accuracy",
                     reference_label="full accuracy − 0.01",
                 ),
-                Claim.compare(
+                Claim.worst_seed(  # the FLOPs are the same on every seed: one value
                     "attention FLOPs",
-                    mita["flops_vs_full"],
+                    [metrics[system]["flops_vs_full"]],
                     "<=",
                     FLOP_FRACTION,
-                    value_label="MiTA FLOPs / full FLOPs",
+                    value_label=f"{system} FLOPs / full FLOPs",
                 ),
             ],
-        ),
-        Claim.compare(
-            "Swapped into a trained full-attention ViT and fine-tuned briefly, MiTA recovers more "
-            "accuracy than the MoBA and top-k swaps",
-            mita["swap_finetuned"],
+        )
+
+    reach = Claim.worst_seed(
+        f"attention's reach matters: top-k attention at the same key budget loses more than "
+        f"{REACH_MARGIN:g} to full attention on every seed",
+        per_seed(cells, "topk", "accuracy"),
+        "<",
+        [a - REACH_MARGIN for a in full],
+        seeds=seeds,
+        value_label="top-k accuracy",
+        reference_label=f"full accuracy − {REACH_MARGIN:g}",
+    )
+    swaps = {c["kind"]: c["finetuned"] for c in cells if c["part"] == "swap"}
+    rivals = SWAPPED[1:]
+    best_rival = max(rivals, key=lambda kind: swaps[kind])
+
+    def swap_recovers_most(system: str) -> Claim:
+        return Claim.worst_seed(  # one fine-tuning seed (config.seed + 7919) for every swap
+            "swap recovers most",
+            [swaps[system]],
             ">",
-            metrics[best_rival]["swap_finetuned"],
-            value_label="MiTA swap, fine-tuned",
+            [swaps[best_rival]],
+            seeds=[config.seed + 7919],
+            value_label=f"{system} swap, fine-tuned",
             reference_label=f"best other swap ({best_rival}), fine-tuned",
-        ),
-        Claim.all_of(
-            f"MiTA leaves at least {MIN_PRUNED:.0%} of the tokens unselected, and dropping them "
-            "costs less accuracy than dropping as many tokens at random",
+        )
+
+    def pruned(system: str) -> tuple[list[float], list[float], list[float]]:
+        """(share dropped, accuracy after dropping, reference accuracy) per seed of ``system``'s
+        pruning: MiTA drops its never-selected tokens, random pruning as many at random."""
+        fraction = per_seed(cells, "mita", "pruned_fraction")
+        random = per_seed(cells, "mita", "random_pruned_accuracy")
+        if system == RANDOM_PRUNING:
+            return fraction, random, random
+        return fraction, per_seed(cells, system, "pruned_accuracy"), random
+
+    dropped = {"mita": "never-selected dropped", RANDOM_PRUNING: "as many dropped at random"}
+
+    def selection_prunes_tokens(system: str) -> Claim:
+        fraction, kept, random = pruned(system)
+        mita_seeds = sorted(
+            c["seed"] for c in cells if c["part"] == "scratch" and c["system"] == "mita"
+        )
+        return Claim.all_of(
+            "selection prunes tokens",
             [
-                Claim.compare(
+                Claim.worst_seed(
                     "tokens never selected",
-                    mita["pruned_fraction"],
+                    fraction,
                     ">=",
                     MIN_PRUNED,
+                    seeds=mita_seeds,
                     value_label="share of tokens dropped",
                 ),
-                Claim.compare(
+                Claim.worst_seed(
                     "pruning by selection beats random pruning",
-                    mita["pruned_accuracy"],
+                    kept,
                     ">",
-                    mita["random_pruned_accuracy"],
-                    value_label="accuracy, never-selected dropped",
+                    random,
+                    seeds=mita_seeds,
+                    value_label=f"accuracy, {dropped[system]}",
                     reference_label="accuracy, as many dropped at random",
                 ),
             ],
-        ),
+        )
+
+    return [
+        config.judge("matches_full_attention", matches_full, premises={"reach_matters": reach}),
+        config.judge("swap_recovers_most", swap_recovers_most),
+        config.judge("selection_prunes_tokens", selection_prunes_tokens),
     ]
 
 

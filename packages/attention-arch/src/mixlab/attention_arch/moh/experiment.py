@@ -9,9 +9,10 @@ with a smaller sample (the FID_local-over-steps curves of the convergence claim)
 
 Regime check first (issue 22): plain Mamba must reach half the Gaussian fit's FID_local and a
 recognisable rate of ``min_recognisable``, and every system's parameters must sit within
-``param_tolerance`` of MoH's; otherwise the claims are untested. Comparisons are paired by seed:
-a claim holds when the mean of the per-seed differences clears its threshold by one standard
-deviation (zero spread with one seed).
+``param_tolerance`` of MoH's; otherwise the claims are untested. Each claim (:data:`~.config.CLAIMS`)
+is judged seed by seed (every seed must pass) on MoH and again on its control (the static MoE, or
+plain Mamba for "below the static MoE"): a claim its control passes too is vacuous. The FID claims
+need headroom above the real-vs-real floor measured in the same run, or they are untested.
 """
 
 from __future__ import annotations
@@ -263,7 +264,7 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     write_json_atomic(out_dir / "cells.json", done, indent=1)
     metrics = summarise(done, config)
     _plots(done, config, out_dir)
-    return Result(metrics=metrics, claims=claims(metrics, config), regime=regime(metrics, config))
+    return Result(metrics=metrics, claims=claims(done, config), regime=regime(metrics, config))
 
 
 def _sampled_images(data: ImageData, n: int, seed: int) -> torch.Tensor:
@@ -371,45 +372,92 @@ def regime(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
     return out
 
 
-def _bound(row: dict[str, Any], sign: int):
-    """mean + sign x std of a paired quantity of ``row``."""
-    return lambda key: _value(row, key) + sign * _value(row, f"{key}_std")
-
-
-def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
-    """Issue 22's claims per dataset; paired by seed, mean - std (or + std) against the
-    threshold."""
+def claims(done: list[dict[str, Any]], config: Config) -> list[Claim]:
+    """Issue 22's claims (:data:`~.config.CLAIMS`) per dataset, each judged seed by seed on MoH
+    and again on its control (every seed must pass; the evidence shows the worst)."""
     out = []
     for source, size in config.datasets:
-        name = f"{source}{size}"
-        moh = metrics[_row_name(source, size, MOH)]
-        lower, upper = _bound(moh, -1), _bound(moh, 1)
-
-        out.append(Claim.compare(
-            f"{name}: MoH's FID_local is at least {config.fid_gain:.0%} below plain Mamba's "
-            "(matched parameters and steps)", lower("fid_gain_vs_plain"), ">=", config.fid_gain,
-            value_label="relative FID_local gain, mean - std over seeds"))  # fmt: skip
-        if STATIC in config.systems:
-            out.append(Claim.compare(
-                f"{name}: MoH's FID_local is below the static MoE's (routing on t is what helps)",
-                lower("fid_below_static"), ">", 0.0,
-                value_label="static MoE's minus MoH's FID_local, mean - std"))  # fmt: skip
-        out.append(Claim.compare(
-            f"{name}: MoH reaches plain Mamba's final FID_local within "
-            f"{config.convergence_share:.0%} of the steps ({config.curve_points} checkpoints)",
-            upper("convergence_share"), "<=", config.convergence_share,
-            value_label="share of steps, mean + std (2 = never)"))  # fmt: skip
-        out.append(Claim.compare(
-            f"{name}: MoH's routes move with t (total variation between the lowest and highest "
-            f"t deciles >= {config.min_route_tv:g})",
-            lower("route_tv"), ">=", config.min_route_tv,
-            value_label="route total variation, mean - std"))  # fmt: skip
-        out.append(Claim.compare(
-            f"{name}: with the depth gate MoH runs at most {config.max_block_share:.0%} of the "
-            "block evaluations of a sampling trajectory",
-            upper("block_share"), "<=",
-            config.max_block_share, value_label="executed share, mean + std"))  # fmt: skip
+        out += _dataset_claims(done, config, source, size)
     return out
+
+
+def _dataset_claims(
+    done: list[dict[str, Any]], config: Config, source: str, size: int
+) -> list[Claim]:
+    """The claims on one dataset. The FID claims need headroom above the real-vs-real floor
+    measured in the run: the gain of a generator that matches the data bounds claim 1's threshold,
+    the static MoE's distance to the floor bounds claim 2's, and claim 3 assumes plain Mamba sits
+    above the floor (else beating it means beating the data)."""
+    seeds = sorted({d["seed"] for d in done if "seed" in d})
+    cells = {
+        (d["system"], d.get("seed")): d
+        for d in done
+        if d["dataset"] == source and d["size"] == size
+    }
+
+    def per_seed(system: str, name: str) -> list[float]:
+        """``system``'s ``name`` on each seed (KeyError: the system did not run; nan: undefined)."""
+        values = [cells[system, seed].get(name) for seed in seeds]
+        return [float("nan") if v is None else float(v) for v in values]
+
+    floor = float(cells["real", None]["fid_local"])
+    plain, static = per_seed(PLAIN, "fid_local"), per_seed(STATIC, "fid_local")
+
+    def fid_below_plain(system: str) -> Claim:
+        gains = [1 - f / p for f, p in zip(per_seed(system, "fid_local"), plain, strict=True)]
+        return Claim.worst_seed(
+            "FID_local gain over plain Mamba", gains, ">=", config.fid_gain, seeds=seeds,
+            value_label=f"{system}'s relative FID_local gain over plain Mamba",
+        )  # fmt: skip
+
+    def fid_below_static(system: str) -> Claim:
+        return Claim.worst_seed(
+            "FID_local below the static MoE's", per_seed(system, "fid_local"), "<", static,
+            seeds=seeds, value_label=f"{system} FID_local", reference_label="static MoE's",
+        )  # fmt: skip
+
+    def converges_faster(system: str) -> Claim:
+        shares = [convergence_share(cells[system, s], cells[PLAIN, s]) for s in seeds]
+        return Claim.worst_seed(
+            "convergence", shares, "<=", config.convergence_share, seeds=seeds,
+            value_label=f"{system}'s share of steps to plain Mamba's final FID_local (2 = never)",
+        )  # fmt: skip
+
+    def routes_move_with_t(system: str) -> Claim:
+        return Claim.worst_seed(
+            "routes move", per_seed(system, "route_tv"), ">=", config.min_route_tv, seeds=seeds,
+            value_label=f"{system}'s route total variation",
+        )  # fmt: skip
+
+    def skips_blocks(system: str) -> Claim:
+        return Claim.worst_seed(
+            "skips blocks", per_seed(system, "block_share"), "<=", config.max_block_share,
+            seeds=seeds, value_label=f"{system}'s executed share of blocks",
+        )  # fmt: skip
+
+    plain_above_floor = Claim.worst_seed(
+        f"{source}{size}: plain Mamba's FID_local lies above the real-vs-real floor (one half of "
+        "the data against the other)", plain, ">", floor, seeds=seeds,
+        value_label="plain Mamba FID_local", reference_label="real-vs-real",
+    )  # fmt: skip
+    name = {"data": f"{source}{size}"}
+    return [
+        config.judge(  # a generator at the floor gains 1 - floor / plain, the most possible
+            # (np.min: a diverged seed's nan makes the bound, and so the claim, untested)
+            "fid_below_plain", fid_below_plain, text_values=name,
+            ceiling=float(np.min([1 - floor / p for p in plain])),
+        ),
+        config.judge(  # no generator can be further below the static MoE than the floor
+            "fid_below_static", fid_below_static, text_values=name,
+            ceiling=float(np.min([s - floor for s in static])),
+        ),
+        config.judge(
+            "converges_faster", converges_faster, text_values=name,
+            premises={"plain_above_floor": plain_above_floor},
+        ),
+        config.judge("routes_move_with_t", routes_move_with_t, text_values=name),
+        config.judge("skips_blocks", skips_blocks, text_values=name),
+    ]  # fmt: skip
 
 
 def _plots(done: list[dict[str, Any]], config: Config, out_dir: Path) -> None:

@@ -10,6 +10,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from mixlab.shared.claims import ClaimSpec
 from mixlab.shared.config import ExperimentConfig, is_count, require
 from mixlab.shared.registry import Method
 
@@ -21,6 +22,50 @@ MOL_IMAGE, MOL_PATCH, MOL_HYBRID = "MoL-image", "MoL-patch", "MoL-hybrid"
 ROUTED = (MOL_IMAGE, MOL_PATCH, MOL_HYBRID)
 BLENDS = (UNIFORM, CONCAT, STATIC, *ROUTED)
 """systems that read every candidate layer"""
+SYSTEMS = (LAST, PENULTIMATE, *BLENDS)
+"""the systems the claims' tests read (the shallow fixed layers, ``layer l``, also run)"""
+STATIC_CONTROL = (
+    "the static learned mixture: the same mixer over the same layers with learned weights that "
+    "ignore the instruction, so it lacks only MoL's idea"
+)
+CLAIMS = (
+    ClaimSpec(
+        key="beats_penultimate",
+        text="MoL-hybrid beats the penultimate layer by at least {fine_gain:g} on the mean of the "
+        "fine-grained tasks and loses at most {semantic_loss:g} on the semantic control",
+        system=MOL_HYBRID,
+        control=STATIC,
+        why_control=STATIC_CONTROL + "; issue 65's first control, the best single fixed layer "
+        "chosen on validation, is not run yet (there is no validation split): that issue should "
+        "replace it",
+        premises=("deep_layers_drop_detail", "fine_tasks_learnable"),
+        threshold="fine_gain",
+        ceiling=1.0,
+    ),
+    ClaimSpec(
+        key="beats_blind_mixtures",
+        text="MoL-hybrid beats the static learned mixture and the DenseConnector concat on the "
+        "fine-grained mean (the instruction is what helps)",
+        system=MOL_HYBRID,
+        control=UNIFORM,
+        why_control="the uniform average of the candidate layers: a parameter-free blend that "
+        "reads every layer without the instruction (the claim's references, the static mixture "
+        "and the concat, are the other two blind blends)",
+        premises=("deep_layers_drop_detail", "fine_tasks_learnable"),
+    ),
+    ClaimSpec(
+        key="routes_shallower_for_detail",
+        text="MoL-hybrid's π-weighted layer index is at least {min_depth_shift:g} layer shallower "
+        "on fine-grained than on semantic questions",
+        system=MOL_HYBRID,
+        control=STATIC,
+        why_control=STATIC_CONTROL + " (the same π for every question: its shift is 0 by "
+        "construction, so it fails whenever the threshold is above 0)",
+        premises=("deep_layers_drop_detail",),
+        threshold="min_depth_shift",
+    ),
+)
+"""the claims (issue 23), each judged seed by seed against its control"""
 
 
 def fixed_layer(layer: int) -> str:
@@ -95,6 +140,8 @@ class Config(ExperimentConfig):
     min_depth_shift: float = 1.0
     """claim 3: the π-weighted layer index is this much shallower on fine-detail questions"""
 
+    SYSTEMS: ClassVar[tuple[str, ...]] = SYSTEMS
+    CLAIMS: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
     ALLOWED_EDGE_VALUES: ClassVar[dict[str, tuple[Any, ...]]] = {
         "seed": (0,),
         "balance_weight": (0, 0.0),
