@@ -522,6 +522,8 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
     result = run(config, tmp_path / "run")
     assert set(result.metrics) == {"base", "bp_high", "bp_low", "zo_high", "random", "mix_opt"}
     assert len(result.claims) == 4
+    assert [c.key for c in result.claims] == [spec.key for spec in Config.CLAIMS]
+    assert all(c.control is not None and c.control.system for c in result.claims)
     # the regime checks are computed from the measured metrics
     recognisable, check, floor = result.regime
     assert recognisable.holds == (result.metrics["base"]["recognised"] >= 0.8)

@@ -177,6 +177,49 @@ def test_quality_claims_are_judged_on_the_worst_seed():
     assert math.isnan(metrics["mix_opt"]["gain_share_of_bp_high_min"])
 
 
+def _claim_inputs(zo_losses: list[float]) -> tuple[list[dict], dict]:
+    """Cells of every system on one seed and the memory rows the claims read: Mix-Opt keeps 90 %
+    of BP-high's gain and distorts less than BP-low and random mixing; BP-low alone adapts and
+    has Mix-Opt's memory (its larger mode); ZO-high's training losses are ``zo_losses``."""
+    fidelity = {"base": 0.4, "bp_high": 0.6, "bp_low": 0.5, "zo_high": 0.45, "random": 0.5,
+                "mix_opt": 0.58}  # fmt: skip
+    edges = {"mix_opt": 0.6, "random": 0.5, "bp_low": 0.4}
+    cells = [
+        {"part": "train", "system": system, "seed": 0, "subject_fidelity": value,
+         "edge_iou": edges.get(system, 0.7),
+         "history": [[i + 1, "zo_high", [], loss] for i, loss in enumerate(zo_losses)]
+         if system == "zo_high" else []}
+        for system, value in fidelity.items()
+    ]  # fmt: skip
+    memory = {"bp_high": (2.0, 1.0), "zo_high": (1.0, 0.5), "bp_low": (1.5, 0.3)}
+    metrics = {
+        system: dict(zip(("memory_vs_zo_high", "memory_vs_bp_high"),
+                         memory.get(system, memory["bp_low"]), strict=True))
+        for system in fidelity
+    }  # fmt: skip
+    return cells, metrics
+
+
+def test_claims_are_judged_on_their_controls_and_premises():
+    from mixlab.vision_mm.mix_opt.experiment import claims
+
+    falling = [1.0 - 0.01 * step + 0.002 * (step % 3) for step in range(40)]
+    found = claims(*_claim_inputs(falling), Config())
+    assert [c.key for c in found] == [spec.key for spec in Config.CLAIMS]
+    assert [c.control.system for c in found] == ["bp_low", "bp_low", "random", "random"]
+    # BP-low alone has Mix-Opt's peak memory; random mixing distorts less than BP-low too
+    assert [c.state for c in found] == ["vacuous", "holds", "vacuous", "holds"]
+    assert not found[0].per_seed
+    assert found[0].not_per_seed
+    assert all(c.per_seed for c in found[1:])
+    assert [p.holds for p in found[1].premises] == [True, True]
+    # ZO-high's loss does not move: the quality claims say nothing about mixing the two modes
+    flat = [1.0 + 0.01 * (step % 2) for step in range(40)]
+    stalled = claims(*_claim_inputs(flat), Config())
+    assert [c.state for c in stalled] == ["vacuous", "untested", "untested", "untested"]
+    assert "ZO-high alone makes measurable progress" in stalled[1].evidence
+
+
 # --- CLI: checked before any work ---------------------------------------------------------------
 
 

@@ -44,9 +44,13 @@ def test_experiment_runs_and_gates_claims_on_the_regime(cache, monkeypatch):
         assert 0 <= rows[system]["auc_seen_1f"] <= 1
         assert rows[system]["auc_seen_4f"] is not None
     assert rows["decof"]["auc_seen_1f"] is None
+    assert rows["mean-frame"]["auc_seen_4f"] is not None  # the control of claim 4
     assert rows["voting"]["auc_seen_majority"] is not None
     assert [c.text[:3] for c in result.regime] == ["Lea", "Lea", "Not"]
     assert [c.text[:3] for c in result.claims] == ["(1)", "(2)", "(3)", "(4)"]
+    assert [c.key for c in result.claims] == [spec.key for spec in Config.CLAIMS]
+    assert all(c.control is not None and c.control.system == "mean-frame" for c in result.claims)
+    assert result.claims[1].premises[0].text.startswith("BIR acts")
     if not all(check.holds for check in result.regime):
         assert not any(c.tested for c in result.claims)
     assert (cache / "run" / "auc.png").is_file()
@@ -71,6 +75,41 @@ def test_killed_mid_training_resumes_to_the_same_numbers(cache, monkeypatch):
     monkeypatch.setattr(training, "batch_rows", real)
     resumed = experiment.run(config, cache / "killed", resume=True)
     assert json.dumps(resumed.metrics, sort_keys=True) == json.dumps(whole.metrics, sort_keys=True)
+
+
+def _cells(auc: dict[str, float], bir_share: float = 0.2) -> list[dict]:
+    """Cells of voting, SFB, SFB+BIR and the mean frame on three seeds: every AUC of a system
+    is ``auc[system]`` (+ 0.01 a seed) but voting's, 0.6, and each gains 0.1 from 1 frame to 4."""
+    passes = {"voting": 4, "sfb": 2, "sfb-bir": 2, "mean-frame": 1}
+    done = []
+    for seed in range(3):
+        for system in passes:
+            value = (0.6 if system == "voting" else auc[system]) + 0.01 * seed
+            cell = {"system": system, "seed": seed, "passes": passes[system], "auc_seen_1f": value - 0.1,
+                    "auc_seen_4f": value, "bir_share": bir_share if system == "sfb-bir" else None}  # fmt: skip
+            for key in ("seen", "unseen", "jpeg", "splice", "continuation"):
+                cell[f"auc_{key}"] = value
+            done.append(cell)
+    return done
+
+
+def test_a_claim_the_control_also_passes_is_vacuous():
+    from mixlab.vision_mm.mixforensics.experiment import claims
+
+    config = Config(**TINY)
+    apart = _cells({"sfb-bir": 0.9, "sfb": 0.8, "mean-frame": 0.6})
+    states = {c.key: c.state for c in claims(apart, config)}
+    assert states == {"level_with_voting": "vacuous", "bir_beats_sfb": "holds",
+                      "beats_voting_on_partial": "holds", "gains_more_from_frames": "fails"}  # fmt: skip
+    # the mean frame does as well as SFB+BIR: every hold is vacuous
+    found = claims(_cells({"sfb-bir": 0.9, "sfb": 0.8, "mean-frame": 0.9}), config)
+    assert [c.state for c in found[:3]] == ["vacuous"] * 3
+    assert "mean-frame − voting splice AUC" in found[2].control.evidence
+    # BIR's term a negligible share of the loss: claim 2 says nothing about BIR
+    inert = claims(_cells({"sfb-bir": 0.9, "sfb": 0.8, "mean-frame": 0.6}, bir_share=0.001), config)
+    assert inert[1].state == "untested"
+    assert not claims(_cells({"sfb-bir": 0.9, "sfb": 0.8, "mean-frame": 0.6}),
+                      Config(**{**TINY, "systems": ("voting", "sfb", "sfb-bir")}))  # fmt: skip
 
 
 def test_config_refuses_bad_values():

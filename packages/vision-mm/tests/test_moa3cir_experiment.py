@@ -30,6 +30,8 @@ def test_experiment_runs_and_gates_claims_on_the_regime(cache):
     # at this size nothing is learned: the regime fails and every claim is untested
     assert not all(check.holds for check in result.regime)
     assert [c.text[:3] for c in result.claims] == ["(1)", "(2)", "(3)", "(4)"]
+    assert [c.key for c in result.claims] == [spec.key for spec in Config.CLAIMS]
+    assert all(c.control is not None and c.control.system for c in result.claims)
     assert not any(c.tested for c in result.claims)
     assert (cache / "run" / "recall.png").is_file()
     assert (cache / "run" / "routing.png").is_file()
@@ -63,6 +65,46 @@ def test_killed_mid_training_resumes_to_the_same_numbers(cache, monkeypatch):
     monkeypatch.setattr(training, "_rows", real)
     resumed = experiment.run(config, cache / "killed", resume=True)
     assert json.dumps(resumed.metrics, sort_keys=True) == json.dumps(whole.metrics, sort_keys=True)
+
+
+def _cells(recall: dict[str, float]) -> list[dict]:
+    """Cells of every system on three seeds: R@1 and R@10 per system from ``recall`` (0.5 for
+    the others) on every attribute, material edits 0.2 higher for systems that read the
+    descriptions, and the router's NMI for the routed systems."""
+    from mixlab.vision_mm.moa3cir.catalogue import EDITABLE
+    from mixlab.vision_mm.moa3cir.experiment import DESCRIBED
+
+    done = []
+    for seed in range(3):
+        for system in Config().systems:
+            value = recall.get(system, 0.5) + 0.01 * seed
+            cell = {"system": system, "seed": seed, "R@1": value, "R@10": value}
+            for attribute in EDITABLE:
+                lift = 0.2 if attribute == "material" and system in DESCRIBED else 0.0
+                cell[f"R@1_{attribute}"] = value + lift
+            if system in ("moa3cir", "moa3cir-3tower", "moa3cir-noaug"):
+                cell["nmi"] = 0.6
+            done.append(cell)
+    return done
+
+
+def test_a_claim_the_control_also_passes_is_vacuous():
+    from mixlab.vision_mm.moa3cir.experiment import claims
+
+    config = Config()
+    found = {c.key: c for c in claims(_cells({"moa3cir": 0.9, "moa3-dense": 0.8}), config)}
+    controls = {key: claim.control.system for key, claim in found.items()}
+    assert controls == {"beats_combiner": "sum-5tower", "five_towers_beat_three": "sum-5tower",
+                        "routing_tracks_attribute": "sum-5tower", "level_without_descriptions": "sum"}  # fmt: skip
+    # the five-tower sum stays level with the combiner and the three-tower model
+    assert found["beats_combiner"].state == "holds"
+    assert found["five_towers_beat_three"].state == "holds"
+    assert found["routing_tracks_attribute"].state == "holds"  # no router: the sum's NMI is 0
+    recall = {"moa3cir": 0.9, "moa3-dense": 0.8, "sum-5tower": 0.95}
+    summed = {c.key: c for c in claims(_cells(recall), config)}
+    assert summed["beats_combiner"].state == "vacuous"  # the parameter-free sum beats it as well
+    assert summed["five_towers_beat_three"].state == "vacuous"
+    assert summed["routing_tracks_attribute"].state == "holds"
 
 
 def test_config_refuses_bad_values():

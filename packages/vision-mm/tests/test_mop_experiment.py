@@ -29,6 +29,8 @@ def test_experiment_runs_and_gates_claims_on_the_regime(cache):
     # at this size nothing is learned: the regime fails and every claim is untested
     assert not all(check.holds for check in result.regime)
     assert [c.text[:3] for c in result.claims] == ["(1)", "(2)", "(3)", "(4)"]
+    assert [c.key for c in result.claims] == [spec.key for spec in Config.CLAIMS]
+    assert all(c.control is not None and c.control.system for c in result.claims)
     assert (cache / "run" / "accuracy.png").is_file()
     assert (cache / "run" / "probes.png").is_file()
 
@@ -57,6 +59,44 @@ def test_killed_mid_training_resumes_to_the_same_numbers(cache, monkeypatch):
     monkeypatch.setattr(training, "paired_batches", real)
     resumed = experiment.run(config, cache / "killed", resume=True)
     assert json.dumps(resumed.metrics, sort_keys=True) == json.dumps(whole.metrics, sort_keys=True)
+
+
+def _cells(depth_order: dict[str, float], seeds=(0, 1, 2)) -> list[dict]:
+    """System cells as the experiment records them: every system answers 0.7 of each question
+    type, but for RGB-alone depth order (``depth_order``) and MoP-X, which leads by 10 points."""
+    done = []
+    for seed in seeds:
+        for system in ("unimodal", "dropout", "resampler", "mop-nodis", "mop-x"):
+            deploys = ("rgb", "depth") if system == "unimodal" else (None,)
+            for deploy in deploys:
+                tested = (deploy,) if deploy else ("rgb", "depth")
+                base = 0.8 if system == "mop-x" else 0.7
+                accuracy = {m: {"all": base + 0.01 * seed, "depth": base} for m in tested}
+                if "rgb" in accuracy:
+                    accuracy["rgb"]["depth"] = depth_order.get(system, 0.7) + 0.01 * seed
+                cosine = 0.5 if system == "mop-nodis" else 0.0
+                diagnostics = [{"step": 4, **{f"{m}/probe_cosine": cosine + 0.01 * seed for m in tested},
+                                **{f"{m}/effective_rank": 3.0 - 4 * cosine for m in tested}}]  # fmt: skip
+                done.append({"task": "system", "system": system, "deploy": deploy, "seed": seed,
+                             "accuracy": accuracy, "diagnostics": diagnostics})  # fmt: skip
+    return done
+
+
+def test_a_claim_the_control_also_passes_is_vacuous():
+    from mixlab.vision_mm.mop.experiment import claims
+
+    config = Config(systems=("unimodal", "dropout", "resampler", "mop-nodis", "mop-x"))
+    found = {c.key: c for c in claims(_cells({"mop-x": 0.9}), config)}
+    assert found["privileged_gain"].state == "holds"  # modality dropout gains no depth order
+    assert found["privileged_gain"].control.system == "dropout"
+    assert found["beats_final_layer"].state == "holds"  # the resampler never beats itself
+    # modality dropout's probes sit as far apart as MoP-X's: L_dis is not what keeps them apart
+    assert found["dis_keeps_probes_apart"].state == "vacuous"
+    both = {c.key: c for c in claims(_cells({"mop-x": 0.9, "dropout": 0.9}), config)}
+    assert both["privileged_gain"].state == "vacuous"  # dropout gains as much: not MoP-X's idea
+    assert "dropout − unimodal RGB depth-order" in both["privileged_gain"].control.evidence
+    one_seed = claims(_cells({"mop-x": 0.9}, seeds=(0,)), config)
+    assert all(c.state == "untested" for c in one_seed)  # a paired test needs a spread over seeds
 
 
 def test_config_refuses_bad_values():

@@ -21,8 +21,13 @@ Regime checks (:func:`regime`), with margins fixed before measuring:
   DINO_local by more than :data:`REGIME_MARGIN` (0.02) on every seed;
 
 either failing leaves the quality claims untested. The memory claim needs every mode to add at
-least :data:`MEMORY_FLOOR_MIB` (50 MiB) per step, where the probe is well above its noise. The
-config (:mod:`mixlab.vision_mm.mix_opt.config`) loads without torch.
+least :data:`MEMORY_FLOOR_MIB` (50 MiB) per step, where the probe is well above its noise.
+
+Claims (declared with their controls in :data:`~.config.CLAIMS`): the memory claim (control:
+BP-low alone); the quality claims on every seed, each assuming issue 63's premises
+(:func:`premises`: BP-low alone adapts, ZO-high alone makes progress on its loss), with BP-low
+alone (fidelity) and random mixing (distortion, schedule) as controls. The config
+(:mod:`mixlab.vision_mm.mix_opt.config`) loads without torch.
 """
 
 from __future__ import annotations
@@ -47,7 +52,13 @@ from mixlab.shared import (
 )
 from mixlab.shared.files import write_text_atomic
 from mixlab.shared.result import format_number
-from mixlab.vision_mm.mix_opt.config import METHOD, Config
+from mixlab.vision_mm.mix_opt.config import (
+    CLOSE_TO_ZO,
+    FIDELITY_SHARE,
+    METHOD,
+    WELL_BELOW_BP,
+    Config,
+)
 from mixlab.vision_mm.mix_opt.data import (
     BACKGROUNDS,
     COLOURS,
@@ -83,9 +94,6 @@ MODES_OF = {
     "random": ("bp_low", "zo_high"),
     "mix_opt": ("bp_low", "zo_high"),
 }
-CLOSE_TO_ZO = 2.0  # "close to ZO-high": peak memory at most twice ZO-high's
-WELL_BELOW_BP = 0.5  # "well below BP-high": at most half
-FIDELITY_SHARE = 0.75  # "close to BP-high": at least 3/4 of BP-high's fidelity gain over base
 REGIME_MARGIN = 0.02
 """regime: BP-high's DINO_local must exceed the un-personalized model's by more than this on every
 seed (fixed before measuring), else personalization is not visible and the claims are untested"""
@@ -94,10 +102,14 @@ RECOGNISABLE = 0.8
 read as the caption's (fixed before measuring)"""
 MEMORY_FLOOR_MIB = 50.0
 """regime: every mode must add at least this much per step for the memory claim to be tested"""
+PROGRESS_ALPHA = 0.05
+"""premise: ZO-high's training loss over its last quarter of steps is below its first quarter's
+at this level (one-sided Welch t-test) on every seed"""
 
 __all__ = [
     "MEMORY_FLOOR_MIB",
     "METHOD",
+    "PROGRESS_ALPHA",
     "RECOGNISABLE",
     "REGIME_MARGIN",
     "Config",
@@ -286,7 +298,7 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     write_text_atomic(out_dir / "cells.json", json.dumps(plain, indent=1) + "\n")
     metrics = summarise(cells, config)
     _plots(metrics, out_dir)
-    found = claims(metrics, config)
+    found = claims(cells, metrics, config)
     return Result(metrics=metrics, claims=found, regime=regime(cells, found))
 
 
@@ -429,7 +441,8 @@ PAIRED = (
     "subject_fidelity_p_vs_random",
     "edge_iou_p_vs_random",
 )
-"""Mix-Opt's comparisons paired by seed (the claims read these; None in the other rows)"""
+"""Mix-Opt's comparisons paired by seed, for the table (None in the other rows); the claims
+compute theirs from the cells for any system (:func:`claims`)"""
 
 
 def _paired_by_seed(cells, metrics) -> None:
@@ -466,78 +479,103 @@ def _paired_by_seed(cells, metrics) -> None:
         row[f"{name}_p_vs_random"] = float(stats.ttest_rel(a, b).pvalue) if paired else None
 
 
-def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
-    """The four claims; the quality claims are judged seed by seed (Mix-Opt's worst seed against
-    each reference on the same seed, :func:`_paired_by_seed`), not on means."""
-    mix = metrics["mix_opt"]
+def premises(cells: list[dict[str, Any]]) -> dict[str, Claim]:
+    """Issue 63's premises of the quality claims, each on every seed: BP-low alone raises
+    subject fidelity over the un-personalized model by more than :data:`REGIME_MARGIN`, and
+    ZO-high alone makes measurable progress on its training loss (its last quarter of steps
+    below its first, one-sided Welch t-test at :data:`PROGRESS_ALPHA`)."""
+
+    def rows(system: str) -> list[dict[str, Any]]:
+        return sorted((c for c in cells if c.get("system") == system), key=lambda c: c["seed"])
+
+    base = {c["seed"]: c["subject_fidelity"] for c in rows("base")}
+    bp_low = rows("bp_low")
+    adapts = Claim.worst_seed(
+        f"BP-low alone raises subject fidelity (DINO_local) over the un-personalized model by "
+        f"more than {REGIME_MARGIN:g} on every seed",
+        [c["subject_fidelity"] for c in bp_low], ">", [base[c["seed"]] + REGIME_MARGIN for c in bp_low],
+        seeds=[c["seed"] for c in bp_low], value_label="BP-low DINO_local",
+        reference_label=f"un-personalized + {REGIME_MARGIN:g}",
+    )  # fmt: skip
+    zo_high = rows("zo_high")
+    progresses = Claim.worst_seed(
+        "ZO-high alone makes measurable progress on its training loss on every seed: its last "
+        f"quarter of steps below its first (one-sided Welch t-test, p < {PROGRESS_ALPHA:g})",
+        [_progress_p_value([h[3] for h in c["history"]]) for c in zo_high], "<", PROGRESS_ALPHA,
+        seeds=[c["seed"] for c in zo_high], value_label="p (last quarter < first quarter)",
+    )  # fmt: skip
+    return {"bp_low_adapts": adapts, "zo_high_progresses": progresses}
+
+
+def _progress_p_value(losses: list[float]) -> float:
+    """One-sided Welch t-test p that the last quarter of ``losses`` lies below the first; NaN
+    (the premise fails) with fewer than two steps a quarter."""
+    quarter = len(losses) // 4
+    if quarter < 2:
+        return float("nan")
+    first, last = np.asarray(losses[:quarter]), np.asarray(losses[-quarter:])
+    return float(stats.ttest_ind(last, first, equal_var=False, alternative="less").pvalue)
+
+
+def claims(
+    cells: list[dict[str, Any]], metrics: dict[str, dict[str, Any]], config: Config
+) -> list[Claim]:
+    """The four claims (:data:`~.config.CLAIMS`), each judged on Mix-Opt and again on its
+    control. The quality claims read each system's per-seed numbers (every seed must pass, against
+    each reference on the same seed) and assume :func:`premises`; the memory claim reads the
+    memory probe, which has no seed in it."""
+
+    def per_seed(system: str, name: str) -> list[float]:
+        rows = sorted((c for c in cells if c.get("system") == system), key=lambda c: c["seed"])
+        if not rows:
+            raise KeyError(system)
+        return [1 - c["edge_iou"] if name == "distortion" else c[name] for c in rows]
+
+    seeds = [c["seed"] for c in sorted((c for c in cells if c.get("system") == "base"),
+                                       key=lambda c: c["seed"])]  # fmt: skip
+    checked = premises(cells)
+
+    def memory_near_zo(system: str) -> Claim:
+        row = metrics[system]
+        return Claim.all_of(system, [
+            Claim.compare("close to ZO-high", row["memory_vs_zo_high"], "<=", CLOSE_TO_ZO,
+                          value_label=f"{system} peak / ZO-high peak"),
+            Claim.compare("well below BP-high", row["memory_vs_bp_high"], "<=", WELL_BELOW_BP,
+                          value_label=f"{system} peak / BP-high peak"),
+        ])  # fmt: skip
+
+    def fidelity_near_bp_high(system: str) -> Claim:
+        fidelity = np.array(per_seed(system, "subject_fidelity"))
+        base = np.array(per_seed("base", "subject_fidelity"))
+        gain = np.array(per_seed("bp_high", "subject_fidelity")) - base
+        # a share of no gain is undefined: NaN, and the claim fails
+        share = (fidelity - base) / np.where(gain > 0, gain, np.nan)
+        return Claim.all_of(system, [
+            Claim.worst_seed("close to BP-high", share.tolist(), ">=", FIDELITY_SHARE, seeds=seeds,
+                             value_label=f"{system}'s share of BP-high's DINO_local gain"),
+            Claim.worst_seed("above ZO-high", fidelity.tolist(), ">", per_seed("zo_high", "subject_fidelity"),
+                             seeds=seeds, value_label=f"{system} DINO_local", reference_label="ZO-high"),
+        ])  # fmt: skip
+
+    def less_distortion_than_bp_low(system: str) -> Claim:
+        return Claim.worst_seed(system, per_seed(system, "distortion"), "<", per_seed("bp_low", "distortion"),
+                                seeds=seeds, value_label=f"{system} 1 − edge IoU", reference_label="BP-low")  # fmt: skip
+
+    def schedule_beats_random(system: str) -> Claim:
+        return Claim.all_of(system, [
+            Claim.worst_seed("subject fidelity", per_seed(system, "subject_fidelity"), ">",
+                             per_seed("random", "subject_fidelity"), seeds=seeds,
+                             value_label=f"{system} DINO_local", reference_label="random"),
+            Claim.worst_seed("structural distortion", per_seed(system, "distortion"), "<",
+                             per_seed("random", "distortion"), seeds=seeds,
+                             value_label=f"{system} 1 − edge IoU", reference_label="random"),
+        ])  # fmt: skip
+
     return [
-        Claim.all_of(
-            f"Mix-Opt's peak training memory is close to ZO-high's (at most {CLOSE_TO_ZO:g}×) and "
-            f"well below BP-high's (at most {WELL_BELOW_BP:g}×)",
-            [
-                Claim.compare(
-                    "close to ZO-high",
-                    mix["memory_vs_zo_high"],
-                    "<=",
-                    CLOSE_TO_ZO,
-                    value_label="Mix-Opt peak / ZO-high peak",
-                ),
-                Claim.compare(
-                    "well below BP-high",
-                    mix["memory_vs_bp_high"],
-                    "<=",
-                    WELL_BELOW_BP,
-                    value_label="Mix-Opt peak / BP-high peak",
-                ),
-            ],
-        ),
-        Claim.all_of(
-            f"On every seed, Mix-Opt's subject fidelity is close to BP-high's (at least "
-            f"{FIDELITY_SHARE:.0%} of its gain over the un-personalized model) and above ZO-high's",
-            [
-                Claim.compare(
-                    "close to BP-high",
-                    mix["gain_share_of_bp_high_min"],
-                    ">=",
-                    FIDELITY_SHARE,
-                    value_label="Mix-Opt's share of BP-high's DINO_local gain, worst seed",
-                ),
-                Claim.compare(
-                    "above ZO-high",
-                    mix["fidelity_over_zo_high_min"],
-                    ">",
-                    0.0,
-                    value_label="Mix-Opt − ZO-high DINO_local, worst seed",
-                ),
-            ],
-        ),
-        Claim.compare(
-            "On every seed, Mix-Opt's structural distortion at full resolution is below BP-low's",
-            mix["distortion_over_bp_low_max"],
-            "<",
-            0.0,
-            value_label="Mix-Opt − BP-low 1 − edge IoU, worst seed",
-        ),
-        Claim.all_of(
-            "On every seed, the timestep-aware schedule beats timestep-agnostic random mixing at "
-            "the same BP/ZO ratio, in subject fidelity and in structural distortion",
-            [
-                Claim.compare(
-                    "subject fidelity",
-                    mix["fidelity_over_random_min"],
-                    ">",
-                    0.0,
-                    value_label="Mix-Opt − random DINO_local, worst seed",
-                ),
-                Claim.compare(
-                    "structural distortion",
-                    mix["distortion_over_random_max"],
-                    "<",
-                    0.0,
-                    value_label="Mix-Opt − random 1 − edge IoU, worst seed",
-                ),
-            ],
-        ),
+        config.judge("memory_near_zo", memory_near_zo),
+        config.judge("fidelity_near_bp_high", fidelity_near_bp_high, premises=checked),
+        config.judge("less_distortion_than_bp_low", less_distortion_than_bp_low, premises=checked),
+        config.judge("schedule_beats_random", schedule_beats_random, premises=checked),
     ]
 
 

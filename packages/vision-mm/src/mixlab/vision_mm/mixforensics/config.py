@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from mixlab.shared.claims import ClaimSpec
 from mixlab.shared.config import ExperimentConfig, is_count, require
 from mixlab.shared.registry import Method
 
@@ -14,6 +15,57 @@ EXPERIMENT_SYSTEMS = ("voting", "voting-residual", "univfd", "frame-difference",
                       "sfb-bir")  # fmt: skip
 """every system the experiment knows (see :mod:`~.experiment`)"""
 BACKBONES = ("small-cnn", "resnet18", "resnet50")
+LEVEL_WITH_VOTING = -0.01
+"""claim 1: SFB+BIR's seen AUC may trail per-frame voting's by at most this"""
+BEATS_SFB = 0.02
+"""claim 2: SFB+BIR's AUC lead over SFB alone on unseen families and under JPEG"""
+BEATS_VOTING_PARTIAL = 0.03
+"""claim 3: SFB+BIR's AUC lead over per-frame voting on splicing and continuation"""
+GAIN_RATIO = 2.0
+"""claim 4: SFB+BIR's seen-AUC gain from 1 frame to all, as a multiple of voting's"""
+BIR_SHARE = 0.05
+"""premise of claim 2: BIR's term λ·JS is at least this share of SFB+BIR's training loss (mean
+over its training steps), else BIR is inert and the claim says nothing about it"""
+MEAN_FRAME = (
+    "the deterministic mean frame (of the high-pass residuals when SFB blends residuals), one "
+    "encoder pass: SFB's input without random blends or BIR (issue 73's control for every claim)"
+)
+
+CLAIMS = (
+    ClaimSpec(
+        key="level_with_voting",
+        text="(1) Seen families: SFB+BIR within 0.01 AUC of per-frame voting, or above, with at "
+        "most half its encoder passes",
+        system="sfb-bir",
+        control="mean-frame",
+        why_control=MEAN_FRAME,
+    ),
+    ClaimSpec(
+        key="bir_beats_sfb",
+        text=f"(2) SFB+BIR beats SFB alone by >= {BEATS_SFB:g} AUC on unseen families and under "
+        "JPEG re-compression",
+        system="sfb-bir",
+        control="mean-frame",
+        why_control=MEAN_FRAME,
+        premises=("bir_acts",),
+    ),
+    ClaimSpec(
+        key="beats_voting_on_partial",
+        text=f"(3) SFB+BIR beats per-frame voting by >= {BEATS_VOTING_PARTIAL:g} AUC on temporal "
+        "splicing and on conditional continuation",
+        system="sfb-bir",
+        control="mean-frame",
+        why_control=MEAN_FRAME,
+    ),
+    ClaimSpec(
+        key="gains_more_from_frames",
+        text=f"(4) From 1 to {{frames}} frames, SFB+BIR's seen AUC gain is >= {GAIN_RATIO:g}x "
+        "voting's",
+        system="sfb-bir",
+        control="mean-frame",
+        why_control=f"{MEAN_FRAME}; scored at each frame budget like the frame systems",
+    ),
+)
 
 
 @dataclass
@@ -82,6 +134,9 @@ class Config(ExperimentConfig):
         "smooth": (0, 0.0),
     }
     """no embedding term, no JS term (BIR off), unsmoothed reused noise"""
+
+    SYSTEMS: ClassVar[tuple[str, ...]] = EXPERIMENT_SYSTEMS
+    CLAIMS: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
 
     PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {},
@@ -164,4 +219,15 @@ METHOD = Method(
     headline_plot="auc.png",
 )
 
-__all__ = ["BACKBONES", "EXPERIMENT_SYSTEMS", "METHOD", "Config"]
+__all__ = [
+    "BACKBONES",
+    "BEATS_SFB",
+    "BEATS_VOTING_PARTIAL",
+    "BIR_SHARE",
+    "CLAIMS",
+    "EXPERIMENT_SYSTEMS",
+    "GAIN_RATIO",
+    "LEVEL_WITH_VOTING",
+    "METHOD",
+    "Config",
+]
