@@ -174,6 +174,9 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     assert {c.text.split(":")[0] for c in result.regime}  # three checks
     assert len(result.regime) == 3
     assert len(result.claims) == 5
+    assert [c.key for c in result.claims] == [spec.key for spec in Config.CLAIMS]
+    assert all(c.control is not None and c.control.evidence for c in result.claims)
+    assert result.metrics["base"]["share_above_mean_omega"] is not None  # the heavy tail's control
     if not all(c.holds for c in result.regime):  # a 10-step model memorizes nothing
         assert not any(c.tested for c in result.claims)
     assert (tmp_path / "full" / "memorization_vs_accuracy.png").exists()
@@ -192,6 +195,47 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     monkeypatch.setattr(experiment, "_mitigation", real)
     resumed = experiment.run(config, tmp_path / "killed", resume=True)
     assert _without_time(resumed.metrics) == _without_time(result.metrics)
+
+
+def _values(**systems):
+    """Two seeds per system: every mitigation at half the base's memorization, clean accuracy
+    0.9 and DS 50, fit in 1 s, unless ``systems`` says."""
+    from mixlab.llm_efficiency.gss import experiment
+
+    row = {"memorization": [0.4, 0.4], "accuracy": [0.9, 0.9], "ds": [50.0, 50.0],
+           "seconds": [1.0, 1.0]}  # fmt: skip
+    values = {s: dict(row) for s in experiment.SYSTEMS}
+    values["base"] = dict(row, memorization=[0.8, 0.8], share_above_mean_omega=[0.6, 0.6])
+    values["gss"] = dict(row, share_above_mean_omega=[0.2, 0.2])
+    for system, changes in systems.items():
+        values[system] = {**values[system], **changes}
+    return values
+
+
+def test_claims_are_judged_per_seed_with_their_controls():
+    from mixlab.llm_efficiency.gss import experiment
+
+    slow = {s: {"seconds": [20.0, 30.0]} for s in experiment.OPTIMISED}
+    values = _values(
+        gss={"memorization": [0.05, 0.06], "accuracy": [0.9, 0.89], "ds": [10.0, 12.0],
+             "seconds": [1.0, 1.0]},
+        gss_ungated={"memorization": [0.08, 0.09], "accuracy": [0.8, 0.8]},
+        caa={"seconds": [0.5, 0.5]},
+        **slow,
+    )  # fmt: skip
+    judged = experiment.claims(values, Config())
+    assert [c.key for c in judged] == [spec.key for spec in Config.CLAIMS]
+    assert all(c.per_seed and c.control is not None for c in judged)
+    # CAA's closed-form fit is fast too: the speed claim does not measure GSS's idea
+    assert [c.state for c in judged] == ["holds", "holds", "holds", "holds", "vacuous"]
+    values["caa"].update(memorization=[0.04, 0.09])  # CAA cuts memorization as far on one seed
+    assert experiment.claims(values, Config())[1].state == "holds"
+    values["caa"].update(memorization=[0.04, 0.05])  # ... and on both
+    assert experiment.claims(values, Config())[1].state == "vacuous"
+    values["base"]["share_above_mean_omega"] = [0.2, 0.24]  # the log-prob alone is heavy-tailed
+    assert experiment.claims(values, Config())[0].state == "vacuous"
+    values["gss"]["share_above_mean_omega"] = [0.2, 0.3]  # one seed is not
+    assert experiment.claims(values, Config())[0].state == "fails"
 
 
 def test_config_refuses_bad_values():

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from mixlab.llm_efficiency.cli import main
-from mixlab.llm_efficiency.margo.config import Config
+from mixlab.llm_efficiency.margo.config import QUICK_CONDITIONS, Config
 from mixlab.llm_efficiency.margo.world import (
     DIRECT_PREFIX,
     THINKING_PREFIX,
@@ -99,7 +99,11 @@ TINY = {
     "test_samples": 1,
     "probe_every": 1,
     "n_seeds": 1,
-    "conditions": (("GRPO think-only", 0, 0.0, False), ("MARGO lambda=1", 2, 1.0, False)),
+    "conditions": (
+        ("GRPO think-only", 0, 0.0, False),
+        ("mixed lambda=0", 2, 0.0, False),
+        ("MARGO lambda=1", 2, 1.0, False),
+    ),
 }
 
 
@@ -109,9 +113,12 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
     config = Config(**TINY)
     result = experiment.run(config, tmp_path / "full")
-    assert set(result.metrics) == {"SFT", "GRPO think-only", "MARGO lambda=1"}
+    assert set(result.metrics) == {"SFT", "GRPO think-only", "mixed lambda=0", "MARGO lambda=1"}
     assert len(result.regime) == 3
     assert len(result.claims) == 5
+    assert [c.key for c in result.claims] == [spec.key for spec in Config.CLAIMS]
+    assert all(c.control is not None and c.control.evidence for c in result.claims)
+    assert all(c.control.system == "mixed lambda=0" for c in result.claims)
     if not all(c.holds for c in result.regime):  # a 20-step SFT model knows nothing
         assert not any(c.tested for c in result.claims)
     for plot in ("overturn_over_steps.png", "accuracy_over_steps.png"):
@@ -135,7 +142,51 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     assert resumed.metrics == result.metrics
 
 
+def _values():
+    """Two seeds per condition: MARGO lambda=1 (two- and one-sided) clearly ahead of think-only
+    and mixed lambda=0 on every claim; SFT's values, one each."""
+    from mixlab.llm_efficiency.margo import experiment
+
+    def row(overturn, qa):
+        return {m: [1.0, 1.0] for m in experiment.METRICS} | {
+            "overturn_1hop": overturn, "thinking_qa": qa, "thinking_2hop": [0.6, 0.6],
+            "thinking_math": [0.5, 0.5], "think_length_2hop": [8.0, 8.0],
+            "think_length_math": [8.0, 8.0],
+        }  # fmt: skip
+
+    return {
+        "SFT": {m: [1.0] for m in experiment.METRICS} | {
+            "overturn_1hop": [0.3], "thinking_2hop": [0.6], "thinking_math": [0.5],
+            "think_length_2hop": [8.0], "think_length_math": [8.0],
+        },
+        "GRPO think-only": row([0.14, 0.12], [0.50, 0.52]),
+        "mixed lambda=0": row([0.20, 0.13], [0.51, 0.53]),
+        "MARGO lambda=1": row([0.05, 0.06], [0.60, 0.58]),
+        "MARGO lambda=1 one-sided": row([0.05, 0.06], [0.60, 0.58]),
+    }  # fmt: skip
+
+
+def test_claims_are_judged_per_seed_against_mixed_lambda_zero():
+    from mixlab.llm_efficiency.margo import experiment
+
+    config = Config(conditions=QUICK_CONDITIONS)
+    values = _values()
+    judged = experiment.claims(values, config)
+    assert len(judged) == 10  # five claims for each of the two MARGO conditions
+    assert [c.key for c in judged[:5]] == [spec.key for spec in Config.CLAIMS]
+    assert judged[5].text.startswith("MARGO lambda=1 one-sided: the 1-hop overturn rate")
+    assert all(c.per_seed and c.control.system == "mixed lambda=0" for c in judged)
+    # mixed lambda=0 keeps SFT's 2-hop, arithmetic and think length too: vacuous
+    assert [c.state for c in judged[:5]] == ["holds", "holds", "vacuous", "vacuous", "vacuous"]
+    values["mixed lambda=0"]["overturn_1hop"] = [0.12, 0.11]  # lambda=0 suppresses it as well
+    assert experiment.claims(values, config)[0].state == "vacuous"
+    values["MARGO lambda=1"]["overturn_1hop"] = [0.05, 0.13]  # one seed above think-only's
+    assert experiment.claims(values, config)[0].state == "fails"
+
+
 def test_config_refuses_bad_values():
+    with pytest.raises(ValueError, match="including 'mixed lambda=0'"):
+        Config(conditions=(("GRPO think-only", 0, 0.0, False), ("MARGO", 4, 1.0, False)))
     with pytest.raises(ValueError, match="conditions must be"):
         Config(conditions=(("MARGO", 0, 1.0, False),))  # lambda without direct rollouts
     with pytest.raises(ValueError, match="conditions must be"):

@@ -44,6 +44,9 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     assert len({tuple(sorted(row)) for row in result.metrics.values()}) == 1  # same keys everywhere
     assert len(result.regime) == 2
     assert len(result.claims) == 4
+    assert [c.key for c in result.claims] == [spec.key for spec in Config.CLAIMS]
+    assert all(c.control is not None and c.control.evidence for c in result.claims)
+    assert result.claims[0].premises[0].text.startswith("test_override: swapping")
     if not all(c.holds for c in result.regime):  # a 30-step SFT policy solves nothing
         assert not any(c.tested for c in result.claims)
     for plot in ("hack_rate_over_steps.png", "true_success_over_steps.png", "steering_fronts.png"):
@@ -63,6 +66,38 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     monkeypatch.setattr(experiment, "evaluate_policy", real)
     resumed = experiment.run(config, tmp_path / "killed", resume=True)
     assert _measured(resumed.metrics) == _measured(result.metrics)
+
+
+def _values():
+    """Two seeds: prompt KL hacks 5 % and succeeds as no KL does, response KL still hacks, prompt
+    steering dominates, and the SFT policy's prompt encoding halves the hack."""
+    hack = {"no KL": 0.9, "response KL 0.1": 0.5, "prompt KL 0.1": 0.05}
+    values = {name: {"hack_rate": [h, h], "true_success": [0.8, 0.8]} for name, h in hack.items()}
+    values["sft"] = {"hack_rate": [0.1], "true_success": [0.8]}
+    values["prompt steering"] = {"dominated_share": [1.0, 1.0]}
+    values["response steering"] = {"dominated_share": [0.5, 0.0]}
+    values["prompt swap"] = {"hack_without": [0.2, 0.3], "hack_only": [0.6, 0.7]}
+    values["response swap"] = {"hack_without": [0.6, 0.7], "hack_only": [0.2, 0.3]}
+    return values
+
+
+def test_claims_are_judged_per_seed_with_their_controls_and_the_swap_premise():
+    from mixlab.llm_efficiency.prompt_kl import experiment
+
+    config, values = Config(**TINY), _values()
+    judged = experiment.claims(values, "test_override", config)
+    assert [c.key for c in judged] == [spec.key for spec in Config.CLAIMS]
+    assert [c.state for c in judged] == ["holds", "holds", "holds", "holds"]
+    assert all(c.per_seed and c.control is not None for c in judged)
+    assert judged[0].text.startswith("test_override: prompt KL at beta_p = 0.1")
+    values["response KL 0.1"]["hack_rate"] = [0.05, 0.08]  # response KL stops the hack too
+    assert experiment.claims(values, "test_override", config)[0].state == "vacuous"
+    values["response steering"]["dominated_share"] = [1.0, 1.0]  # the fronts coincide
+    assert experiment.claims(values, "test_override", config)[2].state == "vacuous"
+    values["prompt swap"]["hack_without"] = [0.2, 0.8]  # one seed still hacks with SFT's prompt
+    states = [c.state for c in experiment.claims(values, "test_override", config)]
+    assert states[:2] == ["untested", "untested"]  # the premise of the prompt-KL claims fails
+    assert states[3] == "fails"
 
 
 def test_config_refuses_bad_values():

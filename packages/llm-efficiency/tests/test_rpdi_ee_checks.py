@@ -11,7 +11,6 @@ import torch
 
 from mixlab.llm_efficiency.cli import main
 from mixlab.llm_efficiency.rpdi_ee.config import Config
-from mixlab.shared import Claim
 
 torch.set_num_threads(1)
 
@@ -42,6 +41,8 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     assert result.metrics["rpdi"]["probe_tokens"] == 0
     assert len(result.regime) == 3
     assert len(result.claims) == 4
+    assert [c.key for c in result.claims] == [spec.key for spec in Config.CLAIMS]
+    assert all(c.control is not None and c.control.evidence for c in result.claims)
     regime_holds = all(check.holds for check in result.regime)
     assert all(claim.tested == regime_holds for claim in result.claims)  # a 10-step toy: gated
     assert (tmp_path / "full" / "accuracy_vs_forward_tokens.png").exists()
@@ -63,7 +64,7 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     assert _without_time(resumed.metrics) == _without_time(result.metrics)
 
 
-def test_regime_and_claims_are_computed_from_metrics():
+def test_regime_is_computed_from_metrics():
     from mixlab.llm_efficiency.rpdi_ee import experiment
 
     row = dict.fromkeys(
@@ -75,14 +76,48 @@ def test_regime_and_claims_are_computed_from_metrics():
     assert all(check.holds for check in experiment.regime(metrics))
     metrics["vanilla"]["accuracy"] = 0.85  # overthinking no longer hurts by 10 points
     assert [c.holds for c in experiment.regime(metrics)] == [True, False, True]
-    metrics["vanilla"].update(accuracy=0.6, think_tokens=100.0)
-    metrics["rpdi"].update(accuracy=0.8, think_tokens=70.0, probe_tokens=0.0)
-    metrics["deer"].update(seconds_per_problem=2.0, premature_exit_rate=0.2)
-    for rival in experiment.RIVALS:
-        metrics[rival]["accuracy"] = 0.7
-    assert all(isinstance(c, Claim) and c.holds for c in experiment.claims(metrics))
-    metrics["rpdi"]["think_tokens"] = 90.0  # only 10 % fewer
-    assert not experiment.claims(metrics)[0].holds
+
+
+def _values(**systems):
+    """Two seeds per system and measured value: every system at 1.0 unless ``systems`` says."""
+    from mixlab.llm_efficiency.rpdi_ee import experiment
+
+    names = ("accuracy", "think_tokens", "probe_tokens", "seconds_per_problem",
+             "premature_exit_rate")  # fmt: skip
+    values = {s: {n: [1.0, 1.0] for n in names} for s in experiment.SYSTEMS}
+    for system, changes in systems.items():
+        values[system].update(changes)
+    return values
+
+
+def test_claims_are_judged_per_seed_with_their_controls():
+    from mixlab.llm_efficiency.rpdi_ee import experiment
+
+    values = _values(
+        dynasor={"accuracy": [0.7, 0.7]},
+        eat={"accuracy": [0.7, 0.7]},
+        vanilla={"accuracy": [0.6, 0.6], "think_tokens": [100.0, 100.0]},
+        rpdi={"accuracy": [0.8, 0.8], "think_tokens": [70.0, 70.0], "probe_tokens": [0.0, 0.0],
+              "seconds_per_problem": [1.0, 1.0], "premature_exit_rate": [0.0, 0.0]},
+        deer={"accuracy": [0.7, 0.7], "seconds_per_problem": [2.0, 2.0],
+              "premature_exit_rate": [0.2, 0.2]},
+        budget={"accuracy": [0.7, 0.7], "think_tokens": [100.0, 100.0],
+                "probe_tokens": [0.0, 0.0], "premature_exit_rate": [0.5, 0.5]},
+    )  # fmt: skip
+    judged = experiment.claims(values, Config())
+    assert [c.key for c in judged] == [spec.key for spec in Config.CLAIMS]
+    assert [c.state for c in judged] == ["holds", "holds", "vacuous", "holds"]
+    assert all(c.per_seed and c.control is not None for c in judged)
+    # the fixed budget also spends no probe tokens and beats DEER's wall time: vacuous
+    assert judged[2].control.system == "budget"
+    assert judged[2].control.holds
+    values["rpdi"]["think_tokens"] = [70.0, 90.0]  # only 10 % fewer on the second seed
+    assert experiment.claims(values, Config())[0].state == "fails"
+    values["rpdi"]["think_tokens"] = [70.0, 70.0]
+    values["budget"].update(accuracy=[0.65, 0.7], think_tokens=[60.0, 60.0])  # the control gains
+    assert experiment.claims(values, Config())[0].state == "vacuous"
+    values["vanilla"]["accuracy"] = [0.75, 0.75]  # vanilla beats every early exit too
+    assert experiment.claims(values, Config())[1].state == "vacuous"
 
 
 @pytest.mark.parametrize(

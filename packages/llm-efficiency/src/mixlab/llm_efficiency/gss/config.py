@@ -11,6 +11,7 @@ import numbers
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from mixlab.shared.claims import ClaimSpec
 from mixlab.shared.config import ExperimentConfig, is_count, require
 from mixlab.shared.registry import Method
 
@@ -18,6 +19,73 @@ if TYPE_CHECKING:
     from mixlab.llm_efficiency.memorization import MemorizationLMConfig
 
 TASKS = ("math-noise", "math-backdoor", "canaries")
+OPTIMISED = ("gradient_ascent", "npo", "hard_concrete", "balanced_subnet")
+STEERED = ("gss", "gss_ungated", "caa", "caa_gated")
+SYSTEMS = ("base", "reference", *STEERED, *OPTIMISED)
+MITIGATIONS = (*STEERED, *OPTIMISED)
+HEAVY_TAIL = 0.25
+"""claim: under 25 % of the memorized sequences' tokens lie above the mean ω (paper 18.7 %)"""
+CUT, KEEP = 0.10, 0.02
+"""claim: GSS memorization <= 10 % of the base's, clean accuracy within 2 points"""
+UNGATED_COST = 0.02
+"""claim: ungated GSS at equal memorization loses >= 2 points more accuracy"""
+EQUAL_MEMORIZATION = 0.05
+"""ungated GSS counts as at GSS's memorization when within 5 points of it on the test split"""
+SPEEDUPS = (10.0, 100.0)
+"""the compute claim as the NeurIPS abstract (10x) and arXiv v1 (100x) state its lower end"""
+_CAA_CONTROL = (
+    "mean-difference (CAA) steering at the same layers, picked on validation by the same rule "
+    "(lowest memorization within the clean-accuracy drop): a steer without GSS's gradient "
+    "subspace, probes or gate (issue 71's control at matched clean accuracy)"
+)
+CLAIMS = (
+    ClaimSpec(
+        key="heavy_tail",
+        text=f"The token-level signal is heavy-tailed: under {HEAVY_TAIL:.0%} of the memorized "
+        "sequences' tokens lie above the mean ω (paper: 18.7%)",
+        system="gss",
+        control="base",
+        why_control="the base model's log-prob alone, without the clean reference subtracted "
+        "(the simplest per-token signal; GSS's ω is the contrast with the reference)",
+        threshold=HEAVY_TAIL,
+        floor=0.0,
+        ceiling=1.0,
+    ),
+    ClaimSpec(
+        key="cuts_memorization",
+        text=f"GSS cuts memorization to at most {CUT:.0%} of the base rate with clean accuracy "
+        f"within {KEEP * 100:.0f} points",
+        system="gss",
+        control="caa",
+        why_control=_CAA_CONTROL,
+    ),
+    ClaimSpec(
+        key="lowest_ds",
+        text="GSS's DS_0.05 is the lowest of all mitigations",
+        system="gss",
+        control="caa",
+        why_control=_CAA_CONTROL + "; it is also one of the claim's references, so when GSS "
+        "holds the control fails by construction",
+    ),
+    ClaimSpec(
+        key="gating_costs_ungated",
+        text=f"Ungated GSS at equal memorization loses at least {UNGATED_COST * 100:.0f} points "
+        "more clean accuracy than gated GSS",
+        system="gss",
+        control="gss_ungated",
+        why_control="the same probes and steer without the gate (issue 71's control for the "
+        "gating claim); it is the claim's own reference, so its outcome is trivially fails",
+    ),
+    ClaimSpec(
+        key="fits_faster",
+        text=f"GSS fits at least {SPEEDUPS[0]:.0f}x faster than every optimisation baseline "
+        f"(NeurIPS abstract: 10-100x; arXiv v1: 100-1000x)",
+        system="gss",
+        control="caa",
+        why_control="mean-difference (CAA) steering, also fitted in closed form from activations "
+        "(a mean difference, no gradients, no probes): the simplest fit without GSS's subspace",
+    ),
+)
 
 
 def _numbers(values: object, low: float, high: float) -> bool:
@@ -88,6 +156,8 @@ class Config(ExperimentConfig):
     max_steps: int = 100
     """step cap of the optimisation baselines (each stops earlier at GSS's memorization)"""
 
+    SYSTEMS: ClassVar[tuple[str, ...]] = SYSTEMS
+    CLAIMS: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
     PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {},
         "full": {

@@ -24,6 +24,11 @@ math sequences with duplicated noised ones, and a reference on the clean ones al
 Regime checks (fixed in advance; when one fails the claims are untested): the base model
 memorizes at least half of the test sequences, the reference at most 5 %, and the base model's
 clean accuracy is at least 90 %.
+
+The claims (``Config.CLAIMS``) are judged seed by seed on the first task, each again with its
+control in GSS's place: CAA for memorization, DS_0.05 and fit time, ungated GSS for the gate, and
+for ω's heavy tail the base model's log-prob alone (without the reference), measured on the same
+fit sequences.
 """
 
 from __future__ import annotations
@@ -45,7 +50,19 @@ from mixlab.llm_efficiency.gss.baselines import (
     MeanDifference,
     MitigationData,
 )
-from mixlab.llm_efficiency.gss.config import METHOD, Config
+from mixlab.llm_efficiency.gss.config import (
+    CUT,
+    EQUAL_MEMORIZATION,
+    HEAVY_TAIL,
+    KEEP,
+    METHOD,
+    MITIGATIONS,
+    OPTIMISED,
+    SPEEDUPS,
+    SYSTEMS,
+    UNGATED_COST,
+    Config,
+)
 from mixlab.llm_efficiency.gss.steer import ALPHA_MODES, GSSSteer, memorization_signal
 from mixlab.llm_efficiency.lm import token_nll
 from mixlab.llm_efficiency.memorization import (
@@ -59,24 +76,19 @@ from mixlab.llm_efficiency.memorization import (
 from mixlab.shared import Claim, Result, line_plot, mean_std, run_cells
 from mixlab.shared.files import write_json_atomic
 
-__all__ = ["METHOD", "Config", "claims", "deviation_score", "regime", "run", "summarise"]
+__all__ = [
+    "METHOD",
+    "Config",
+    "claims",
+    "deviation_score",
+    "per_seed_values",
+    "regime",
+    "run",
+    "summarise",
+]
 
-OPTIMISED = ("gradient_ascent", "npo", "hard_concrete", "balanced_subnet")
-STEERED = ("gss", "gss_ungated", "caa", "caa_gated")
-SYSTEMS = ("base", "reference", *STEERED, *OPTIMISED)
-MITIGATIONS = (*STEERED, *OPTIMISED)
 BASE_MEMORIZES, REFERENCE_MAX, BASE_ACCURACY = 0.5, 0.05, 0.90
 """regime: base extraction >= 50 %, reference <= 5 %, base clean accuracy >= 90 %"""
-HEAVY_TAIL = 0.25
-"""claim: under 25 % of the memorized sequences' tokens lie above the mean ω (paper 18.7 %)"""
-CUT, KEEP = 0.10, 0.02
-"""claim: GSS memorization <= 10 % of the base's, clean accuracy within 2 points"""
-UNGATED_COST = 0.02
-"""claim: ungated GSS at equal memorization loses >= 2 points more accuracy"""
-EQUAL_MEMORIZATION = 0.05
-"""ungated GSS counts as at GSS's memorization when within 5 points of it on the test split"""
-SPEEDUPS = (10.0, 100.0)
-"""the compute claim as the NeurIPS abstract (10x) and arXiv v1 (100x) state its lower end"""
 DS_LAMBDA = 0.05
 TEST_SHARE = 3  # a third of the memorized sequences is the fixed test split
 N_TEST_CLEAN, N_GENERAL, N_HELD, N_VAL_CLEAN = 1000, 400, 400, 300
@@ -193,6 +205,7 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
         data = replace(task.mitigation_data, reference=reference)
         base_val = task.measure(base, "val")
         omega = torch.cat(memorization_signal(base, data.memorized, reference))
+        logprob = torch.cat(memorization_signal(base, data.memorized))  # the heavy tail's control
         grid, caa_grid = [], []
         for layer in config.steer_layers:
             for rank in config.ranks:
@@ -259,6 +272,7 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
             "target_memorization": best["memorization"],
             "picks": picks,
             "share_above_mean_omega": (omega > omega.mean()).float().mean().item(),
+            "share_above_mean_logprob": (logprob > logprob.mean()).float().mean().item(),
             "grid": grid,
             "caa_grid": caa_grid,
             "ungated_grid": ungated,
@@ -307,9 +321,10 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     write_json_atomic(out_dir / "cells.json", {"validation": val, "test": tested}, indent=1)
     metrics = summarise(val, tested, config.tasks)
     _plot(val, metrics, config.tasks[0], out_dir)
+    values = per_seed_values(val, tested, config.tasks[0])
     return Result(
         metrics=metrics,
-        claims=claims(metrics, config.tasks[0]),
+        claims=claims(values, config),
         regime=regime(metrics, config.tasks[0]),
     )
 
@@ -352,7 +367,8 @@ def summarise(
     measured value's mean over seeds and its std (``<name>_std``); the optimisation baselines'
     share of seeds that reached GSS's validation memorization and fit time over GSS's; the
     validation picks (``picked_<name>``, the mean over seeds when they differ; ``adaptive`` and
-    ``gated`` as shares of seeds); and on GSS's row the heavy-tail share of ω."""
+    ``gated`` as shares of seeds); and on GSS's row the heavy-tail share of ω (on the base row,
+    the same share of the base model's log-prob alone, the heavy-tail claim's control)."""
     metrics: dict[str, dict[str, Any]] = {}
     for task in tasks:
         cells = [c for c in tested if c["task"] == task]
@@ -388,6 +404,9 @@ def summarise(
                 )
             shares = [v["share_above_mean_omega"] for v in chosen]
             row["share_above_mean_omega"] = mean_std(shares)[0] if system == "gss" else None
+            if system == "base" and all("share_above_mean_logprob" in v for v in chosen):
+                logprob = [v["share_above_mean_logprob"] for v in chosen]
+                row["share_above_mean_omega"] = mean_std(logprob)[0]
             row["target_memorization"] = (
                 mean_std([v["target_memorization"] for v in chosen])[0] if system == "gss" else None
             )
@@ -435,90 +454,140 @@ def regime(metrics: dict[str, dict[str, Any]], task: str) -> list[Claim]:
     ]
 
 
-def claims(metrics: dict[str, dict[str, Any]], task: str) -> list[Claim]:
-    base, gss, ungated = metrics["base"], metrics["gss"], metrics["gss_ungated"]
-    return [
-        Claim.compare(
-            f"The token-level signal is heavy-tailed: under {HEAVY_TAIL:.0%} of the memorized "
-            "sequences' tokens lie above the mean ω (paper: 18.7%)",
-            gss["share_above_mean_omega"],
+def per_seed_values(
+    val: list[dict[str, Any]], tested: list[dict[str, Any]], task: str
+) -> dict[str, dict[str, list[float]]]:
+    """What the claims read on ``task``, per system and seed (in seed order, paired across
+    systems): memorization, clean accuracy (NaN for text tasks), DS_0.05 (set on the cells by
+    :func:`summarise`) and fit seconds; ``share_above_mean_omega`` for GSS (ω) and for the base
+    model (its log-prob alone, without the reference)."""
+    cells = [c for c in tested if c["task"] == task]
+    seeds = sorted({c["seed"] for c in cells})
+    by_key = {(c["system"], c["seed"]): c for c in cells}
+
+    def number(value: Any) -> float:
+        return math.nan if value is None else float(value)
+
+    values: dict[str, dict[str, list[float]]] = {
+        system: {
+            name: [number(by_key[(system, s)].get(name)) for s in seeds]
+            for name in ("memorization", "accuracy", "ds", "seconds")
+        }
+        for system in SYSTEMS
+    }
+    chosen = sorted((v for v in val if v["task"] == task), key=lambda v: v["seed"])
+    values["gss"]["share_above_mean_omega"] = [v["share_above_mean_omega"] for v in chosen]
+    if all("share_above_mean_logprob" in v for v in chosen):
+        values["base"]["share_above_mean_omega"] = [v["share_above_mean_logprob"] for v in chosen]
+    return values
+
+
+def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Claim]:
+    """The claims (``Config.CLAIMS``) on the first task, each judged seed by seed on ``values``
+    (:func:`per_seed_values`) for GSS and again with its control in GSS's place."""
+
+    def seeds_of(system: str, name: str) -> list[float]:
+        return values[system][name]  # a KeyError: the system has no such value in this run
+
+    def heavy_tail(system: str) -> Claim:
+        return Claim.worst_seed(
+            system,
+            seeds_of(system, "share_above_mean_omega"),
             "<",
             HEAVY_TAIL,
-            value_label="share above the mean",
-        ),
-        Claim.all_of(
-            f"GSS cuts memorization to at most {CUT:.0%} of the base rate with clean accuracy "
-            f"within {KEEP * 100:.0f} points",
+            value_label=f"{system}: share above the mean",
+        )
+
+    def cuts_memorization(system: str) -> Claim:
+        return Claim.all_of(
+            system,
             [
-                Claim.compare(
+                Claim.worst_seed(
                     "memorization",
-                    gss["memorization"],
+                    seeds_of(system, "memorization"),
                     "<=",
-                    CUT * base["memorization"],
-                    value_label="GSS extraction rate",
+                    [CUT * v for v in seeds_of("base", "memorization")],
+                    value_label=f"{system} extraction rate",
                     reference_label=f"{CUT} x base",
                 ),
-                Claim.compare(
+                Claim.worst_seed(
                     "accuracy",
-                    gss["accuracy"],
+                    seeds_of(system, "accuracy"),
                     ">=",
-                    base["accuracy"] - KEEP,
-                    value_label="GSS clean accuracy",
+                    [v - KEEP for v in seeds_of("base", "accuracy")],
+                    value_label=f"{system} clean accuracy",
                     reference_label=f"base - {KEEP}",
                 ),
             ],
-        ),
-        Claim.all_of(
-            "GSS's DS_0.05 is the lowest of all mitigations",
+        )
+
+    def lowest_ds(system: str) -> Claim:
+        return Claim.all_of(
+            system,
             [
-                Claim.compare(
+                Claim.worst_seed(
                     f"vs {other}",
-                    gss["ds"],
+                    seeds_of(system, "ds"),
                     "<",
-                    metrics[other]["ds"],
-                    value_label="GSS DS_0.05",
+                    seeds_of(other, "ds"),
+                    value_label=f"{system} DS_0.05",
                     reference_label=other,
                 )
                 for other in MITIGATIONS
-                if other != "gss"
+                if other != system
             ],
-        ),
-        Claim.all_of(
-            f"Ungated GSS at equal memorization loses at least {UNGATED_COST * 100:.0f} points "
-            "more clean accuracy than gated GSS",
+        )
+
+    def gating_costs_ungated(system: str) -> Claim:
+        ungated = "gss_ungated"
+        return Claim.all_of(
+            system,
             [
-                Claim.compare(
+                Claim.worst_seed(
                     "equal memorization",
-                    ungated["memorization"],
+                    seeds_of(ungated, "memorization"),
                     "<=",
-                    gss["memorization"] + EQUAL_MEMORIZATION,
+                    [v + EQUAL_MEMORIZATION for v in seeds_of(system, "memorization")],
                     value_label="ungated extraction rate",
-                    reference_label=f"GSS's + {EQUAL_MEMORIZATION}",
+                    reference_label=f"{system}'s + {EQUAL_MEMORIZATION}",
                 ),
-                Claim.compare(
+                Claim.worst_seed(
                     "accuracy",
-                    ungated["accuracy"],
+                    seeds_of(ungated, "accuracy"),
                     "<=",
-                    gss["accuracy"] - UNGATED_COST,
+                    [v - UNGATED_COST for v in seeds_of(system, "accuracy")],
                     value_label="ungated clean accuracy",
-                    reference_label=f"GSS's - {UNGATED_COST}",
+                    reference_label=f"{system}'s - {UNGATED_COST}",
                 ),
             ],
-        ),
-        Claim.all_of(
-            f"GSS fits at least {SPEEDUPS[0]:.0f}x faster than every optimisation baseline "
-            f"(NeurIPS abstract: 10-100x; arXiv v1: 100-1000x)",
+        )
+
+    def fits_faster(system: str) -> Claim:
+        own = seeds_of(system, "seconds")
+        return Claim.all_of(
+            system,
             [
-                Claim.compare(
-                    f"vs {system}",
-                    metrics[system]["fit_time_vs_gss"],
+                Claim.worst_seed(
+                    f"vs {other}",
+                    [
+                        o / s if s > 0 else math.nan
+                        for o, s in zip(seeds_of(other, "seconds"), own, strict=True)
+                    ],
                     ">=",
                     SPEEDUPS[0],
-                    value_label="fit time / GSS's",
+                    value_label=f"fit time / {system}'s",
                 )
-                for system in OPTIMISED
+                for other in OPTIMISED
+                if other != system
             ],
-        ),
+        )
+
+    return [
+        config.judge("heavy_tail", heavy_tail),
+        config.judge("cuts_memorization", cuts_memorization),
+        config.judge("lowest_ds", lowest_ds),
+        config.judge("gating_costs_ungated", gating_costs_ungated),
+        config.judge("fits_faster", fits_faster),
     ]
 
 

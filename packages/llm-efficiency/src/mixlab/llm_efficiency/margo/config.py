@@ -11,6 +11,7 @@ import numbers
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from mixlab.shared.claims import ClaimSpec
 from mixlab.shared.config import ExperimentConfig, is_count, require
 from mixlab.shared.registry import Method
 
@@ -35,6 +36,52 @@ FULL_CONDITIONS = (
     ("MARGO lambda=1 2:6", 6, 1.0, False),
 )
 """the full profile adds lambda in {0.5, 2} and other thinking:direct ratios"""
+MARGO = "MARGO lambda=1"
+"""the MARGO condition the claims name; every other condition with lambda > 0 is judged alike"""
+OVERTURN_CUT, QA_GAIN, MATH_SLACK, LENGTH_KEEP = 0.5, 0.02, 0.02, 0.7
+"""claims (issue 21): MARGO at most halves SFT's overturn rate; beats think-only's thinking
+accuracy by 2 points; arithmetic within 2 points of SFT's; think length >= 70 % of SFT's"""
+SYSTEMS = ("SFT", *(c[0] for c in FULL_CONDITIONS))
+_MIXED_CONTROL = (
+    "mixed-mode GRPO with lambda = 0: the same groups of thinking and direct rollouts, without "
+    "MARGO's cross-mode score (issue 78's control of every MARGO claim)"
+)
+
+
+def _claim(key: str, text: str, why: str = "") -> ClaimSpec:
+    """A claim about a MARGO condition (``{system}``), with mixed lambda = 0 as its control."""
+    return ClaimSpec(
+        key=key,
+        text="{system}: " + text,
+        system=MARGO,
+        control=MIXED,
+        why_control=_MIXED_CONTROL + why,
+    )
+
+
+CLAIMS = (
+    _claim(
+        "overturn_suppressed",
+        "the 1-hop overturn rate is at most half SFT's and below GRPO think-only's",
+    ),
+    _claim(
+        "qa_accuracy_gain",
+        f"thinking accuracy on factual QA (1- and 2-hop) beats GRPO think-only's by >= "
+        f"{QA_GAIN * 100:.0f} points and mixed lambda=0's",
+        "; it is also the claim's own reference (above mixed lambda=0's), so it fails that "
+        "part by construction",
+    ),
+    _claim("two_hop_kept", "2-hop thinking accuracy is at least SFT's"),
+    _claim(
+        "math_kept",
+        f"arithmetic thinking accuracy is within {MATH_SLACK * 100:.0f} points of SFT's or above",
+    ),
+    _claim(
+        "think_length_kept",
+        f"think length on 2-hop and arithmetic stays >= {LENGTH_KEEP:.0%} of SFT's (no win by "
+        "not thinking)",
+    ),
+)
 
 
 def _condition(value: object, generations: int) -> bool:
@@ -105,6 +152,8 @@ class Config(ExperimentConfig):
     min_overturn: float = 0.10
     """... and thinking overturns at least this share of its correct direct 1-hop answers"""
 
+    SYSTEMS: ClassVar[tuple[str, ...]] = SYSTEMS
+    CLAIMS: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
     ALLOWED_EDGE_VALUES: ClassVar[dict[str, tuple[Any, ...]]] = {
         "p_drift": (0, 0.0),  # no drift shown: nothing to overturn (the regime check says so)
         "warmup_ratio": (0, 0.0),
@@ -148,6 +197,12 @@ class Config(ExperimentConfig):
         )  # fmt: skip
         names = [c[0] for c in self.conditions]
         require(len(set(names)) == len(names), "conditions", "distinct names", names)
+        require(
+            MIXED in names,
+            "conditions",
+            f"a tuple including {MIXED!r} (the control of every claim)",
+            names,
+        )
         for name in ("n_seeds", "steps", "prompts_per_step", "max_completion_length",
                      "hidden_size", "layers", "sft_steps", "n_math_test", "test_samples",
                      "probe_every"):  # fmt: skip

@@ -12,19 +12,32 @@ final model is sampled in both modes on the held-out people's questions and held
 Regime checks on the SFT model (fixed in advance by the issue; when one fails, the claims are
 untested): direct 1-hop accuracy >= 85 %; thinking beats direct on 2-hop by >= 15 points;
 thinking overturns >= 10 % of the correct direct 1-hop answers.
+
+The claims (``Config.CLAIMS``) are judged for every MARGO condition seed by seed, each again with
+mixed lambda = 0 (the same mixed groups without the cross-mode score) in its place.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from mixlab.llm_efficiency.margo.config import METHOD, MIXED, THINK_ONLY, Config
+from mixlab.llm_efficiency.margo.config import (
+    LENGTH_KEEP,
+    MATH_SLACK,
+    METHOD,
+    MIXED,
+    OVERTURN_CUT,
+    QA_GAIN,
+    THINK_ONLY,
+    Config,
+)
 from mixlab.llm_efficiency.margo.policy import evaluate_modes, sft_policy
 from mixlab.llm_efficiency.margo.world import (
     DIRECT_PREFIX,
@@ -35,16 +48,22 @@ from mixlab.llm_efficiency.margo.world import (
     questions,
 )
 from mixlab.llm_efficiency.rl import grpo_options
-from mixlab.shared import Claim, Result, line_plot, mean_std, run_cells
+from mixlab.shared import Claim, Result, judge, line_plot, mean_std, run_cells
 from mixlab.shared.files import write_json_atomic
 
-__all__ = ["METHOD", "Config", "claims", "regime", "rl_prompts", "run", "summarise"]
+__all__ = [
+    "METHOD",
+    "Config",
+    "claims",
+    "per_seed_values",
+    "regime",
+    "rl_prompts",
+    "run",
+    "summarise",
+]
 
 TRAIN_MATH_SEED, TEST_MATH_SEED, PROMPT_SEED = 1, 2, 3
 """the RL arithmetic chains, the held-out ones and the RL prompt order have their own seeds"""
-OVERTURN_CUT, QA_GAIN, MATH_SLACK, LENGTH_KEEP = 0.5, 0.02, 0.02, 0.7
-"""claims (issue 21): MARGO at most halves SFT's overturn rate; beats think-only's thinking
-accuracy by 2 points; arithmetic within 2 points of SFT's; think length >= 70 % of SFT's"""
 PROBE_PEOPLE, PROBE_SAMPLES = 60, 2
 """the over-steps probe: the 1-hop and 2-hop questions of this many held-out people, sampled
 this many times per mode"""
@@ -205,7 +224,7 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     write_json_atomic(out_dir / "cells.json", done, indent=1)
     metrics = summarise(done, config)
     _plot(done, config, out_dir)
-    tested = claims(metrics, config)
+    tested = claims(per_seed_values(done, config), config)
     return Result(metrics=metrics, claims=tested, regime=regime(metrics, config))
 
 
@@ -289,55 +308,134 @@ def regime(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
     ]
 
 
-def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
-    """The issue's claims for every MARGO condition (lambda > 0) against SFT, GRPO think-only
-    and mixed lambda = 0 (those present)."""
-    sft, think_only, mixed = metrics["SFT"], metrics.get(THINK_ONLY), metrics.get(MIXED)
+def per_seed_values(
+    done: list[dict[str, Any]], config: Config
+) -> dict[str, dict[str, list[float]]]:
+    """What the claims read: every condition's measured values per RL seed (in seed order,
+    paired across conditions; NaN where not measured), and the SFT model's (one evaluation,
+    one value each)."""
+
+    def numbers(cells: list[dict[str, Any]]) -> dict[str, list[float]]:
+        return {m: [_value(c, m) for c in cells] for m in METRICS}
+
+    values = {"SFT": numbers([d for d in done if d.get("system") == "sft"])}
+    for name, *_ in config.conditions:
+        cells = sorted((d for d in done if d.get("condition") == name), key=lambda d: d["seed"])
+        values[name] = numbers(cells)
+    return values
+
+
+def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Claim]:
+    """The issue's claims (``Config.CLAIMS``) for every MARGO condition (lambda > 0), each judged
+    seed by seed on ``values`` (:func:`per_seed_values`) against SFT, GRPO think-only (when
+    present) and mixed lambda = 0, and again with mixed lambda = 0 in the condition's place."""
+    think_only = THINK_ONLY in values
+
+    def seeds_of(system: str, name: str) -> list[float]:
+        return values[system][name]  # a KeyError: the condition did not run
+
+    def sft(name: str) -> float:
+        return seeds_of("SFT", name)[0]
+
+    def overturn_suppressed(system: str) -> Claim:
+        parts = [
+            Claim.worst_seed(
+                "at most half SFT's",
+                seeds_of(system, "overturn_1hop"),
+                "<=",
+                OVERTURN_CUT * sft("overturn_1hop"),
+                value_label=f"{system} overturn rate",
+                reference_label=f"{OVERTURN_CUT} x SFT's",
+            )
+        ]
+        if think_only:
+            parts.append(
+                Claim.worst_seed(
+                    "below GRPO think-only's",
+                    seeds_of(system, "overturn_1hop"),
+                    "<",
+                    seeds_of(THINK_ONLY, "overturn_1hop"),
+                    value_label=f"{system} overturn rate",
+                    reference_label="think-only's",
+                )
+            )
+        return Claim.all_of(system, parts)
+
+    def qa_accuracy_gain(system: str) -> Claim:
+        parts = []
+        if think_only:
+            parts.append(
+                Claim.worst_seed(
+                    f"think-only + {QA_GAIN * 100:.0f} points",
+                    seeds_of(system, "thinking_qa"),
+                    ">=",
+                    [v + QA_GAIN for v in seeds_of(THINK_ONLY, "thinking_qa")],
+                    value_label=f"{system} thinking accuracy",
+                    reference_label=f"think-only's + {QA_GAIN}",
+                )
+            )
+        parts.append(
+            Claim.worst_seed(
+                "above mixed lambda=0",
+                seeds_of(system, "thinking_qa"),
+                ">",
+                seeds_of(MIXED, "thinking_qa"),
+                value_label=f"{system} thinking accuracy",
+                reference_label="mixed lambda=0's",
+            )
+        )
+        return Claim.all_of(system, parts)
+
+    def two_hop_kept(system: str) -> Claim:
+        return Claim.worst_seed(
+            system,
+            seeds_of(system, "thinking_2hop"),
+            ">=",
+            sft("thinking_2hop"),
+            value_label=f"{system} 2-hop thinking accuracy",
+            reference_label="SFT's",
+        )
+
+    def math_kept(system: str) -> Claim:
+        return Claim.worst_seed(
+            system,
+            seeds_of(system, "thinking_math"),
+            ">=",
+            sft("thinking_math") - MATH_SLACK,
+            value_label=f"{system} arithmetic accuracy",
+            reference_label=f"SFT's - {MATH_SLACK}",
+        )
+
+    def think_length_kept(system: str) -> Claim:
+        return Claim.all_of(
+            system,
+            [
+                Claim.worst_seed(
+                    kind,
+                    seeds_of(system, f"think_length_{kind}"),
+                    ">=",
+                    LENGTH_KEEP * sft(f"think_length_{kind}"),
+                    value_label=f"{system} think length (tokens)",
+                    reference_label=f"{LENGTH_KEEP} x SFT's",
+                )
+                for kind in ("2hop", "math")
+            ],
+        )
+
+    tests = {
+        "overturn_suppressed": overturn_suppressed,
+        "qa_accuracy_gain": qa_accuracy_gain,
+        "two_hop_kept": two_hop_kept,
+        "math_kept": math_kept,
+        "think_length_kept": think_length_kept,
+    }
     out = []
     for name, _, lam, _ in config.conditions:
         if lam == 0:
             continue
-        m = metrics[name]
-        overturn = [Claim.compare("at most half SFT's", _value(m, "overturn_1hop"), "<=",
-                                  OVERTURN_CUT * _value(sft, "overturn_1hop"),
-                                  value_label="overturn rate",
-                                  reference_label=f"{OVERTURN_CUT} x SFT's")]  # fmt: skip
-        accuracy = []
-        if think_only is not None:
-            overturn.append(Claim.compare("below GRPO think-only's", _value(m, "overturn_1hop"), "<",
-                                          _value(think_only, "overturn_1hop"), value_label="overturn rate",
-                                          reference_label="think-only's"))  # fmt: skip
-            accuracy.append(Claim.compare(
-                f"think-only + {QA_GAIN * 100:.0f} points", _value(m, "thinking_qa"), ">=",
-                _value(think_only, "thinking_qa") + QA_GAIN, value_label="thinking accuracy",
-                reference_label=f"think-only's + {QA_GAIN}"))  # fmt: skip
-        if mixed is not None:
-            accuracy.append(Claim.compare("above mixed lambda=0", _value(m, "thinking_qa"), ">",
-                                          _value(mixed, "thinking_qa"), value_label="thinking accuracy",
-                                          reference_label="mixed lambda=0's"))  # fmt: skip
-        out.append(Claim.all_of(
-            f"{name}: the 1-hop overturn rate is at most half SFT's and below GRPO think-only's",
-            overturn))  # fmt: skip
-        if accuracy:
-            out.append(Claim.all_of(
-                f"{name}: thinking accuracy on factual QA (1- and 2-hop) beats GRPO think-only's "
-                f"by >= {QA_GAIN * 100:.0f} points and mixed lambda=0's", accuracy))  # fmt: skip
-        out.append(Claim.compare(
-            f"{name}: 2-hop thinking accuracy is at least SFT's", _value(m, "thinking_2hop"), ">=",
-            _value(sft, "thinking_2hop"), value_label="2-hop thinking accuracy",
-            reference_label="SFT's"))  # fmt: skip
-        out.append(Claim.compare(
-            f"{name}: arithmetic thinking accuracy is within {MATH_SLACK * 100:.0f} points of "
-            "SFT's or above", _value(m, "thinking_math"), ">=", _value(sft, "thinking_math") - MATH_SLACK,
-            value_label="arithmetic accuracy", reference_label=f"SFT's - {MATH_SLACK}"))  # fmt: skip
-        out.append(Claim.all_of(
-            f"{name}: think length on 2-hop and arithmetic stays >= {LENGTH_KEEP:.0%} of SFT's "
-            "(no win by not thinking)",
-            [Claim.compare(kind, _value(m, f"think_length_{kind}"), ">=",
-                           LENGTH_KEEP * _value(sft, f"think_length_{kind}"),
-                           value_label="think length (tokens)",
-                           reference_label=f"{LENGTH_KEEP} x SFT's") for kind in ("2hop", "math")],
-        ))  # fmt: skip
+        for key, test in tests.items():  # the spec, about this MARGO condition
+            spec = replace(config.claim_spec(key), system=name)
+            out.append(judge(spec, test, config=config, text_values={"system": name}))
     return out
 
 

@@ -14,6 +14,10 @@ grid of strengths; and prompt swapping between the policy and the SFT policy.
 Regime checks (fixed in advance by the issue; when one fails the task's claims are untested):
 the SFT policy's true success is at least 60 % and 30 points above an untrained policy's; the
 no-KL runs' mean test hack rate reaches 50 %.
+
+The claims (``Config.CLAIMS``) are judged seed by seed, each again with its control in the
+method's place; the two about prompt KL assume issue 62's premise (swapping in the SFT policy's
+prompt encoding at least halves the no-KL policy's hack rate on every seed), untested without it.
 """
 
 from __future__ import annotations
@@ -26,7 +30,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from mixlab.llm_efficiency.prompt_kl.config import METHOD, Config
+from mixlab.llm_efficiency.prompt_kl.config import (
+    KEEP_SUCCESS,
+    METHOD,
+    NO_KL,
+    PROMPT_KL,
+    PROMPT_KL_HACK,
+    RESPONSE_KL_COST,
+    SWAP_CUT,
+    Config,
+)
 from mixlab.llm_efficiency.prompt_kl.diagnostics import (
     activation_difference,
     steer,
@@ -37,15 +50,10 @@ from mixlab.llm_efficiency.prompt_kl.tasks import ProxyReward, examples
 from mixlab.shared import Claim, Result, line_plot, mean_std, run_cells
 from mixlab.shared.files import write_json_atomic
 
-__all__ = ["METHOD", "Config", "claims", "regime", "run", "summarise"]
+__all__ = ["METHOD", "Config", "claims", "per_seed_values", "regime", "run", "summarise"]
 
 TRAIN_SEED, TEST_SEED = 1, 2
 """the training prompts and the held-out test prompts are drawn from their own seeds"""
-PROMPT_KL_HACK, KEEP_SUCCESS, RESPONSE_KL_COST = 0.10, 0.02, 0.05
-"""claims: prompt KL 0.1 hacks < 10 % with true success >= no KL's - 2 points; every response
-KL hacks more than it or loses > 5 points of true success"""
-SWAP_CUT = 0.5
-"""claim: the reference's prompt encoding at least halves the policy's hack rate"""
 METRICS = ("hack_rate", "exploit_rate_uncued", "true_success", "proxy_reward")
 CONTROL = "control"
 
@@ -223,7 +231,9 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     _plot(done, config, out_dir)
     checks, tested = [], []
     for task in config.tasks:
-        task_claims = claims(metrics, task, config) if task != CONTROL else []
+        task_claims = (
+            claims(per_seed_values(done, task, config), task, config) if task != CONTROL else []
+        )
         tested += task_claims
         checks += [
             check.gating(*task_claims) if task_claims else check
@@ -325,99 +335,175 @@ def regime(metrics: dict[str, dict[str, Any]], task: str, config: Config) -> lis
     ]
 
 
-def claims(metrics: dict[str, dict[str, Any]], task: str, config: Config) -> list[Claim]:
-    def get(system: str) -> dict[str, Any] | None:
-        return metrics.get(_key(system, task, config))
+def per_seed_values(
+    done: list[dict[str, Any]], task: str, config: Config
+) -> dict[str, dict[str, list[float]]]:
+    """What ``task``'s claims read, per system and RL seed (in seed order, paired across
+    systems): every condition's ``hack_rate`` and ``true_success``; the SFT policy's (one
+    evaluation, one value); per steering side, the share of the other side's points (at
+    ``steer_alphas``) that one of its points matches or beats (``dominated_share``); per swap
+    side, the hack rate when the no-KL policy supplies only the other side (``hack_without``)
+    and only this side (``hack_only``)."""
 
-    out = []
-    no_kl, prompt = get("no KL"), get("prompt KL 0.1")
-    if prompt is not None:
-        out.append(
-            Claim.all_of(
-                f"{task}: prompt KL at beta_p = 0.1 keeps the hack rate under "
-                f"{PROMPT_KL_HACK:.0%} (paper: under 3%) with true success within "
-                f"{KEEP_SUCCESS * 100:.0f} points of no KL's or above",
-                [
-                    Claim.compare(
-                        "hack rate",
-                        prompt["hack_rate"],
-                        "<",
-                        PROMPT_KL_HACK,
-                        value_label="prompt-KL hack rate",
-                    ),
-                    Claim.compare(
-                        "true success",
-                        prompt["true_success"],
-                        ">=",
-                        no_kl["true_success"] - KEEP_SUCCESS,
-                        value_label="prompt-KL true success",
-                        reference_label=f"no KL's - {KEEP_SUCCESS}",
-                    ),
-                ],
-            )
-        )
-        responses = [c[0] for c in config.conditions if c[1] > 0 and c[2] == 0]
-        if responses:
-            out.append(
-                Claim.all_of(
-                    f"{task}: every response-KL setting hacks more than prompt KL 0.1 or loses more "
-                    f"than {RESPONSE_KL_COST * 100:.0f} points of its true success",
-                    [
-                        Claim.compare(
-                            name,
-                            max(
-                                get(name)["hack_rate"] - prompt["hack_rate"],
-                                (prompt["true_success"] - RESPONSE_KL_COST)
-                                - get(name)["true_success"],
-                            ),
-                            ">",
-                            0.0,
-                            value_label="max(hack-rate excess, true-success loss beyond 5 points)",
-                        )
-                        for name in responses
-                    ],
-                )
-            )
-    steered = {
-        where: [get(f"steer {where} a={a:g}") for a in config.steer_alphas]
-        for where in ("prompt", "response")
+    def number(value: Any) -> float:
+        return math.nan if value is None else float(value)
+
+    seeds = sorted({d["seed"] for d in done if "condition" in d and d["task"] == task})
+    values: dict[str, dict[str, list[float]]] = {}
+    sft = next(d for d in done if d.get("system") == "sft" and d["task"] == task)
+    values["sft"] = {m: [number(sft[m])] for m in ("hack_rate", "true_success")}
+    for name, _, _ in config.conditions:
+        cells = {d["seed"]: d for d in done if d.get("condition") == name and d["task"] == task}
+        values[name] = {
+            m: [number(cells[s][m]) for s in seeds] for m in ("hack_rate", "true_success")
+        }
+    diagnosed = {d["seed"]: d for d in done if d.get("diagnostic") and d["task"] == task}
+    fronts = {
+        s: {
+            where: [
+                p
+                for p in diagnosed[s]["front"]
+                if p["where"] == where and p["alpha"] in config.steer_alphas
+            ]
+            for where in ("prompt", "response")
+        }
+        for s in seeds
     }
-    dominated = [_dominated(p, steered["prompt"]) for p in steered["response"]]
-    out.append(
-        Claim.compare(
-            f"{task}: prompt-space steering Pareto-dominates response-space steering on (hack "
-            "rate, true success): every response-steering point is matched or beaten by a "
-            "prompt-steering one",
-            float(np.mean(dominated)),
-            ">=",
-            1.0,
-            value_label="share of response points dominated",
-        )
-    )
-    swap_ref, swap_policy = get("swap reference prompt"), get("swap policy prompt")
-    out.append(
-        Claim.all_of(
-            f"{task}: swapping prompt encodings moves hacking both ways",
+    for where, other in (("prompt", "response"), ("response", "prompt")):
+        values[f"{where} steering"] = {
+            "dominated_share": [
+                float(np.mean([_dominated(p, fronts[s][where]) for p in fronts[s][other]]))
+                for s in seeds
+            ]
+        }
+    # the swap with the reference's prompt: the policy supplies only its response; and back
+    reference_prompt = [number(diagnosed[s]["swap_reference_prompt"]["hack_rate"]) for s in seeds]
+    policy_prompt = [number(diagnosed[s]["swap_policy_prompt"]["hack_rate"]) for s in seeds]
+    values["prompt swap"] = {"hack_without": reference_prompt, "hack_only": policy_prompt}
+    values["response swap"] = {"hack_without": policy_prompt, "hack_only": reference_prompt}
+    return values
+
+
+def claims(values: dict[str, dict[str, list[float]]], task: str, config: Config) -> list[Claim]:
+    """``task``'s claims (``Config.CLAIMS``), each judged seed by seed on ``values``
+    (:func:`per_seed_values`) and again with its control in the system's place; the claims about
+    prompt KL assume the swap premise (issue 62)."""
+
+    def seeds_of(system: str, name: str) -> list[float]:
+        return values[system][name]  # a KeyError: the system did not run
+
+    def judge(key: str, test: Any, **options: Any) -> Claim:
+        return config.judge(key, test, text_values={"task": task}, **options)
+
+    no_kl_hack = seeds_of(NO_KL, "hack_rate")
+    sft_hack = seeds_of("sft", "hack_rate")[0]
+
+    def swap_moves_hacking(system: str) -> Claim:
+        return Claim.all_of(
+            system,
             [
-                Claim.compare(
-                    "reference prompt, policy response",
-                    swap_ref["hack_rate"],
+                Claim.worst_seed(
+                    "the policy's other side alone",
+                    seeds_of(system, "hack_without"),
                     "<=",
-                    SWAP_CUT * no_kl["hack_rate"],
+                    [SWAP_CUT * v for v in no_kl_hack],
                     value_label="hack rate",
                     reference_label=f"{SWAP_CUT} x no-KL policy's",
                 ),
-                Claim.compare(
-                    "policy prompt, reference response",
-                    swap_policy["hack_rate"],
+                Claim.worst_seed(
+                    "the policy's side alone",
+                    seeds_of(system, "hack_only"),
                     ">",
-                    get("sft")["hack_rate"],
+                    sft_hack,
                     value_label="hack rate",
                     reference_label="SFT policy's",
                 ),
             ],
         )
-    )
+
+    out = []
+    if PROMPT_KL in values:
+        premise = {
+            "prompt_carries_hack": Claim.worst_seed(
+                f"{task}: swapping in the SFT policy's prompt encoding at least halves the no-KL "
+                "policy's hack rate",
+                seeds_of("prompt swap", "hack_without"),
+                "<=",
+                [SWAP_CUT * v for v in no_kl_hack],
+                value_label="hack rate",
+                reference_label=f"{SWAP_CUT} x no-KL policy's",
+            )
+        }
+
+        def prompt_kl_stops_hacking(system: str) -> Claim:
+            return Claim.all_of(
+                system,
+                [
+                    Claim.worst_seed(
+                        "hack rate",
+                        seeds_of(system, "hack_rate"),
+                        "<",
+                        PROMPT_KL_HACK,
+                        value_label=f"{system} hack rate",
+                    ),
+                    Claim.worst_seed(
+                        "true success",
+                        seeds_of(system, "true_success"),
+                        ">=",
+                        [v - KEEP_SUCCESS for v in seeds_of(NO_KL, "true_success")],
+                        value_label=f"{system} true success",
+                        reference_label=f"no KL's - {KEEP_SUCCESS}",
+                    ),
+                ],
+            )
+
+        out.append(judge("prompt_kl_stops_hacking", prompt_kl_stops_hacking, premises=premise))
+        responses = [c[0] for c in config.conditions if c[1] > 0 and c[2] == 0]
+        if responses:
+
+            def response_kl_hacks_or_costs(system: str) -> Claim:
+                hack, success = seeds_of(system, "hack_rate"), seeds_of(system, "true_success")
+
+                def margin(name: str) -> list[float]:
+                    theirs = zip(
+                        seeds_of(name, "hack_rate"), seeds_of(name, "true_success"), strict=True
+                    )
+                    return [
+                        max(h - hs, (ss - RESPONSE_KL_COST) - s)
+                        for (h, s), hs, ss in zip(theirs, hack, success, strict=True)
+                    ]
+
+                return Claim.all_of(
+                    system,
+                    [
+                        Claim.worst_seed(
+                            name,
+                            margin(name),
+                            ">",
+                            0.0,
+                            value_label=f"max(hack-rate excess over {system}, true-success loss "
+                            "beyond 5 points)",
+                        )
+                        for name in responses
+                        if name != system
+                    ],
+                )
+
+            out.append(
+                judge("response_kl_hacks_or_costs", response_kl_hacks_or_costs, premises=premise)
+            )
+
+    def prompt_steering_dominates(system: str) -> Claim:
+        return Claim.worst_seed(
+            system,
+            seeds_of(system, "dominated_share"),
+            ">=",
+            1.0,
+            value_label="share of the other side's points dominated",
+        )
+
+    out.append(judge("prompt_steering_dominates", prompt_steering_dominates))
+    out.append(judge("swap_moves_hacking", swap_moves_hacking))
     return out
 
 

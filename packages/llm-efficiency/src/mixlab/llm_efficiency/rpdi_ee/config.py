@@ -11,11 +11,63 @@ import numbers
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from mixlab.shared.claims import ClaimSpec
 from mixlab.shared.config import ExperimentConfig, is_count, require
 from mixlab.shared.registry import Method
 
 if TYPE_CHECKING:
     from mixlab.llm_efficiency.reasoning import ReasoningLMConfig
+
+TUNED = ("budget", "rpdi", "deer", "dynasor", "eat")
+"""methods whose parameters the validation split picks"""
+RIVALS = ("budget", "deer", "dynasor", "eat")
+"""the other early-exit methods RPDI's gain is compared with"""
+SYSTEMS = ("first_answer", "vanilla", *TUNED)
+GAIN, FEWER = 0.03, 0.20
+"""claim: RPDI >= 3 points over vanilla with >= 20 % fewer think tokens"""
+PREMATURE_MAX = 0.10
+"""claim: RPDI exits before the first answer on <= 10 % of traces with a productive wait"""
+_BUDGET_CONTROL = (
+    "a fixed think budget tuned on the same validation split: the simplest early exit, with no "
+    "signal read from the model (no entropy deviation, no probe)"
+)
+CLAIMS = (
+    ClaimSpec(
+        key="gain_with_fewer_tokens",
+        text=f"RPDI gains at least {GAIN * 100:.0f} points of accuracy over vanilla thinking with "
+        f"at least {FEWER:.0%} fewer think tokens",
+        system="rpdi",
+        control="budget",
+        why_control=_BUDGET_CONTROL,
+    ),
+    ClaimSpec(
+        key="largest_gain",
+        text="RPDI's accuracy gain over vanilla is the largest of the early-exit methods "
+        "(fixed budget, DEER-, Dynasor- and EAT-style, each tuned on validation)",
+        system="rpdi",
+        control="vanilla",
+        why_control="vanilla thinking, no early exit at all (issue 78's control): if it also "
+        "beats every early-exit rival, exiting early is what loses accuracy, not RPDI that gains",
+    ),
+    ClaimSpec(
+        key="no_probe_cost",
+        text="RPDI spends no probe tokens, and its wall time per problem is below DEER-style's",
+        system="rpdi",
+        control="budget",
+        why_control=_BUDGET_CONTROL + "; it too runs no extra forward pass",
+    ),
+    ClaimSpec(
+        key="few_premature_exits",
+        text=f"RPDI exits before the first answer on at most {PREMATURE_MAX:.0%} of the traces "
+        'with a productive "wait" before it, and less often than DEER-style',
+        system="rpdi",
+        control="budget",
+        why_control=_BUDGET_CONTROL + " (vanilla never exits, so it would pass trivially)",
+        threshold=PREMATURE_MAX,
+        floor=0.0,
+        ceiling=1.0,
+    ),
+)
 
 
 def _positive_numbers(values: object) -> bool:
@@ -76,6 +128,8 @@ class Config(ExperimentConfig):
     budgets: tuple[int, ...] = (32, 48, 64)
     """fixed think budgets (tokens) on the validation grid"""
 
+    SYSTEMS: ClassVar[tuple[str, ...]] = SYSTEMS
+    CLAIMS: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
     PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {},
         "full": {

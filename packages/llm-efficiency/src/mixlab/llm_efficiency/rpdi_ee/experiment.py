@@ -20,6 +20,9 @@ is its answer.
 Regime checks (fixed in advance; when one fails every claim is untested): first-answer accuracy
 >= 0.85 (chance 0.1); vanilla at least 10 points below it (overthinking hurts); at least 20 % of
 vanilla traces hold a productive "wait" before their first answer.
+
+The claims (``Config.CLAIMS``) are judged seed by seed on the test cells, each again with its
+control in RPDI's place (the tuned fixed budget; vanilla for "largest gain").
 """
 
 from __future__ import annotations
@@ -36,19 +39,23 @@ from mixlab.llm_efficiency.reasoning import (
     pretrained_reasoning_lm,
     problems,
 )
-from mixlab.llm_efficiency.rpdi_ee.config import METHOD, Config
+from mixlab.llm_efficiency.rpdi_ee.config import (
+    FEWER,
+    GAIN,
+    METHOD,
+    PREMATURE_MAX,
+    RIVALS,
+    SYSTEMS,
+    TUNED,
+    Config,
+)
 from mixlab.llm_efficiency.rpdi_ee.evaluate import generate_all, make_processor
 from mixlab.llm_efficiency.rpdi_ee.processor import ThinkExitProcessor
 from mixlab.shared import Claim, Result, line_plot, mean_std, run_cells
 from mixlab.shared.files import write_json_atomic
 
-__all__ = ["METHOD", "Config", "claims", "regime", "run", "summarise"]
+__all__ = ["METHOD", "Config", "claims", "per_seed_values", "regime", "run", "summarise"]
 
-TUNED = ("budget", "rpdi", "deer", "dynasor", "eat")
-"""methods whose parameters the validation split picks"""
-RIVALS = ("budget", "deer", "dynasor", "eat")
-"""the other early-exit methods RPDI's gain is compared with"""
-SYSTEMS = ("first_answer", "vanilla", *TUNED)
 VAL_SEED, TEST_SEED = 1_000, 2_000  # problem seeds, offset by config.seed
 ANSWER_PROMPT = f"{THINK_END} "
 """what the probing baselines decode a trial answer after: the toy writes the digit next"""
@@ -60,10 +67,6 @@ OVERTHINKING_COST = 0.10
 """regime: vanilla at least this far below the first answer"""
 PRODUCTIVE_MIN = 0.20
 """regime: share of vanilla traces with a productive "wait" before the first answer"""
-GAIN, FEWER = 0.03, 0.20
-"""claim: RPDI >= 3 points over vanilla with >= 20 % fewer think tokens"""
-PREMATURE_MAX = 0.10
-"""claim: RPDI exits before the first answer on <= 10 % of traces with a productive wait"""
 _ANSWER = re.compile(r"answer=\d\.")
 _STATED = re.compile(r"answer=\d\.$")
 
@@ -182,7 +185,8 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     write_json_atomic(out_dir / "cells.json", [*val, *test], indent=1)
     metrics = summarise(test, picked)
     _plot(val, metrics, out_dir)
-    return Result(metrics=metrics, claims=claims(metrics), regime=regime(metrics))
+    claimed = claims(per_seed_values(test), config)
+    return Result(metrics=metrics, claims=claimed, regime=regime(metrics))
 
 
 def pick(cells: list[dict[str, Any]]) -> dict[str, Any]:
@@ -255,87 +259,113 @@ def regime(metrics: dict[str, dict[str, Any]]) -> list[Claim]:
     ]
 
 
-def claims(metrics: dict[str, dict[str, Any]]) -> list[Claim]:
-    rpdi, vanilla, deer = metrics["rpdi"], metrics["vanilla"], metrics["deer"]
-    return [
-        Claim.all_of(
-            f"RPDI gains at least {GAIN * 100:.0f} points of accuracy over vanilla thinking with "
-            f"at least {FEWER:.0%} fewer think tokens",
+def per_seed_values(cells: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    """What the claims read: per system, each measured value on every test sampling seed (in
+    seed order, paired across systems)."""
+    seeds = sorted({c["seed"] for c in cells})
+    by_key = {(c["method"], c["seed"]): c for c in cells}
+    return {
+        system: {name: [float(by_key[(system, s)][name]) for s in seeds] for name in _MEASURED}
+        for system in SYSTEMS
+    }
+
+
+def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Claim]:
+    """The claims (``Config.CLAIMS``), each judged seed by seed on ``values``
+    (:func:`per_seed_values`) for RPDI and again with its control in RPDI's place."""
+
+    def seeds_of(system: str, name: str) -> list[float]:
+        return values[system][name]  # a KeyError: the system did not run
+
+    def gain_with_fewer_tokens(system: str) -> Claim:
+        return Claim.all_of(
+            system,
             [
-                Claim.compare(
+                Claim.worst_seed(
                     "accuracy",
-                    rpdi["accuracy"],
+                    seeds_of(system, "accuracy"),
                     ">=",
-                    vanilla["accuracy"] + GAIN,
-                    value_label="RPDI accuracy",
+                    [v + GAIN for v in seeds_of("vanilla", "accuracy")],
+                    value_label=f"{system} accuracy",
                     reference_label=f"vanilla + {GAIN}",
                 ),
-                Claim.compare(
+                Claim.worst_seed(
                     "think tokens",
-                    rpdi["think_tokens"],
+                    seeds_of(system, "think_tokens"),
                     "<=",
-                    (1 - FEWER) * vanilla["think_tokens"],
-                    value_label="RPDI think tokens",
+                    [(1 - FEWER) * v for v in seeds_of("vanilla", "think_tokens")],
+                    value_label=f"{system} think tokens",
                     reference_label=f"{1 - FEWER:g} x vanilla's",
                 ),
             ],
-        ),
-        Claim.all_of(
-            "RPDI's accuracy gain over vanilla is the largest of the early-exit methods "
-            "(fixed budget, DEER-, Dynasor- and EAT-style, each tuned on validation)",
+        )
+
+    def largest_gain(system: str) -> Claim:
+        return Claim.all_of(
+            system,
             [
-                Claim.compare(
+                Claim.worst_seed(
                     f"vs {rival}",
-                    rpdi["accuracy"],
+                    seeds_of(system, "accuracy"),
                     ">",
-                    metrics[rival]["accuracy"],
-                    value_label="RPDI accuracy",
-                    reference_label=f"{rival}",
+                    seeds_of(rival, "accuracy"),
+                    value_label=f"{system} accuracy",
+                    reference_label=rival,
                 )
                 for rival in RIVALS
+                if rival != system
             ],
-        ),
-        Claim.all_of(
-            "RPDI spends no probe tokens, and its wall time per problem is below DEER-style's",
+        )
+
+    def no_probe_cost(system: str) -> Claim:
+        return Claim.all_of(
+            system,
             [
-                Claim.compare(
+                Claim.worst_seed(
                     "probe tokens",
-                    rpdi["probe_tokens"],
+                    seeds_of(system, "probe_tokens"),
                     "<=",
                     0.0,
-                    value_label="RPDI probe tokens per problem",
+                    value_label=f"{system} probe tokens per problem",
                 ),
-                Claim.compare(
+                Claim.worst_seed(
                     "wall time",
-                    rpdi["seconds_per_problem"],
+                    seeds_of(system, "seconds_per_problem"),
                     "<",
-                    deer["seconds_per_problem"],
-                    value_label="RPDI s/problem",
+                    seeds_of("deer", "seconds_per_problem"),
+                    value_label=f"{system} s/problem",
                     reference_label="DEER-style",
                 ),
             ],
-        ),
-        Claim.all_of(
-            f"RPDI exits before the first answer on at most {PREMATURE_MAX:.0%} of the traces "
-            'with a productive "wait" before it, and less often than DEER-style',
+        )
+
+    def few_premature_exits(system: str) -> Claim:
+        return Claim.all_of(
+            system,
             [
-                Claim.compare(
+                Claim.worst_seed(
                     "rate",
-                    rpdi["premature_exit_rate"],
+                    seeds_of(system, "premature_exit_rate"),
                     "<=",
                     PREMATURE_MAX,
-                    value_label="RPDI premature exits",
+                    value_label=f"{system} premature exits",
                 ),
-                Claim.compare(
+                Claim.worst_seed(
                     "vs DEER",
-                    rpdi["premature_exit_rate"],
+                    seeds_of(system, "premature_exit_rate"),
                     "<",
-                    deer["premature_exit_rate"],
-                    value_label="RPDI",
+                    seeds_of("deer", "premature_exit_rate"),
+                    value_label=system,
                     reference_label="DEER-style",
                 ),
             ],
-        ),
+        )
+
+    return [
+        config.judge("gain_with_fewer_tokens", gain_with_fewer_tokens),
+        config.judge("largest_gain", largest_gain),
+        config.judge("no_probe_cost", no_probe_cost),
+        config.judge("few_premature_exits", few_premature_exits),
     ]
 
 
