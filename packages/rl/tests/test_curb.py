@@ -523,16 +523,18 @@ def test_cli_simulate_and_errors(tmp_path, capsys):
 
 
 def test_experiment_runs_and_resumes(tmp_path):
-    from mixlab.rl.curb.experiment import Config, run
+    from mixlab.rl.curb.experiment import METHOD, Config, run
 
     config = Config(n_sessions=2, dqn_steps=300, dqn_seeds=1, beta=2e-5)
-    result = run(config, tmp_path)
+    result = METHOD.execute(config, tmp_path)  # refuses a claim not judged from Config.CLAIMS
     assert {"bertrand/q-learning", "cournot/curb", "bertrand/dqn", "bertrand/curb-dqn"} <= set(
         result.metrics
     )
     # Q-learning's collusion is the regime check; CURB in each game, belief injection's own
     # effect, DQN colludes and CURB-DQN unwinds are claims.
     assert len(result.claims) == 5
+    assert all(claim.key and claim.control is not None for claim in result.claims)
+    assert {claim.control.system for claim in result.claims} == {"myopic"}
     assert "lock-in share" in result.claims[1].evidence
     assert "cournot p" in result.claims[2].evidence
     # The frozen-at-start control sits beside every system: Cournot's is Δ = −0.21, locked.
@@ -542,6 +544,7 @@ def test_experiment_runs_and_resumes(tmp_path):
     assert result.metrics["bertrand/q-learning"]["lock_in_share"] == 0.0
     assert result.metrics["cournot/curb"]["belief_effect_p"] is not None
     assert result.metrics["cournot/penalty"]["belief_effect_p"] is None
+    assert result.metrics["cournot/myopic"]["closer_than_penalty_p"] is not None
     # Each DQN system is its own cell (timed on its own); lock-in is not defined for DQN.
     dqn_cells = [c for c in json.loads((tmp_path / "cells.json").read_text()) if c["kind"] == "dqn"]
     assert [(c["system"], c["dqn"]["belief"]) for c in dqn_cells] == [

@@ -75,8 +75,12 @@ def test_config_module_imports_nothing_heavy():
 # --- regime check and the DQN precondition ----------------------------------------------------
 
 
-def _metrics(q_collusion=0.86, q_punished=0.95, dqn=(0.45, 0.0, 0.25), curb_dqn=0.1, curb=None):
-    """Metric rows as summarise() writes them; ``curb`` overrides CURB's rows in both games."""
+def _metrics(
+    q_collusion=0.86, q_punished=0.95, dqn=(0.45, 0.0, 0.25), curb_dqn=0.1, curb=None, myopic=None
+):
+    """Metric rows as summarise() writes them; ``curb`` overrides CURB's rows in both games and
+    ``myopic`` the control's (by default the committed quick run's myopic learner, which fails
+    the unwinding test: 45 % of sessions in band)."""
     row = {
         "collusion": 0.05,
         "collusion_median": 0.05,
@@ -88,15 +92,28 @@ def _metrics(q_collusion=0.86, q_punished=0.95, dqn=(0.45, 0.0, 0.25), curb_dqn=
         "grid_collusion_min": None,
         "belief_effect": None,
         "belief_effect_p": None,
+        "closer_than_penalty": None,
+        "closer_than_penalty_p": None,
     }
     metrics = {
         f"{game}/{system}": dict(row)
         for game in ("bertrand", "cournot")
-        for system in ("q-learning", "penalty", "curb")
+        for system in ("q-learning", "penalty", "curb", "myopic")
     }
     metrics["bertrand/q-learning"].update(collusion=q_collusion, punished_share=q_punished)
     for game in ("bertrand", "cournot"):
-        metrics[f"{game}/curb"].update(belief_effect=0.05, belief_effect_p=0.01, **(curb or {}))
+        paired = {"closer_than_penalty": 0.05, "closer_than_penalty_p": 0.01}
+        metrics[f"{game}/curb"].update(
+            belief_effect=0.05, belief_effect_p=0.01, **paired, **(curb or {})
+        )
+        competitive = {
+            "collusion_median": 0.205,
+            "share_in_band": 0.45,
+            "punished_share": 0.55,
+            "closer_than_penalty": 0.0,
+            "closer_than_penalty_p": 0.5,
+        }
+        metrics[f"{game}/myopic"].update({**competitive, **(myopic or {})})
     metrics["bertrand/dqn"] = {
         **row,
         "collusion": dqn[0],
@@ -123,14 +140,55 @@ def test_curb_is_judged_on_the_distribution_of_sessions(curb, part):
     bertrand, cournot, belief, *_ = claims(_metrics(curb=curb), Config())
     for claim in (bertrand, cournot):
         assert claim.holds is (part is None)
+        assert claim.state == ("holds" if part is None else "fails")
         if part is not None:
             assert part in claim.evidence
-    assert belief.holds
+        assert claim.control is not None
+        assert claim.control.system == "myopic"
+        assert not claim.control.holds
+        assert "share in band 0.45 >= 0.7" in claim.control.evidence
+    assert belief.state == "holds"
+
+
+def test_every_claim_has_a_key_and_a_control_outcome():
+    found = claims(_metrics(dqn=(0.89, 0.5, 0.0)), Config())  # a DQN that learned
+    assert [c.key for c in found] == [
+        "unwinds_bertrand",
+        "unwinds_cournot",
+        "belief_adds",
+        "dqn_colludes",
+        "curb_dqn_unwinds",
+    ]
+    assert all(c.control is not None and c.control.tested for c in found)
+    assert all(c.per_seed for c in found)
+
+
+def test_a_claim_the_myopic_control_also_passes_is_vacuous():
+    competitive = {"collusion_median": 0.05, "share_in_band": 0.9, "punished_share": 0.0}
+    bertrand, cournot, belief, *_ = claims(
+        _metrics(myopic={**competitive, "closer_than_penalty_p": 0.01}), Config()
+    )
+    assert (bertrand.holds, bertrand.state) == (True, "vacuous")
+    assert (cournot.state, belief.state) == ("vacuous", "vacuous")
+    assert bertrand.control.holds
+
+
+def test_the_grid_claim_is_controlled_by_q_learning():
+    config = Config(grid_alphas=(0.1, 0.2), grid_betas=(1e-6,))
+    metrics = _metrics()
+    for game in ("bertrand", "cournot"):
+        metrics[f"{game}/curb"].update(grid_collusion_max=0.15, grid_collusion_min=0.05)
+        metrics[f"{game}/q-learning"].update(grid_collusion_max=0.9, grid_collusion_min=0.7)
+    grid = next(c for c in claims(metrics, config) if c.key == "grid_unwinds")
+    assert grid.text.startswith("The effect holds across the (α, β) grid (2 × 1)")
+    assert grid.state == "holds"
+    assert grid.control.system == "q-learning"
+    assert not grid.control.holds
 
 
 def test_belief_injection_needs_a_significant_paired_effect_in_each_game():
     metrics = _metrics()
-    metrics["cournot/curb"].update(belief_effect=-0.02, belief_effect_p=0.9)
+    metrics["cournot/curb"].update(closer_than_penalty=-0.02, closer_than_penalty_p=0.9)
     belief = claims(metrics, Config())[2]
     assert not belief.holds
     assert "cournot p (mean distance reduction -0.020) 0.9" in belief.evidence
@@ -170,6 +228,9 @@ def test_dqn_claims_need_a_dqn_that_learned():
         assert all(claim.tested for claim in result.claims)
         assert result.claims[3].holds
         assert result.claims[4].holds
+        # the myopic learner's median Δ (0.205) clears the "colludes" line too
+        assert result.claims[3].state == "vacuous"
+        assert result.claims[4].state == "holds"
     # A failed regime check leaves every claim untested.
     metrics = _metrics(q_collusion=0.5, dqn=(0.89, 0.75, 0.75))
     result = Result(metrics=metrics, claims=claims(metrics, config), regime=regime(metrics, config))

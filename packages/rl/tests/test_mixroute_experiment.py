@@ -33,7 +33,7 @@ def test_killed_experiment_resumes_to_the_same_result(tmp_path, monkeypatch):
 
     monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
     config = Config(**TINY)
-    whole = experiment.run(config, tmp_path / "whole")
+    whole = experiment.METHOD.execute(config, tmp_path / "whole")  # refuses undeclared claims
     shifted = shift_families("cvrp", "quick")
     for system in ("instance", "batch", "mixnorm", "savings"):
         assert {f"cvrp6/{f}/{system}" for f in ("uniform", *shifted, "shifted")} <= set(
@@ -42,6 +42,12 @@ def test_killed_experiment_resumes_to_the_same_result(tmp_path, monkeypatch):
     assert whole.metrics["cvrp6/uniform/untrained"]["gap"] > 0
     assert 0 <= whole.metrics["cvrp6/shifted/mixnorm"]["win_rate"] <= 1
     assert [c.text[:3] for c in whole.claims] == ["(1)", "(2)", "(3)"]
+    assert all(c.key and c.control is not None for c in whole.claims)
+    assert [c.control.system for c in whole.claims] == ["instance", "batch", "batch"]
+    assert [p.text[:22] for p in whole.claims[0].premises] == [
+        "MixNorm's mixing weigh",
+        "POMO-IN beats Clarke–W",
+    ]
     assert len(whole.regime) == 1
     assert len(whole.env["cvrp6/mixnorm/weights"]) == 2  # two MixNorms in the one layer
     assert (tmp_path / "whole" / "gaps.png").is_file()
@@ -70,32 +76,68 @@ def test_killed_experiment_resumes_to_the_same_result(tmp_path, monkeypatch):
     assert [c.to_dict() for c in resumed.regime] == [c.to_dict() for c in whole.regime]
 
 
-def _gaps(mix: list[float], instance: list[float], batch: list[float], uniform: float = 2.0):
-    """Fake per-seed gaps: the same value on every shifted family and instance."""
+def _gaps(mix, instance, batch, uniform=2.0, batch_uniform=3.0, savings=3.5, moved=0.15):
+    """Fake per-seed gaps: the same value on every shifted family and instance (``uniform`` on
+    the uniform family, batch norm's ``batch_uniform``); savings (one row) at ``savings``
+    everywhere; MixNorm's weights ``moved`` from 1/3 in one layer."""
     config = Config(n_seeds=len(mix))
     gaps = {}
     for family in ("uniform", *shift_families("cvrp", "quick")):
         for system, values in (("mixnorm", mix), ("instance", instance), ("batch", batch)):
-            per_seed = [uniform] * len(values) if family == "uniform" else values
+            in_distribution = batch_uniform if system == "batch" else uniform
+            per_seed = [in_distribution] * len(values) if family == "uniform" else values
             gaps[("cvrp20", family, system)] = np.repeat(np.array(per_seed)[:, None], 5, 1)
+        gaps[("cvrp20", family, "savings")] = np.full((1, 5), savings)
     gaps[("cvrp20", "uniform", "untrained")] = np.full((1, 5), 40.0)
-    return config, gaps
+    layer = [1 / 3 + moved, 1 / 3 - moved, 1 / 3]
+    weights = {("cvrp20", seed): np.array([[1 / 3] * 3, layer]) for seed in range(len(mix))}
+    return config, gaps, weights
 
 
 def test_claims_and_regime_are_computed_from_the_gaps():
     from mixlab.rl.mixroute.experiment import claims, regime, summarise
 
-    config, gaps = _gaps(mix=[5.0, 5.2, 4.8], instance=[7.0, 7.1, 6.9], batch=[8.0, 8.0, 8.2])
+    config, gaps, weights = _gaps(
+        mix=[5.0, 5.2, 4.8], instance=[7.0, 7.1, 6.9], batch=[8.0, 8.0, 8.2]
+    )
     metrics = summarise(gaps, config)
-    found = claims(metrics, gaps, config)
-    assert [c.holds for c in found] == [True, True, True]
+    found = claims(metrics, gaps, config, weights)
+    assert [c.key for c in found] == ["shift_gain", "family_wins", "no_uniform_regression"]
+    assert [c.state for c in found] == ["holds", "holds", "holds"]  # no control passes
+    assert all(c.per_seed and c.control is not None and c.control.tested for c in found)
     assert [c.holds for c in regime(metrics, config)] == [True]
-    # the same means, but the seeds disagree: not beyond 2 sd
-    config, gaps = _gaps(mix=[3.0, 7.0, 5.0], instance=[7.0, 7.1, 6.9], batch=[8.0, 8.0, 8.2])
-    assert not claims(summarise(gaps, config), gaps, config)[0].holds
+    # the same means, but the seeds disagree: not beyond noise
+    config, gaps, weights = _gaps(
+        mix=[3.0, 7.0, 5.0], instance=[7.0, 7.1, 6.9], batch=[8.0, 8.0, 8.2]
+    )
+    assert not claims(summarise(gaps, config), gaps, config, weights)[0].holds
     # IN barely learned (gap 12 % > 4 %): the regime check fails
-    config, gaps = _gaps(mix=[5.0] * 3, instance=[7.0] * 3, batch=[8.0] * 3, uniform=12.0)
+    config, gaps, weights = _gaps(mix=[5.0] * 3, instance=[7.0] * 3, batch=[8.0] * 3, uniform=12.0)
     assert [c.holds for c in regime(summarise(gaps, config), config)] == [False]
+
+
+def test_a_claim_its_control_also_passes_is_vacuous():
+    from mixlab.rl.mixroute.experiment import claims, summarise
+
+    # batch norm's uniform gap stays within IN's + 0.2 as well: "no regression" says nothing
+    config, gaps, weights = _gaps([5.0] * 3, [7.0] * 3, [8.0] * 3, batch_uniform=2.1)
+    regression = claims(summarise(gaps, config), gaps, config, weights)[2]
+    assert (regression.holds, regression.state) == (True, "vacuous")
+    assert regression.control.system == "batch"
+
+
+def test_premises_make_the_claims_untested():
+    from mixlab.rl.mixroute.experiment import claims, summarise
+
+    # the committed quick run: MixNorm's weights stay within 0.09 of 1/3
+    config, gaps, weights = _gaps([5.0, 5.2, 4.8], [7.0, 7.1, 6.9], [8.0, 8.0, 8.2], moved=0.09)
+    found = claims(summarise(gaps, config), gaps, config, weights)
+    assert [c.state for c in found] == ["untested", "untested", "holds"]  # (3) needs no moves
+    assert "largest |w − 1/3| 0.09 >= 0.1" in found[0].evidence
+    # savings beats POMO-IN in distribution: every claim is untested
+    config, gaps, weights = _gaps([5.0, 5.2, 4.8], [7.0, 7.1, 6.9], [8.0, 8.0, 8.2], savings=1.5)
+    found = claims(summarise(gaps, config), gaps, config, weights)
+    assert [c.state for c in found] == ["untested"] * 3
 
 
 def test_config_names_the_bad_field():

@@ -34,7 +34,7 @@ def test_killed_experiment_resumes_to_the_same_result(tmp_path, monkeypatch):
     from mixlab.rl.rnd_rff import experiment
 
     config = Config(**TINY)
-    whole = experiment.run(config, tmp_path / "whole")
+    whole = experiment.METHOD.execute(config, tmp_path / "whole")  # refuses undeclared claims
     assert {
         "probe/rnd",
         "probe/drnd",
@@ -46,9 +46,19 @@ def test_killed_experiment_resumes_to_the_same_result(tmp_path, monkeypatch):
         whole.metrics
     )
     assert [c.text[:4] for c in whole.claims] == ["(1) ", "(2a)", "(2b)", "(3a)", "(3b)", "(4) "]
+    assert all(c.key and c.control is not None for c in whole.claims)
+    assert [c.control.system for c in whole.claims] == [
+        "rnd",
+        "drnd",
+        "drnd",
+        "count",
+        "count",
+        "count",
+    ]
     assert len(whole.regime) == 3
     assert whole.metrics["probe/rff@1"]["spearman"] is not None
-    assert whole.metrics["probe/rnd"]["spearman"] is None
+    assert whole.metrics["probe/rnd"]["spearman"] is not None  # claim 1's control, the same σ²
+    assert whole.metrics["probe/drnd"]["spearman"] is None
     assert (tmp_path / "whole" / "exploration.png").is_file()
     calls = []
     real = experiment.run_cell
@@ -73,67 +83,103 @@ def test_killed_experiment_resumes_to_the_same_result(tmp_path, monkeypatch):
     assert [c.to_dict() for c in resumed.regime] == [c.to_dict() for c in whole.regime]
 
 
-def test_claims_are_computed_from_the_metrics():
+def _done(explore=None, probe=None, seeds=3):
+    """Fake cells of ``seeds`` seeds: the probe rows of the claims and both mazes for every
+    explorer. ``explore``: {(env, system): [cells per seed]}; ``probe``: {(system, scale): {key:
+    [values per seed]}}; both update the defaults, under which every claim holds and no control
+    passes. The maze has 453 cells (Config's default rooms)."""
+    probes = {
+        ("rnd", 1.0): {"near_auroc": [0.70, 0.71, 0.72], "id_error": [2e-4] * 3,
+                       "spearman": [0.84, 0.85, 0.83]},
+        ("drnd", 1.0): {"near_auroc": [0.55, 0.56, 0.54]},
+        ("rff", 1.0): {"near_auroc": [0.80, 0.81, 0.82], "id_error": [0.001] * 3,
+                       "spearman": [0.95, 0.94, 0.96]},
+        ("rff", 0.25): {"id_error": [0.020, 0.021, 0.022]},
+        ("rff-multiscale", 1.0): {"near_auroc": [0.80, 0.81, 0.82]},
+    } | (probe or {})  # fmt: skip
+    mazes = {
+        "rnd": [300, 305, 310], "rff": [400, 410, 405], "rff-multiscale": [390, 392, 395],
+        "count": [320, 330, 325], "drnd": [300, 300, 300], "ppo": [250, 240, 245],
+    }  # fmt: skip
+    cells = {(env, system): values for env in ("maze-xy", "maze-onehot")
+             for system, values in mazes.items()} | (explore or {})  # fmt: skip
+    done = []
+    for seed in range(seeds):
+        done += [{"task": "probe", "system": system, "scale": scale, "seed": seed,
+                  **{key: values[seed] for key, values in columns.items()}}
+                 for (system, scale), columns in probes.items()]  # fmt: skip
+        done += [{"task": "explore", "env": env, "system": system, "seed": seed,
+                  "cells": values[seed], "cell_share": values[seed] / 453,
+                  "reached": system != "ppo"}
+                 for (env, system), values in cells.items()]  # fmt: skip
+    return done
+
+
+def test_claims_are_computed_from_the_seeds():
     from mixlab.rl.rnd_rff.experiment import claims, regime
 
     config = Config(n_seeds=3)
-    done = []
-    for seed in range(3):
-        done += [
-            {
-                "task": "probe",
-                "system": "rnd",
-                "scale": 1.0,
-                "seed": seed,
-                "near_auroc": 0.70 + 0.01 * seed,
-            },
-            {
-                "task": "probe",
-                "system": "rff",
-                "scale": 1.0,
-                "seed": seed,
-                "near_auroc": 0.80 + 0.01 * seed,
-                "id_error": 0.001,
-            },
-            {
-                "task": "probe",
-                "system": "rff",
-                "scale": 0.25,
-                "seed": seed,
-                "id_error": 0.02 + 0.001 * seed,
-            },
-        ]
+    found = claims({}, config, _done())
+    assert [c.key for c in found] == [
+        "tracks_gp", "near_ood_a", "near_ood_b", "coverage_a", "coverage_b", "tie_onehot",
+    ]  # fmt: skip
+    assert all(c.per_seed and c.control is not None for c in found)
+    assert [c.state for c in found[:5]] == ["holds"] * 5  # no control passes its claim's test
+    assert found[0].control.system == "rnd"
+    assert "probe/rnd Spearman(bonus, σ²_ℓ) 0.83 >= 0.9" in found[0].control.evidence
+    assert (found[5].holds, found[5].state) == (False, "fails")  # rff 400 vs RND 300: no tie
+    # RND-RFF ties RND on the one-hot maze, but so does the count bonus: the tie says nothing
+    ties = {("maze-onehot", s): [301, 306, 311] for s in ("rff", "count")}
+    assert claims({}, config, _done(explore=ties))[5].state == "vacuous"
+    # the ID error at ¼ × median only 5× that at the median, on one seed of three
+    low = {("rff", 0.25): {"id_error": [0.020, 0.005, 0.022]}}
+    tracks = claims({}, config, _done(probe=low))[0]
+    assert tracks.state == "fails"
+    assert "worst of 3 seeds (seed 1)" in tracks.evidence
     metrics = {
         "probe/rnd": {"near_auroc": 0.71, "far_auroc": 0.99},
-        "probe/rff@1": {"near_auroc": 0.81, "spearman": 0.95, "id_error": 0.001},
-        "probe/rff@0.25": {"id_error": 0.02},
         "maze-xy/ppo": {"reached": 1}, "maze-xy/count": {"reached": 2},
         "maze-onehot/ppo": {"reached": 2}, "maze-onehot/count": {"reached": 3},
     }  # fmt: skip
-    found = claims(metrics, config, done)
-    assert found[0].holds  # Spearman 0.95, ID error 20×
-    assert found[1].holds  # +0.10 with a constant paired difference
-    metrics["probe/rff@0.25"]["id_error"] = 0.005
-    assert not claims(metrics, config, done)[0].holds
-    checks = regime(metrics, config)
-    assert [c.holds for c in checks] == [True, True, False]
+    assert [c.holds for c in regime(metrics, config)] == [True, True, False]
 
 
-def test_the_tie_claim_is_judged_on_the_seeds_not_the_means():
+def test_a_claim_its_control_also_passes_is_vacuous():
     from mixlab.rl.rnd_rff.experiment import claims
 
     config = Config(n_seeds=3)
-    metrics = {"maze-onehot/rnd": {"cells": 400.0}, "maze-onehot/rff": {"cells": 400.0}}
+    drnd = {("drnd", 1.0): {"near_auroc": [0.85, 0.86, 0.87]}}  # DRND beats RND by 0.15 too
+    near = claims({}, config, _done(probe=drnd))[1]
+    assert (near.holds, near.state) == (True, "vacuous")
+    assert near.control.system == "drnd"
+    assert near.control.holds
 
-    def explore(system, cells):
-        return [{"task": "explore", "env": "maze-onehot", "system": system, "seed": s, "cells": c}
-                for s, c in enumerate(cells)]  # fmt: skip
 
-    steady = explore("rnd", [400, 400, 400]) + explore("rff", [398, 402, 400])
-    assert claims(metrics, config, steady)[-1].holds
-    # the same means, but one seed far off: not a tie
-    erratic = explore("rnd", [400, 400, 400]) + explore("rff", [340, 460, 400])
-    assert not claims(metrics, config, erratic)[-1].holds
+def test_coverage_needs_a_reachable_threshold_and_an_unsaturated_maze():
+    from mixlab.rl.rnd_rff.experiment import claims
+
+    config = Config(n_seeds=3)
+    # the committed quick run: 1.25 × RND's 385 cells = 481 > the maze's 453
+    busy = {("maze-xy", "rnd"): [385, 380, 390], ("maze-xy", "rff"): [450, 452, 451]}
+    coverage = claims({}, config, _done(explore=busy))[3]
+    assert coverage.state == "untested"
+    assert "threshold 487.5 < ceiling 453" in coverage.evidence
+    # the count bonus covers 99 % of the cells on one seed: coverage no longer separates bonuses
+    saturated = {("maze-xy", "count"): [320, 449, 325]}
+    coverage = claims({}, config, _done(explore=saturated))[3]
+    assert coverage.state == "untested"
+    assert "largest share of the xy maze's cells covered 0.9912 <= 0.95" in coverage.evidence
+
+
+def test_the_tie_claim_is_judged_on_every_seed():
+    from mixlab.rl.rnd_rff.experiment import claims
+
+    config = Config(n_seeds=3)
+    steady = {("maze-onehot", "rnd"): [400, 400, 400], ("maze-onehot", "rff"): [398, 402, 400]}
+    assert claims({}, config, _done(explore=steady))[-1].holds
+    # the same mean, but one seed far off: not a tie
+    erratic = {("maze-onehot", "rnd"): [400, 400, 400], ("maze-onehot", "rff"): [340, 460, 400]}
+    assert not claims({}, config, _done(explore=erratic))[-1].holds
 
 
 def test_config_names_the_bad_field():

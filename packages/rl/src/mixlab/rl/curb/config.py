@@ -12,6 +12,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from mixlab.shared.claims import ClaimSpec
 from mixlab.shared.config import ExperimentConfig, is_count, require
 from mixlab.shared.registry import Method
 
@@ -35,6 +36,79 @@ LEARNED_TV = 0.5
 """DQN learned a reactive policy: mean coop-vs-defect TV dependence TV^cd at least this"""
 MAX_TABLE_BYTES = 8 * 2**30
 """the most memory the Q tables of one batch of tabular sessions may take"""
+
+
+SYSTEMS = (*TABULAR_SYSTEMS, *DQN_SYSTEMS, "frozen-start")
+"""every system the experiment runs, as the claims' tests read them (rows ``<game>/<system>``)"""
+_MYOPIC = (
+    "the myopic learner (δ = 0), the competitive reference: the same Q-learner, sessions and seeds "
+    "without valuing the future, so without collusion to unwind and without CURB's penalty or "
+    "beliefs"
+)
+
+
+def _unwinds(game: str) -> ClaimSpec:
+    low, high = COMPETITIVE_BAND
+    return ClaimSpec(
+        key=f"unwinds_{game}",
+        text=f"curb unwinds collusion in {game} across sessions: median Δ < {UNWOUND}, at least "
+        f"{IN_BAND:.0%} of sessions with Δ in [{low}, {high}], fewer than {LOCK_IN:.0%} locked "
+        f"at the Eq. 8 start profile (the frozen control's outcome), at most {RARE:.0%} punishing",
+        system="curb",
+        control="myopic",
+        why_control=f"{_MYOPIC}; if it meets the same distribution test, the test does not measure "
+        "unwinding (issue 75)",
+    )
+
+
+CLAIMS = (
+    *(_unwinds(game) for game in MARKET_NAMES),
+    ClaimSpec(
+        key="belief_adds",
+        text="Belief injection adds to the penalty: in each game CURB's sessions lie closer to the "
+        "competitive band than penalty-only sessions with the same seeds (one-sided Wilcoxon "
+        f"signed-rank on the paired distances, p < {BELIEF_P})",
+        system="curb",
+        control="myopic",
+        why_control=f"{_MYOPIC}; if it too lies closer to the band than penalty-only, being closer "
+        "does not measure belief injection (issue 75 names myopic as every claim's control)",
+        threshold=BELIEF_P,
+        floor=0.0,
+        ceiling=1.0,  # a p-value
+    ),
+    ClaimSpec(
+        key="grid_unwinds",
+        text="The effect holds across the (α, β) grid ({n_alphas} × {n_betas}): in every cell of "
+        f"both games CURB's median Δ is below {UNWOUND} and below Q-learning's lowest cell median",
+        system="curb",
+        control="q-learning",
+        why_control="only Q-learning and CURB run on the grid (no extra training here), so the "
+        "control is the claim's own reference, plain Q-learning, and fails trivially; issue 75 "
+        "should put the myopic learner on the grid",
+    ),
+    ClaimSpec(
+        key="dqn_colludes",
+        text=f"The DQN baseline itself colludes on Bertrand (median Δ >= {UNWOUND}; {{dqn_seeds}} "
+        "sessions of {dqn_steps} steps; reported before any claim about CURB-DQN; tested only "
+        "when DQN learned a reactive policy)",
+        system="dqn",
+        control="myopic",
+        why_control="the tabular myopic learner (δ = 0), the competitive reference: it does not "
+        "value the future, so it cannot sustain collusion; no myopic DQN is trained (issue 75 may "
+        "add one)",
+    ),
+    ClaimSpec(
+        key="curb_dqn_unwinds",
+        text=f"CURB-DQN unwinds DQN collusion: median Δ below {UNWOUND} and below DQN's (tested "
+        "only when DQN learned a reactive policy)",
+        system="curb-dqn",
+        control="myopic",
+        why_control=f"{_MYOPIC}; no myopic DQN is trained, so the tabular one stands in (issue 75 "
+        "may add one)",
+    ),
+)
+"""the claims (:class:`~mixlab.shared.claims.ClaimSpec`), judged in
+:func:`mixlab.rl.curb.experiment.claims`; the grid claim only when the grid runs (full)"""
 
 
 def q_table_bytes(n_sessions: int, n_firms: int, n_actions: int, memory: int = 1) -> int:
@@ -78,6 +152,9 @@ class Config(ExperimentConfig):
     """DQN and CURB-DQN sessions each"""
     dqn_beta: float = 2.5e-4
     """DQN exploration decay (ε reaches its floor of 0.01 at about 0.6 of the steps)"""
+
+    SYSTEMS: ClassVar[tuple[str, ...]] = SYSTEMS
+    CLAIMS: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
 
     PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {},

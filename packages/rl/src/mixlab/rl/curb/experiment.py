@@ -17,6 +17,10 @@ introduced them: CURB unwinds a game when its median Δ is below 0.2, at least 7
 lie in the competitive band [−0.1, 0.2], fewer than 10 % are locked at the start profile and at
 most 25 % punish a deviation. Belief injection's own effect is CURB against penalty-only, paired
 by session seed: a one-sided Wilcoxon signed-rank test on the sessions' distances to the band.
+Every claim is declared in ``Config.CLAIMS`` and judged again with its control in CURB's place
+(:mod:`mixlab.shared.claims`): the myopic learner (δ = 0), the competitive reference, or for the
+grid claim Q-learning, the only other system on the grid. A claim's numbers (median Δ, shares,
+the paired p-value) belong to this run's seed and are judged seed by seed.
 
 Regime (``result.json``'s ``regime``, gating every claim): Q-learning colludes on Bertrand as in
 Calvano et al. (mean Δ in [0.75, 0.95] and at least 50 % of sessions punish a deviation); without
@@ -31,7 +35,9 @@ Every cell is checkpointed, so a killed run resumes where it stopped.
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -66,6 +72,7 @@ from mixlab.rl.curb.env import RepeatedMarketEnv
 from mixlab.rl.curb.markets import MARKETS
 from mixlab.rl.curb.qlearning import QLearner, train_sessions
 from mixlab.shared import Claim, Result, require, resolve_device, run_cells, save_figure
+from mixlab.shared.claims import Comparison
 from mixlab.shared.files import write_json_atomic
 
 __all__ = [
@@ -223,7 +230,9 @@ def summarise(records: list[dict[str, Any]], config: Config) -> dict[str, dict[s
     elsewhere): the range of cell-median Δ, the cells with it below the "unwound" line, and for
     CURB the cells where it is below Q-learning's. On the main CURB rows (None elsewhere):
     belief injection's own effect, the mean paired reduction of the distance to the competitive
-    band against penalty-only and its one-sided Wilcoxon signed-rank p-value."""
+    band against penalty-only and its one-sided Wilcoxon signed-rank p-value; the same two numbers
+    on every main tabular row as ``closer_than_penalty`` and ``closer_than_penalty_p`` (the belief
+    claim's test run on its control)."""
     metrics: dict[str, dict[str, float | None]] = {}
     for record in records:
         if record["kind"] == "grid":
@@ -249,10 +258,15 @@ def summarise(records: list[dict[str, Any]], config: Config) -> dict[str, dict[s
             else None
         )
         row["belief_effect"] = row["belief_effect_p"] = None
-        if record["kind"] == "tabular" and record["system"] == "curb":
-            row["belief_effect"], row["belief_effect_p"] = belief_effect(
+        row["closer_than_penalty"] = row["closer_than_penalty_p"] = None
+        if record["kind"] == "tabular":
+            # the belief claim's test for any tabular system (its control, myopic, included)
+            row["closer_than_penalty"], row["closer_than_penalty_p"] = belief_effect(
                 _main_record(records, record["game"], "penalty")["sessions"], record["sessions"]
             )
+            if record["system"] == "curb":
+                row["belief_effect"] = row["closer_than_penalty"]
+                row["belief_effect_p"] = row["closer_than_penalty_p"]
         metrics[name] = row
     return metrics
 
@@ -391,10 +405,35 @@ def dqn_learned(metrics: dict[str, dict[str, Any]]) -> Claim:
     )
 
 
-def unwound(metrics: dict[str, dict[str, Any]], system: str, game: str) -> Claim:
+def _seeded(
+    config: Config,
+    text: str,
+    value: float | None,
+    op: Comparison,
+    reference: float | None,
+    *,
+    requires: Sequence[Claim] = (),
+    **labels: str,
+) -> Claim:
+    """``value op reference`` for this run's seed (``config.seed``): the claims are stated on the
+    distribution of the run's sessions (median Δ, shares), one number per run seed, judged seed
+    by seed (:meth:`Claim.worst_seed`; one seed per run). None (not defined) never holds."""
+    return Claim.worst_seed(
+        text,
+        [_number(value)],
+        op,
+        _number(reference),
+        seeds=[config.seed],
+        requires=requires,
+        **labels,
+    )
+
+
+def unwound(metrics: dict[str, dict[str, Any]], system: str, game: str, config: Config) -> Claim:
     """``system`` unwinds collusion in ``game`` across its sessions: median Δ below 0.2, at least
     70 % of sessions in the competitive band, fewer than 10 % locked at the Eq. 8 start profile,
-    at most 25 % punishing a deviation."""
+    at most 25 % punishing a deviation (the test of the claims ``unwinds_<game>``, for any
+    tabular system)."""
     row = metrics[f"{game}/{system}"]
     low, high = COMPETITIVE_BAND
     return Claim.all_of(
@@ -402,24 +441,32 @@ def unwound(metrics: dict[str, dict[str, Any]], system: str, game: str) -> Claim
         f"{IN_BAND:.0%} of sessions with Δ in [{low}, {high}], fewer than {LOCK_IN:.0%} locked "
         f"at the Eq. 8 start profile (the frozen control's outcome), at most {RARE:.0%} punishing",
         [
-            Claim.compare(
-                "median unwound", row["collusion_median"], "<", UNWOUND, value_label="median Δ"
+            _seeded(
+                config,
+                "median unwound",
+                row["collusion_median"],
+                "<",
+                UNWOUND,
+                value_label="median Δ",
             ),
-            Claim.compare(
+            _seeded(
+                config,
                 "most sessions in the band",
                 row["share_in_band"],
                 ">=",
                 IN_BAND,
                 value_label="share in band",
             ),
-            Claim.compare(
+            _seeded(
+                config,
                 "not locked at the start",
                 row["lock_in_share"],
                 "<",
                 LOCK_IN,
                 value_label="lock-in share",
             ),
-            Claim.compare(
+            _seeded(
+                config,
                 "punishment removed",
                 row["punished_share"],
                 "<=",
@@ -431,91 +478,123 @@ def unwound(metrics: dict[str, dict[str, Any]], system: str, game: str) -> Claim
 
 
 def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
-    result = [unwound(metrics, "curb", game) for game in GAMES]
-    result.append(
-        Claim.all_of(
-            "Belief injection adds to the penalty: in each game CURB's sessions lie closer to the "
-            "competitive band than penalty-only sessions with the same seeds (one-sided Wilcoxon "
-            f"signed-rank on the paired distances, p < {BELIEF_P})",
+    """Every claim of ``Config.CLAIMS``, judged with its control in the method's place (the grid
+    claim only when the grid ran)."""
+    result = [
+        config.judge(
+            f"unwinds_{game}", functools.partial(unwound, metrics, game=game, config=config)
+        )
+        for game in GAMES
+    ]
+
+    def closer_than_penalty(system: str) -> Claim:
+        rows = {game: metrics[f"{game}/{system}"] for game in GAMES}
+        return Claim.all_of(
+            f"{system}'s sessions lie closer to the band than penalty-only's",
             [
-                Claim.compare(
+                _seeded(
+                    config,
                     f"{game} paired test",
-                    metrics[f"{game}/curb"]["belief_effect_p"],
+                    rows[game]["closer_than_penalty_p"],
                     "<",
                     BELIEF_P,
                     value_label=f"{game} p (mean distance reduction "
-                    f"{metrics[f'{game}/curb']['belief_effect']:.3f})",
+                    f"{_number(rows[game]['closer_than_penalty']):.3f})",
                 )
                 for game in GAMES
             ],
         )
-    )
+
+    result.append(config.judge("belief_adds", closer_than_penalty))
     if config.grid_alphas:
-        result.append(
-            Claim.all_of(
-                f"The effect holds across the (α, β) grid ({len(config.grid_alphas)} × "
-                f"{len(config.grid_betas)}): in every cell of both games CURB's median Δ is "
-                f"below {UNWOUND} and below Q-learning's lowest cell median",
+
+        def grid(system: str) -> Claim:
+            return Claim.all_of(
+                f"{system} unwinds collusion across the grid",
                 [
                     part
                     for game in GAMES
                     for part in (
-                        Claim.compare(
-                            f"{game}: CURB's worst cell unwound",
-                            metrics[f"{game}/curb"]["grid_collusion_max"],
+                        _seeded(
+                            config,
+                            f"{game}: {system}'s worst cell unwound",
+                            metrics[f"{game}/{system}"]["grid_collusion_max"],
                             "<",
                             UNWOUND,
-                            value_label=f"{game} CURB max cell-median Δ",
+                            value_label=f"{game} {system} max cell-median Δ",
                         ),
-                        Claim.compare(
-                            f"{game}: CURB's worst cell below Q-learning's best",
-                            metrics[f"{game}/curb"]["grid_collusion_max"],
+                        _seeded(
+                            config,
+                            f"{game}: {system}'s worst cell below Q-learning's best",
+                            metrics[f"{game}/{system}"]["grid_collusion_max"],
                             "<",
                             metrics[f"{game}/q-learning"]["grid_collusion_min"],
-                            value_label=f"{game} CURB max cell-median Δ",
+                            value_label=f"{game} {system} max cell-median Δ",
                             reference_label="Q-learning min cell-median Δ",
                         ),
                     )
                 ],
             )
+
+        result.append(
+            config.judge(
+                "grid_unwinds",
+                grid,
+                text_values={
+                    "n_alphas": len(config.grid_alphas),
+                    "n_betas": len(config.grid_betas),
+                },
+            )
         )
-    dqn, curb_dqn = metrics["bertrand/dqn"], metrics["bertrand/curb-dqn"]
+    dqn = metrics["bertrand/dqn"]
     learned = [dqn_learned(metrics)]
-    result += [
-        Claim.compare(
-            f"The DQN baseline itself colludes on Bertrand (median Δ >= {UNWOUND}; "
-            f"{config.dqn_seeds} sessions of {config.dqn_steps} steps; reported before any claim "
-            "about CURB-DQN; tested only when DQN learned a reactive policy)",
-            dqn["collusion_median"],
+
+    def colludes(system: str) -> Claim:
+        return _seeded(
+            config,
+            f"{system} colludes on Bertrand",
+            metrics[f"bertrand/{system}"]["collusion_median"],
             ">=",
             UNWOUND,
-            value_label="DQN median Δ",
+            value_label=f"{system} median Δ",
             requires=learned,
-        ),
-        Claim.all_of(
-            f"CURB-DQN unwinds DQN collusion: median Δ below {UNWOUND} and below DQN's (tested "
-            "only when DQN learned a reactive policy)",
+        )
+
+    def unwinds_dqn(system: str) -> Claim:
+        median = metrics[f"bertrand/{system}"]["collusion_median"]
+        return Claim.all_of(
+            f"{system} unwinds DQN collusion",
             [
-                Claim.compare(
-                    "CURB-DQN unwound",
-                    curb_dqn["collusion_median"],
+                _seeded(
+                    config,
+                    f"{system} unwound",
+                    median,
                     "<",
                     UNWOUND,
-                    value_label="CURB-DQN median Δ",
+                    value_label=f"{system} median Δ",
                 ),
-                Claim.compare(
-                    "CURB-DQN below DQN",
-                    curb_dqn["collusion_median"],
+                _seeded(
+                    config,
+                    f"{system} below DQN",
+                    median,
                     "<",
                     dqn["collusion_median"],
-                    value_label="CURB-DQN median Δ",
+                    value_label=f"{system} median Δ",
                     reference_label="DQN median Δ",
                 ),
             ],
             requires=learned,
-        ),
+        )
+
+    result += [
+        config.judge("dqn_colludes", colludes),
+        config.judge("curb_dqn_unwinds", unwinds_dqn),
     ]
     return result
+
+
+def _number(value: float | None) -> float:
+    return float("nan") if value is None else float(value)
 
 
 def _plots(records: list[dict[str, Any]], config: Config, out_dir: Path) -> None:

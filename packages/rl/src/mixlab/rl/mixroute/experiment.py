@@ -17,11 +17,16 @@ the shifted families, and its win rate is the share of them on which a system's 
 below instance norm's.
 
 Regime (thresholds fixed before any run): POMO-IN's uniform gap <= ``regime_gap`` (4 % quick,
-2 % full) and <= a fifth of the untrained policy's. Claims: (1) MixNorm's shifted gap is >= 10 %
-(relative) below IN's and below BN's, beyond 2 sd (over seeds, paired: d = 0.9·ref − mix, mean(d)
-− 2·sd(d) > 0); (2) MixNorm beats IN on >= 2/3 of the shifted families; (3) its uniform gap is
-<= IN's + 0.2 points; (4) (with the multi-distribution reference) MixNorm's shifted gap is
-within 10 % (relative) of multi-distribution POMO-IN's.
+2 % full) and <= a fifth of the untrained policy's. Claims (``Config.CLAIMS``), judged seed by
+seed (each training seed against the other norms trained with the same seed): (1) MixNorm's
+shifted gap is >= 10 % (relative) below IN's and below BN's, beyond noise (a one-sided paired
+t-test over seeds of d = 0.9·ref − mix); (2) MixNorm beats IN on >= 2/3 of the shifted families on
+every seed; (3) its uniform gap is <= IN's + 0.2 points on every seed; (4) (with the
+multi-distribution reference) MixNorm's shifted gap is within 10 % (relative) of
+multi-distribution POMO-IN's on every seed. Each is judged again with its control in MixNorm's
+place: instance norm for (1) and (4), batch norm for (2) and (3). Premises (issue 64): MixNorm's
+mixing weights leave their uniform start (some layer's weight at least 0.1 from 1/3 on every seed;
+(1), (2), (4)) and POMO-IN beats Clarke–Wright savings in distribution on every seed (all four).
 """
 
 from __future__ import annotations
@@ -37,7 +42,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from mixlab.rl.mixroute.config import METHOD, Config, shift_families
+from mixlab.rl.mixroute.config import (
+    METHOD,
+    MIX_MOVE,
+    MULTI,
+    MULTI_TIE,
+    RELATIVE_GAIN,
+    UNIFORM_SLACK,
+    WIN_SHARE,
+    Config,
+    shift_families,
+)
 from mixlab.rl.mixroute.instances import RoutingInstances, generate
 from mixlab.rl.mixroute.norms import SOURCES, MixNorm
 from mixlab.rl.mixroute.pomo import POMOModel, RoutingBatch
@@ -50,14 +65,18 @@ from mixlab.shared.paths import cache_dir
 
 TEST_SEED = 2026
 """test instances are drawn from (TEST_SEED, problem, size, family), apart from any training seed"""
-RELATIVE_GAIN = 0.10
-WIN_SHARE = 2 / 3
-UNIFORM_SLACK = 0.2
-MULTI_TIE = 0.10
 UNTRAINED_FACTOR = 5
-MULTI = "instance-multi"
 
-__all__ = ["METHOD", "Config", "claims", "regime", "run", "summarise", "test_instances"]
+__all__ = [
+    "METHOD",
+    "Config",
+    "claims",
+    "mixnorm_weights",
+    "regime",
+    "run",
+    "summarise",
+    "test_instances",
+]
 
 
 # ------------------------------------------------------------------------------------ cells
@@ -202,7 +221,7 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     gaps = per_seed_gaps(done, config)
     metrics = summarise(gaps, config)
     _plot(metrics, config, out_dir)
-    found = claims(metrics, gaps, config)
+    found = claims(metrics, gaps, config, mixnorm_weights(done, config))
     return Result(metrics=metrics, claims=found, regime=regime(metrics, config, found),
                   env=_weights_summary(done, config))  # fmt: skip
 
@@ -303,53 +322,146 @@ def _gap(metrics: dict[str, Any], row: str, key: str = "gap") -> float:
     return float("nan") if value is None else float(value)
 
 
-def claims(
-    metrics: dict[str, Any], gaps: dict[tuple[str, str, str], np.ndarray], config: Config
-) -> list[Claim]:
-    """The issue's claims (1)–(4), each over every problem at the training size."""
-    found: list[Claim] = []
+def mixnorm_weights(
+    done: list[dict[str, Any]], config: Config
+) -> dict[tuple[str, int], np.ndarray]:
+    """(``problem`` + N, seed) → MixNorm's mean-weights over (instance, node, batch) statistics
+    per MixNorm layer [layers, 3], on the uniform test instances at the training size."""
+    return {
+        (f"{cell['problem']}{config.n}", cell["seed"]): np.asarray(cell["weights"]["uniform"])
+        for cell in done
+        if cell["task"] == "policy" and cell["system"] == "mixnorm" and cell["weights"]
+    }
+
+
+def _seeds(config: Config, n: int) -> list[int]:
+    return [config.seed + s for s in range(n)]
+
+
+def _per_seed(
+    gaps: dict[tuple[str, str, str], np.ndarray], where: str, families: Any, system: str, n: int
+) -> np.ndarray:
+    """``system``'s mean gap per seed over ``families`` (a name or several), [n]; a system with
+    one row (savings, untrained: no training seed) is the same on every seed."""
+    families = [families] if isinstance(families, str) else families
+    values = np.mean([gaps[(where, f, system)].mean(1) for f in families], axis=0)
+    return np.broadcast_to(values, (n,)) if len(values) == 1 else values
+
+
+def _premises(
+    gaps: dict[tuple[str, str, str], np.ndarray],
+    config: Config,
+    weights: dict[tuple[str, int], np.ndarray],
+) -> dict[str, Claim]:
+    """Issue 64's premises, per seed: MixNorm's mixing weights leave their uniform start, and
+    POMO-IN beats Clarke–Wright savings in distribution (on the problems savings solves)."""
     wheres = [f"{p}{config.n}" for p in config.problems]
-    references = [r for r in ("instance", "batch") if r in config.norms]
-    parts = []
-    for where in wheres:
+    seeds = _seeds(config, config.n_seeds)
+    moved = [
+        min(float(np.abs(weights[(where, seed)] - 1 / 3).max()) for where in wheres)
+        for seed in seeds
+    ]
+    premises = {
+        "weights_move": Claim.worst_seed(
+            f"MixNorm's mixing weights leave their uniform start: some layer's weight on some "
+            f"statistic lies >= {MIX_MOVE} from 1/3 (mean weights on uniform instances)",
+            moved, ">=", MIX_MOVE, seeds=seeds, value_label="largest |w − 1/3|",
+        )
+    }  # fmt: skip
+    text = "POMO-IN beats Clarke–Wright savings in distribution: uniform gap below savings' on every seed"
+    solved = [w for w in wheres if (w, "uniform", "savings") in gaps]
+    if not solved:
+        no_savings = Claim.worst_seed(text, [float("nan")], "<", 0.0, value_label="IN − savings")
+        premises["pomo_beats_savings"] = no_savings.untested(f"no savings reference for {wheres}")
+        return premises
+    parts = [
+        Claim.worst_seed(
+            where, _per_seed(gaps, where, "uniform", "instance", config.n_seeds).tolist(), "<",
+            _per_seed(gaps, where, "uniform", "savings", config.n_seeds).tolist(), seeds=seeds,
+            value_label=f"{where} IN uniform gap", reference_label="savings'",
+        )
+        for where in solved
+    ]  # fmt: skip
+    premises["pomo_beats_savings"] = Claim.all_of(text, parts)
+    return premises
+
+
+def claims(
+    metrics: dict[str, Any],
+    gaps: dict[tuple[str, str, str], np.ndarray],
+    config: Config,
+    weights: dict[tuple[str, int], np.ndarray],
+) -> list[Claim]:
+    """The issue's claims (1)–(4), each over every problem at the training size, judged seed by
+    seed from ``gaps`` with the control in MixNorm's place; ``weights``: MixNorm's mixing weights
+    (:func:`mixnorm_weights`) for the premise that they moved."""
+    wheres = [f"{p}{config.n}" for p in config.problems]
+    n, seeds = config.n_seeds, _seeds(config, config.n_seeds)
+    premises = _premises(gaps, config, weights)
+
+    def shifted(where: str, system: str) -> np.ndarray:
         problem = where.rstrip("0123456789")
-        shifted = shift_families(problem, config.family_set)
-        mix = np.mean([gaps[(where, f, "mixnorm")].mean(1) for f in shifted], axis=0)
-        for ref in references:
-            other = np.mean([gaps[(where, f, ref)].mean(1) for f in shifted], axis=0)
-            d = (1 - RELATIVE_GAIN) * other - mix
-            low = float(d.mean() - 2 * d.std(ddof=1)) if len(d) > 1 else float("nan")
-            parts.append(Claim.compare(
-                f"{where} vs {ref}", low, ">", 0.0,
-                value_label=f"{where}: mean − 2 sd over seeds of {1 - RELATIVE_GAIN:g}·{ref} − MixNorm shifted gap",
-            ))  # fmt: skip
-    found.append(Claim.all_of(
-        f"(1) MixNorm's mean gap over the shifted families is >= {RELATIVE_GAIN:.0%} (relative) below "
-        f"{' and '.join(references)} norm's, beyond 2 sd over seeds", parts,
-    ))  # fmt: skip
-    found.append(Claim.all_of(
-        f"(2) MixNorm beats instance norm on >= {WIN_SHARE:.0%} of the shifted families",
-        [Claim.compare(where, _gap(metrics, f"{where}/shifted/mixnorm", "win_rate"), ">=", WIN_SHARE,
-                       value_label=f"{where} win rate") for where in wheres],
-    ))  # fmt: skip
-    found.append(Claim.all_of(
-        f"(3) No in-distribution regression: MixNorm's uniform gap <= instance norm's + {UNIFORM_SLACK} points",
-        [Claim.compare(where, _gap(metrics, f"{where}/uniform/mixnorm"), "<=",
-                       _gap(metrics, f"{where}/uniform/instance") + UNIFORM_SLACK,
-                       value_label=f"{where} MixNorm gap", reference_label=f"IN's + {UNIFORM_SLACK}")
-         for where in wheres],
-    ))  # fmt: skip
-    if config.multi_distribution:
+        return _per_seed(gaps, where, shift_families(problem, config.family_set), system, n)
+
+    def shift_gain(system: str) -> Claim:
         parts = []
         for where in wheres:
-            multi = _gap(metrics, f"{where}/shifted/{MULTI}")
-            distance = abs(_gap(metrics, f"{where}/shifted/mixnorm") - multi) / multi
-            parts.append(Claim.compare(where, distance, "<=", MULTI_TIE,
-                                       value_label=f"{where} |MixNorm − multi| / multi shifted gap"))  # fmt: skip
-        found.append(Claim.all_of(
-            f"(4) Single-distribution MixNorm's shifted gap is within {MULTI_TIE:.0%} (relative) of "
-            "multi-distribution POMO-IN's", parts,
-        ))  # fmt: skip
+            ours = shifted(where, system)
+            for ref in ("instance", "batch"):
+                d = (1 - RELATIVE_GAIN) * shifted(where, ref) - ours
+                parts.append(Claim.paired(
+                    f"{where} vs {ref}", d.tolist(),
+                    label=f"{where}: {1 - RELATIVE_GAIN:g}·{ref} − {system} shifted gap",
+                ))  # fmt: skip
+        return Claim.all_of(f"{system} generalises", parts)
+
+    def family_wins(system: str) -> Claim:
+        parts = []
+        for where in wheres:
+            families = shift_families(where.rstrip("0123456789"), config.family_set)
+            wins = np.mean(
+                [_per_seed(gaps, where, f, system, n) < _per_seed(gaps, where, f, "instance", n)
+                 for f in families], axis=0,
+            )  # fmt: skip
+            parts.append(Claim.worst_seed(
+                where, wins.tolist(), ">=", WIN_SHARE, seeds=seeds,
+                value_label=f"{where} {system}'s share of shifted families below IN's",
+            ))  # fmt: skip
+        return Claim.all_of(f"{system} wins families", parts)
+
+    def no_regression(system: str) -> Claim:
+        return Claim.all_of(f"{system} keeps its uniform gap", [
+            Claim.worst_seed(
+                where, _per_seed(gaps, where, "uniform", system, n).tolist(), "<=",
+                (_per_seed(gaps, where, "uniform", "instance", n) + UNIFORM_SLACK).tolist(),
+                seeds=seeds, value_label=f"{where} {system} gap",
+                reference_label=f"IN's + {UNIFORM_SLACK}",
+            )
+            for where in wheres
+        ])  # fmt: skip
+
+    def multi_tie(system: str) -> Claim:
+        parts = []
+        for where in wheres:
+            multi = shifted(where, MULTI)
+            distance = np.abs(shifted(where, system) - multi) / multi
+            parts.append(Claim.worst_seed(
+                where, distance.tolist(), "<=", MULTI_TIE, seeds=seeds,
+                value_label=f"{where} |{system} − multi| / multi shifted gap",
+            ))  # fmt: skip
+        return Claim.all_of(f"{system} ties multi", parts)
+
+    def judge(key: str, test) -> Claim:
+        spec = config.claim_spec(key)
+        return config.judge(key, test, premises={k: premises[k] for k in spec.premises})
+
+    found = [
+        judge("shift_gain", shift_gain),
+        judge("family_wins", family_wins),
+        judge("no_uniform_regression", no_regression),
+    ]
+    if config.multi_distribution:
+        found.append(judge("multi_tie", multi_tie))
     return found
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from mixlab.shared.claims import ClaimSpec
 from mixlab.shared.config import ExperimentConfig, is_count, require
 from mixlab.shared.registry import Method
 
@@ -19,6 +20,83 @@ PROBE_BASELINES = ("rnd", "drnd")
 EXPLORERS = ("ppo", "rnd", "drnd", "rff", "rff-multiscale", "count")
 """PPO without a bonus, with RND, DRND, RND-RFF (median rule; multiscale around it), the count oracle"""
 MAZE_OBS = ("xy", "onehot")
+SYSTEMS = ("rff", "rff-multiscale", "rff-laplace", "rnd", "drnd", "ppo", "count")
+"""every system the experiment runs, as the claims' tests read them (rows ``probe/<system>…``,
+``<env>/<system>``)"""
+
+# The claims' thresholds, fixed before any run.
+NEAR_GAIN = 0.05
+COVERAGE_RATIO = 1.25
+TIE = 0.10
+SPEARMAN = 0.9
+ID_ERROR_RATIO = 10.0
+SATURATED = 0.95
+"""a maze is saturated when some explorer covers more than this share of its cells on a seed:
+coverage can no longer separate the bonuses (the premise of claims 3 and 4, issue 70)"""
+_NOISE = "on every seed, and beyond noise: a one-sided paired t-test over seeds"
+
+
+def _near(tag: str, label: str, system: str) -> ClaimSpec:
+    return ClaimSpec(
+        key=f"near_ood_{tag}",
+        text=f"(2{tag}) RND-RFF ({label})'s near-OOD AUROC beats RND's by >= {NEAR_GAIN} "
+        f"({_NOISE})",
+        system=system,
+        control="drnd",
+        why_control="DRND, the run's other random-MLP-target bonus (an ensemble of RND targets): "
+        "a stronger RND without an RFF target, on the same probe and seeds (RND itself is the "
+        "claim's reference)",
+    )
+
+
+def _coverage(tag: str, label: str, system: str) -> ClaimSpec:
+    return ClaimSpec(
+        key=f"coverage_{tag}",
+        text=f"(3{tag}) On the (x, y) maze RND-RFF ({label}) visits >= {COVERAGE_RATIO}× RND's "
+        f"cells ({_NOISE}) and reaches the goal on every seed on which RND does",
+        system=system,
+        control="count",
+        why_control="the count bonus (exact visit counts per cell): the simplest novelty bonus "
+        "without a learned target, at the same budget and seeds (RND is the claim's reference; "
+        "DRND is not always among the explorers)",
+        premises=("xy_maze_unsaturated",),
+    )
+
+
+CLAIMS = (
+    ClaimSpec(
+        key="tracks_gp",
+        text=f"(1) The RFF bonus (Gaussian, median ℓ) has Spearman >= {SPEARMAN} with the GP "
+        f"posterior variance σ²_ℓ, and its ID error at ¼ × median is >= {ID_ERROR_RATIO:g}× "
+        f"that at the median ({_NOISE})",
+        system="rff",
+        control="rnd",
+        why_control="RND's random-MLP target, the one RFF replaces, scored against the same σ² "
+        "(the Gaussian GP at the median ℓ); it has no bandwidth, so its ID error at ¼ × median "
+        "is its ID error at the median (issue 70 names RND as claim 1's control)",
+        threshold=SPEARMAN,
+        floor=-1.0,
+        ceiling=1.0,  # a rank correlation
+    ),
+    _near("a", "median rule", "rff"),
+    _near("b", "multiscale", "rff-multiscale"),
+    _coverage("a", "median rule", "rff"),
+    _coverage("b", "multiscale", "rff-multiscale"),
+    ClaimSpec(
+        key="tie_onehot",
+        text="(4) On the one-hot maze (nothing to overgeneralize) and MiniGrid RND-RFF's cells "
+        f"visited stay within {TIE:.0%} of RND's on every seed (|d| / RND's cells, d paired by "
+        "seed){minigrid_note}",
+        system="rff",
+        control="count",
+        why_control="the count bonus (exact visit counts per cell), the simplest bonus without a "
+        "learned target, at the same budget and seeds: if it ties RND too, the envs do not "
+        "separate bonuses",
+        premises=("onehot_maze_unsaturated",),
+    ),
+)
+"""the claims (:class:`~mixlab.shared.claims.ClaimSpec`), judged in
+:func:`mixlab.rl.rnd_rff.experiment.claims`; (2b) and (3b) when ``rff-multiscale`` explores"""
 
 
 @dataclass
@@ -65,6 +143,9 @@ class Config(ExperimentConfig):
     """the policy's Adam (CleanRL ppo.py); the predictor keeps RND's 1e-4"""
     workers: int = 2
     """processes that run cells side by side (one torch thread each)"""
+
+    SYSTEMS: ClassVar[tuple[str, ...]] = SYSTEMS
+    CLAIMS: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
 
     PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {},
@@ -136,4 +217,13 @@ METHOD = Method(
     headline_plot="exploration.png",
 )
 
-__all__ = ["EXPLORERS", "MAZE_OBS", "METHOD", "PROBE_BASELINES", "PROBE_TARGETS", "Config"]
+__all__ = [
+    "CLAIMS",
+    "EXPLORERS",
+    "MAZE_OBS",
+    "METHOD",
+    "PROBE_BASELINES",
+    "PROBE_TARGETS",
+    "SYSTEMS",
+    "Config",
+]

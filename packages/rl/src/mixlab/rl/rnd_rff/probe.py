@@ -16,7 +16,8 @@ import torch
 from scipy.stats import spearmanr
 
 from mixlab.rl.rnd_rff.bonus import DRNDBonus, NoveltyBonus
-from mixlab.rl.rnd_rff.kernels import auroc, fpr_at_95, gp_posterior_variance
+from mixlab.rl.rnd_rff.kernels import auroc, fpr_at_95, gp_posterior_variance, rbf_kernel
+from mixlab.rl.rnd_rff.targets import median_bandwidth
 
 __all__ = ["ClusterProbe", "cluster_probe", "score_bonus"]
 
@@ -69,6 +70,7 @@ def score_bonus(
     batch_size: int = 256,
     gp_points: int | None = None,
     gp_noise: float = 1e-2,
+    reference_kernel: bool = False,
 ) -> dict[str, float | None]:
     """Fit ``bonus`` on ``probe.train`` (an RFF target's ℓ at ``bandwidth_scale`` × the median
     heuristic when given) and score it: AUROC and FPR@95 of near- and far-OOD
@@ -77,7 +79,10 @@ def score_bonus(
     ``.kernel``) the Spearman
     correlation of the bonus with the exact GP posterior variance σ²_ℓ(x | X) on all held-out
     points, X the first ``gp_points`` training points (all by default: the data the predictor
-    was fitted on) in normalised units."""
+    was fitted on) in normalised units. ``reference_kernel``: for a bonus without a kernel of its
+    own (RND), the Spearman correlation with the σ² that the Gaussian RFF target at the median ℓ
+    tracks (an RBF kernel at the median heuristic of the normalised training points), the same
+    statistic for the control of the claim that RFF tracks σ²."""
     bonus.init_normalization(probe.train)
     if bandwidth_scale is not None:
         bonus.scale_bandwidth(bandwidth_scale)
@@ -96,12 +101,13 @@ def score_bonus(
         else float(inside.mean() / outputs.var(0).mean()),
         "spearman": None,
     }
-    if hasattr(bonus.target, "kernel"):
+    kernel = getattr(bonus.target, "kernel", None)
+    if kernel is None and reference_kernel:
+        kernel = rbf_kernel(median_bandwidth(bonus.normalize(probe.train).cpu()))
+    if kernel is not None:
         query = np.concatenate([probe.inside, probe.near, probe.far])
         train = bonus.normalize(probe.train[:gp_points]).cpu()
-        posterior = gp_posterior_variance(
-            bonus.target.kernel, train, bonus.normalize(query).cpu(), gp_noise
-        )
+        posterior = gp_posterior_variance(kernel, train, bonus.normalize(query).cpu(), gp_noise)
         scores["spearman"] = float(
             spearmanr(np.concatenate([inside, near, far]), posterior).statistic
         )
