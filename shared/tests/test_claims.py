@@ -253,3 +253,9 @@ def test_older_files_load_with_derived_states(tmp_path: Path) -> None:
     (tmp_path / "result.json").write_text(json.dumps(old))
     with pytest.raises(ValueError, match="says its state is 'vacuous'"):
         Result.load(tmp_path)
+
+
+def test_a_claim_the_run_cannot_compute_is_untested_for_any_system() -> None:
+    claim = judge(spec(), lambda system: Claim.not_run(system, "the run has no molecules"))
+    assert claim.state == "untested"
+    assert claim.evidence == "not run (untested: the run has no molecules)"

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from mixlab.graphs.cli import main
-from mixlab.graphs.curvdiff.config import Config
+from mixlab.graphs.curvdiff.config import METHOD, Config
 from mixlab.graphs.curvdiff.datasets import hetero_within, read_graph6, tree, write_graph6
 from mixlab.graphs.curvdiff.experiment import run as run_experiment
 
@@ -13,7 +13,7 @@ TINY = {
     "num_graphs": 8,
     "n_seeds": 2,
     "num_samples": 4,
-    "systems": ("E", "HSE", "curvdiff", "er"),
+    "systems": ("E", "HSE", "curvdiff", "er", "sbm"),
     "hidden": 8,
     "denoiser_width": 8,
     "denoiser_layers": 1,
@@ -31,10 +31,13 @@ def private_cache(tmp_path, monkeypatch):
 
 
 def test_experiment_reports_every_system_regime_and_claim(tmp_path):
-    result = run_experiment(Config(**TINY), tmp_path / "run")
+    result = METHOD.execute(Config(**TINY), tmp_path / "run")  # refuses a claim without control
     rows = set(result.metrics)
     assert rows == {f"hetero-within/{s}" for s in (*TINY["systems"], "floor")}
-    assert len(result.claims) == 6
+    assert [c.key for c in result.claims] == [spec.key for spec in Config.CLAIMS]
+    assert all(c.control is not None and c.control.system for c in result.claims)
+    assert result.claims[1].control.system == "sbm"
+    assert "descriptors where sbm < E-only" in result.claims[1].control.evidence
     assert len(result.regime) == 1
     check = result.regime[0]
     e_only = result.metrics["hetero-within/E"]
@@ -68,12 +71,45 @@ def test_killed_experiment_resumes_to_the_same_result(tmp_path, monkeypatch):
         run_experiment(config, tmp_path / "killed")
     monkeypatch.setattr(experiment, "run_cell", lambda *a: calls.append(a[2]) or real(*a))
     resumed = run_experiment(config, tmp_path / "killed", resume=True)
-    assert len(calls) == 8  # 3 before the kill, the other 5 of 8 cells after it
+    assert len(calls) == 10  # 3 before the kill, the other 7 of 10 cells after it
     for name, row in whole.metrics.items():
         for key, value in row.items():
             if "seconds" not in key:
                 assert resumed.metrics[name][key] == value, (name, key)
     assert [c.to_dict() for c in resumed.claims] == [c.to_dict() for c in whole.claims]
+
+
+def _cells(mean_mmd: dict[str, list[float]]) -> list[dict]:
+    """hetero-within cells of three seeds with the given mean TV MMD per system."""
+    return [
+        {"set": "hetero-within", "seed": seed, "system": system, "mean_tv": values[seed]}
+        for system, values in mean_mmd.items()
+        for seed in range(3)
+    ]
+
+
+def test_a_claim_the_sbm_control_also_passes_is_vacuous():
+    from mixlab.graphs.curvdiff.experiment import claims
+
+    config = Config(**{**TINY, "systems": ("E", "HSE", "curvdiff", "digress", "er", "sbm")})
+    digress = [0.10, 0.11, 0.12]
+
+    def matches_digress(sbm: list[float]):
+        done = _cells({"curvdiff": [0.09, 0.10, 0.115], "digress": digress, "sbm": sbm})
+        return {c.key: c for c in claims(done, config)}["matches_digress"]
+
+    assert matches_digress(sbm=[0.2, 0.2, 0.3]).state == "holds"  # the SBM is worse on every seed
+    claim = matches_digress(sbm=[0.05, 0.05, 0.05])  # a Louvain-SBM passes the same test
+    assert claim.state == "vacuous"
+    assert claim.control.system == "sbm"
+    assert "sbm mean MMD 0.05 <= DiGress-style + 2 sd" in claim.control.evidence
+    # equal means, but on seed 0 CurvDiff is worse than DiGress-style by more than 2 sd
+    one_bad_seed = _cells(
+        {"curvdiff": [0.25, 0.1, 0.1], "digress": [0.05, 0.2, 0.2], "sbm": [1] * 3}
+    )
+    claim = {c.key: c for c in claims(one_bad_seed, config)}["matches_digress"]
+    assert claim.state == "fails"  # judged on the worst seed, not the mean
+    assert "worst of 3 seeds (seed 0)" in claim.evidence
 
 
 def test_qm9_without_its_extra_is_refused_by_name(monkeypatch):

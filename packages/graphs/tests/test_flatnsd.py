@@ -34,7 +34,7 @@ from mixlab.graphs.flatnsd import (
     train_readout,
     tree_neighbors_match,
 )
-from mixlab.graphs.flatnsd.experiment import Config
+from mixlab.graphs.flatnsd.experiment import METHOD, Config
 from mixlab.graphs.flatnsd.experiment import run as run_experiment
 from mixlab.graphs.flatnsd.layers import SHEAVES, make_sheaf_conv
 from mixlab.graphs.flatnsd.theory import check_graph, random_invertible, random_orthogonal
@@ -579,16 +579,17 @@ TINY = {
     "n_seeds": 2,
     "epochs": 1,
     "tree_epochs": 1,
-    "systems": ("gcn", "flatnsd"),
+    "systems": ("gcn", "nsd_bundle", "flatnsd"),
     "channels": 4,
 }
 
 
 def test_experiment_writes_every_system_and_resumes(tmp_path):
     config = Config(**TINY)
-    result = run_experiment(config, tmp_path)
-    assert set(result.metrics) == {"gcn", "flatnsd"}
-    assert len(result.claims) == 9
+    result = METHOD.execute(config, tmp_path)  # refuses a claim judged without its control
+    assert set(result.metrics) == {"gcn", "nsd_bundle", "flatnsd"}
+    assert [claim.key for claim in result.claims] == [spec.key for spec in Config.CLAIMS]
+    assert all(claim.control is not None and claim.control.tested for claim in result.claims)
     regime_texts = [check.text for check in result.regime]
     assert len(regime_texts) == 2
     assert "smallest ring" in regime_texts[0]
@@ -619,7 +620,7 @@ def test_experiment_writes_every_system_and_resumes(tmp_path):
 def test_killed_experiment_resumes_where_it_stopped(tmp_path, monkeypatch):
     from mixlab.graphs.flatnsd import experiment
 
-    config = Config(**TINY)
+    config = Config(**{**TINY, "systems": ("gcn", "flatnsd")})
     uninterrupted = run_experiment(config, tmp_path / "whole")
     calls = []
     real_run_cell = experiment.run_cell
@@ -642,6 +643,44 @@ def test_killed_experiment_resumes_where_it_stopped(tmp_path, monkeypatch):
         for key, value in row.items():
             if key != "train_seconds":
                 assert resumed.metrics[system][key] == value, (system, key)
+
+
+def _cells(nsd_at_largest: float) -> list[dict]:
+    """Ring and tree cells of three seeds: GCN fits the smallest size and collapses at the
+    largest, FlatNSD keeps 1.0 and lowers its resistance, Bundle-NSD scores ``nsd_at_largest``
+    at the largest size."""
+    cells = []
+    for seed in (0, 1, 2):
+        for task, sizes in (("ring", (4, 8)), ("tree", (2, 3))):
+            for system, largest in (("gcn", 0.2), ("nsd_bundle", nsd_at_largest), ("flatnsd", 1.0)):
+                for size in sizes:
+                    accuracy = largest if size == max(sizes) else 1.0
+                    traced = system == "flatnsd" and (task, size) == ("ring", 8)
+                    cells.append({
+                        "task": task, "size": size, "seed": seed, "system": system,
+                        "train_accuracy": accuracy, "test_accuracy": accuracy,
+                        "resistance": [2.0, 1.5 - 0.1 * seed] if traced else [],
+                        "mean_edge_weight": [0.5, 0.7] if traced else [],
+                    })  # fmt: skip
+    return cells
+
+
+def test_a_claim_bundle_nsd_also_passes_is_vacuous():
+    from mixlab.graphs.flatnsd.experiment import claims
+    from mixlab.graphs.flatnsd.theory import family_checks
+
+    theory = {"ring": family_checks({"a": nx.cycle_graph(8), "b": nx.cycle_graph(8)}, stalk_dim=2)}
+    config = Config(ring_sizes=(4, 8), tree_depths=(2, 3), systems=("gcn", "nsd_bundle", "flatnsd"))
+    found = {claim.key: claim for claim in claims(_cells(nsd_at_largest=0.2), theory, config)}
+    assert found["keeps_accuracy_ring"].state == "holds"  # Bundle-NSD collapses with GCN
+    assert found["keeps_accuracy_tree"].premises[0].holds  # GCN fits the smallest depth
+    assert found["lowers_resistance"].state == "holds"  # the untrained sheaf never lowers it
+    assert found["flat_leaves_resistance"].control.system == "non_flat"
+    assert not found["flat_leaves_resistance"].control.holds  # non-flat maps move resistance
+    both = {claim.key: claim for claim in claims(_cells(nsd_at_largest=1.0), theory, config)}
+    assert both["keeps_accuracy_ring"].state == "vacuous"  # a non-flat sheaf keeps it too
+    assert "nsd_bundle at 8 1 >= 0.9" in both["keeps_accuracy_ring"].control.evidence
+    assert both["keeps_accuracy_tree"].state == "vacuous"
 
 
 @pytest.mark.parametrize(

@@ -350,3 +350,16 @@ def test_inference_tensors_are_validated_every_time(validations):
         check_edge_index(edge_index, n)
         check_edge_index(edge_index, n)
     assert len(validations) == 2
+
+
+def test_the_plain_graph_control_has_the_orthogonal_flat_bundles_sensitivity():
+    """The claims' "graph" control reads the orthogonal flat bundle's numbers: identity maps (the
+    plain graph) give the same diffusion sensitivity on every pair."""
+    g = nx.barbell_graph(5, 2)
+    edge_index, n = graph(g)
+    orthogonal = random_orthogonal(n, D, generator(0))
+    identity = torch.eye(D, dtype=torch.float64).expand(n, -1, -1)
+    steps = 2 * nx.diameter(g)
+    flat = diffusion_sensitivity(sheaf_laplacian(edge_index, node_maps=orthogonal), n, steps)
+    plain = diffusion_sensitivity(sheaf_laplacian(edge_index, node_maps=identity), n, steps)
+    torch.testing.assert_close(flat, plain, rtol=1e-12, atol=1e-14)

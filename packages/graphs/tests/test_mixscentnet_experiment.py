@@ -6,7 +6,7 @@ import json
 import pytest
 
 from mixlab.graphs.cli import main
-from mixlab.graphs.mixscentnet.config import SYSTEMS, Config
+from mixlab.graphs.mixscentnet.config import METHOD, SYSTEMS, Config
 from mixlab.graphs.mixscentnet.data import write_synthetic_olfaction
 
 TINY = {
@@ -39,10 +39,14 @@ def test_killed_experiment_resumes_to_the_same_result(data_dir, tmp_path, monkey
     from mixlab.graphs.mixscentnet import experiment
 
     config = Config(data_dir=str(data_dir), **TINY)
-    whole = experiment.run(config, tmp_path / "whole")
+    whole = METHOD.execute(config, tmp_path / "whole")  # refuses a claim without its control
     assert {f"random/{s}" for s in SYSTEMS} <= set(whole.metrics)
     assert {"white/mixscentnet", "labels/mordred@10", "pretrain/mordred"} <= set(whole.metrics)
-    assert len(whole.claims) == 5
+    assert [c.key for c in whole.claims] == [spec.key for spec in Config.CLAIMS]
+    assert all(c.control is not None and c.control.system for c in whole.claims)
+    for claim in whole.claims[:3]:  # 4 steps: no fit stops early, so the premise fails
+        assert claim.state == "untested"
+        assert "the neural distance fits converged" in claim.evidence
     assert len(whole.regime) == 3
     assert len(whole.env["data_files"]["mixtures/mixtures_combined.csv"]) == 64  # SHA-256
     assert (tmp_path / "whole" / "distance.png").is_file()
@@ -67,6 +71,37 @@ def test_killed_experiment_resumes_to_the_same_result(data_dir, tmp_path, monkey
                 assert resumed.metrics[name][key] == value, (name, key)
     assert [c.to_dict() for c in resumed.claims] == [c.to_dict() for c in whole.claims]
     assert [c.to_dict() for c in resumed.regime] == [c.to_dict() for c in whole.regime]
+
+
+def _distance_cells(pearson: dict[str, float], steps_run: int = 50) -> list[dict]:
+    """Distance cells of both splits, fold 0 and three seeds, with ``pearson`` per system."""
+    return [
+        {"task": "distance", "split": split, "fold": 0, "seed": seed, "system": system,
+         "fraction": 1.0, "pearson": value + 0.01 * seed, "steps_run": steps_run}
+        for split in ("random", "molecules")
+        for seed in (0, 1, 2)
+        for system, value in pearson.items()
+    ]  # fmt: skip
+
+
+def test_a_claim_gradient_boosting_also_passes_is_vacuous():
+    from mixlab.graphs.mixscentnet.experiment import claims
+
+    config = Config(steps=100)
+    aggregators = {"mixscentnet": 0.7, "mean-pool": 0.5, "self-attention": 0.55}
+
+    def graph_beats_pooling(hgb: float, steps_run: int = 50):
+        done = _distance_cells({**aggregators, "hgb": hgb}, steps_run)
+        return {c.key: c for c in claims(done, config)}["graph_beats_pooling"]
+
+    assert graph_beats_pooling(hgb=0.3).state == "holds"
+    claim = graph_beats_pooling(hgb=0.8)  # descriptors beat the neural aggregators as well
+    assert claim.state == "vacuous"
+    assert claim.control.system == "hgb"
+    assert "molecules: hgb − mean-pool Pearson: mean 0.3" in claim.control.evidence
+    stopped_at_budget = graph_beats_pooling(hgb=0.3, steps_run=100)
+    assert stopped_at_budget.state == "untested"  # the premise: training converged
+    assert not stopped_at_budget.premises[0].holds
 
 
 def test_a_missing_data_folder_is_one_line_naming_it(tmp_path, capsys):

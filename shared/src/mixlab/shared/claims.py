@@ -273,6 +273,13 @@ class Claim:
         return cls(text, bool(p < alpha), evidence, per_seed=True)._gated(requires)
 
     @classmethod
+    def not_run(cls, text: str, reason: str) -> Self:
+        """The test of a claim this run cannot compute (a system or data set it does not run):
+        untested with ``reason``. It counts as judged per seed, so :func:`judge` accepts it for
+        any claim; once the run has the numbers, the claim is judged seed by seed."""
+        return cls(text=text, holds=False, evidence="not run", per_seed=True).untested(reason)
+
+    @classmethod
     def all_of(cls, text: str, parts: Sequence[Claim], *, requires: Sequence[Claim] = ()) -> Self:
         """A claim that holds when every part holds; the evidence lists the parts'. It is tested
         only when every part is and every check in ``requires`` holds; judged per seed when every

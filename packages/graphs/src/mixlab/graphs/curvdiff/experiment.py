@@ -15,14 +15,17 @@ Regime (``result.json``'s ``regime``), per graph set: E-only's degree + clusteri
 most half of Erdős–Rényi's and its autoencoder recovers ≥ 90 % of test graphs exactly; on QM9
 E-only's validity is ≥ 60 %. A failed check marks the claims about its set untested.
 
-Differences count only beyond 2 standard deviations over seeds: a beats b when
-mean_a < mean_b − 2·max(sd_a, sd_b), and ties when |mean_a − mean_b| ≤ 2·max(sd_a, sd_b).
+Claims (:data:`~mixlab.graphs.curvdiff.config.CLAIMS`) are judged seed by seed and again with
+their control in the method's place (``vacuous`` when the control passes too): a beats b when a
+one-sided paired t-test over seeds says so (p < 0.05); a ties b, or is not worse, when on every
+seed |a − b| ≤ 2·max(sd_a, sd_b) (or a ≤ b + 2·max(sd_a, sd_b)), the sds over seeds.
 """
 
 from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +33,7 @@ import numpy as np
 import torch
 
 from mixlab.graphs.curvdiff.baselines import DiGressStyle, ErdosRenyi, LouvainSBM
-from mixlab.graphs.curvdiff.config import LATENT_SYSTEMS, METHOD, SYSTEMS, Config
+from mixlab.graphs.curvdiff.config import LATENT_SYSTEMS, METHOD, MMDS_WON, SYSTEMS, Config
 from mixlab.graphs.curvdiff.datasets import make_graph_set, split, write_graph6
 from mixlab.graphs.curvdiff.metrics import (
     describe,
@@ -260,7 +263,7 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     write_json_atomic(out_dir / "cells.json", done, indent=1)
     metrics = summarise(done, _floors(config), config)
     _plot(metrics, config, out_dir)
-    found = claims(metrics, config)
+    found = claims(done, config)
     return Result(metrics=metrics, claims=found, regime=regime(metrics, config, found))
 
 
@@ -322,151 +325,201 @@ def _value(metrics, name: str, system: str, key: str) -> tuple[float, float]:
     return (float("nan") if mean is None else mean, 0.0 if sd is None else sd)
 
 
-def _margin(metrics, name: str, a: str, b: str, key: str) -> float:
-    return SPREAD * max(_value(metrics, name, a, key)[1], _value(metrics, name, b, key)[1])
+# ---------------------------------------------------------------------------------------- claims
+def _seeds(done: list[dict[str, Any]], name: str, system: str, key: str) -> dict[int, float]:
+    """``system``'s ``key`` on set ``name``, seed by seed (NaN where the cell has none)."""
+    return {
+        c["seed"]: float("nan") if c.get(key) is None else float(c[key])
+        for c in done
+        if c["set"] == name and c["system"] == system
+    }
 
 
-def _lower(metrics, name: str, a: str, b: str, key: str, text: str) -> Claim:
-    """a's ``key`` is below b's by more than 2 sd."""
-    (va, _), (vb, _) = _value(metrics, name, a, key), _value(metrics, name, b, key)
-    return Claim.compare(
-        text, va, "<", vb - _margin(metrics, name, a, b, key),
-        value_label=f"{a} {key}", reference_label=f"{b} − 2 sd",
-    )  # fmt: skip
+def _two_sd(done: list[dict[str, Any]], name: str, a: str, b: str, key: str) -> float:
+    """2 × the larger sample sd over seeds of a's and b's ``key`` (the margin of ties and
+    not-worse claims; 0 with one seed)."""
+    spreads = []
+    for system in (a, b):
+        values = [v for v in _seeds(done, name, system, key).values() if np.isfinite(v)]
+        spreads.append(mean_std(values)[1] if values else 0.0)
+    return SPREAD * max(spreads)
 
 
-def _higher(metrics, name: str, a: str, b: str, key: str, text: str) -> Claim:
-    (va, _), (vb, _) = _value(metrics, name, a, key), _value(metrics, name, b, key)
-    return Claim.compare(
-        text, va, ">", vb + _margin(metrics, name, a, b, key),
-        value_label=f"{a} {key}", reference_label=f"{b} + 2 sd",
-    )  # fmt: skip
+def _paired_values(
+    done: list[dict[str, Any]], name: str, a: str, b: str, key: str
+) -> tuple[list[int], list[float], list[float]]:
+    """The seeds that ran both a and b on set ``name``, and a's and b's ``key`` on each."""
+    va, vb = _seeds(done, name, a, key), _seeds(done, name, b, key)
+    seeds = sorted(va.keys() & vb.keys())
+    return seeds, [va[s] for s in seeds], [vb[s] for s in seeds]
 
 
-def _tie(metrics, name: str, a: str, b: str, key: str, text: str) -> Claim:
-    (va, _), (vb, _) = _value(metrics, name, a, key), _value(metrics, name, b, key)
-    return Claim.compare(
-        text, abs(va - vb), "<=", _margin(metrics, name, a, b, key),
-        value_label=f"|{a} − {b}| {key}", reference_label="2 sd",
-    )  # fmt: skip
+def _paired(
+    done: list[dict[str, Any]], name: str, a: str, b: str, key: str, text: str, lower: bool = True
+) -> Claim:
+    """a's ``key`` below (``lower``) or above b's, seed by seed: a one-sided paired t-test over
+    seeds of the difference, signed so that larger favours a."""
+    seeds, va, vb = _paired_values(done, name, a, b, key)
+    if not seeds:
+        return Claim.not_run(text, f"{name} has no seed with both {a} and {b}")
+    if lower:
+        differences, label = [y - x for x, y in zip(va, vb, strict=True)], f"{b} − {a}"
+    else:
+        differences, label = [x - y for x, y in zip(va, vb, strict=True)], f"{a} − {b}"
+    return Claim.paired(text, differences, 0.0, label=f"{name}: {label} {key}")
 
 
-def _untested(text: str, reason: str) -> Claim:
-    return Claim(text=text, holds=False, evidence="not run", tested=False).untested(reason)
+def _worst_seed(
+    text: str, seeds: list[int], values: list[float], op: str, references: list[float], **labels
+) -> Claim:
+    """:meth:`Claim.worst_seed` over the seeds that ran both systems (untested without one)."""
+    if not seeds:
+        return Claim.not_run(text, "no seed ran both systems")
+    return Claim.worst_seed(text, values, op, references, seeds=seeds, **labels)
 
 
-def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
+def _not_run(reason: str) -> Callable[[str], Claim]:
+    """The test of a claim this run cannot judge, for any system."""
+    return lambda system: Claim.not_run(system, reason)
+
+
+def _where_run(
+    test: Callable[[str], Claim], among: Iterable[str], *needed: str
+) -> Callable[[str], Claim]:
+    """``test``, untested for a system (or a reference in ``needed``) the run does not train:
+    a control outside ``config.systems`` leaves the claim untested, not an error."""
+    run_here = set(among)
+
+    def checked(system: str) -> Claim:
+        missing = [s for s in (system, *needed) if s not in run_here]
+        if missing:
+            return Claim.not_run(system, f"the run has no {', '.join(missing)}")
+        return test(system)
+
+    return checked
+
+
+def claims(done: list[dict[str, Any]], config: Config) -> list[Claim]:
+    """The claims of :data:`~mixlab.graphs.curvdiff.config.CLAIMS`, judged seed by seed from the
+    cells (``done``): each test runs on the claim's system and again on its control."""
     p = CLAIM_PROTOCOL
     hetero = [name for name in HETERO if name in config.graph_sets]
     singles = [s for s in ("E", "H", "S") if s in config.systems]
-    found: list[Claim] = []
+    systems = set(config.systems)
     on = ", ".join(hetero) or "none in this profile"
+    found: list[Claim] = []
 
-    text = (
-        f"(1) On the hetero sets ({on}) the product latent (HSE) has lower distortion and higher "
-        f"exact recovery than every single geometry ({', '.join(singles)}) at equal total "
-        f"dimension {config.latent_dim} (test graphs, beyond 2 sd)"
-    )
-    if hetero and "HSE" in config.systems and singles:
-        found.append(Claim.all_of(text, [
+    def judge(key: str, test, runs: bool, reason: str, **values: Any) -> None:
+        found.append(config.judge(key, test if runs else _not_run(reason), text_values=values))
+
+    def product_lower_distortion(system: str) -> Claim:
+        return Claim.all_of(system, [
             check
             for name in hetero
             for single in singles
             for check in (
-                _lower(metrics, name, "HSE", single, "distortion", f"{name}: distortion vs {single}"),
-                _higher(metrics, name, "HSE", single, "exact_recovery", f"{name}: recovery vs {single}"),
+                _paired(done, name, system, single, "distortion", f"{name}: distortion vs {single}"),
+                _paired(done, name, system, single, "exact_recovery",
+                        f"{name}: recovery vs {single}", lower=False),
             )
-        ]))  # fmt: skip
-    else:
-        found.append(_untested(text, "the run has no hetero set, HSE or single geometry"))
+        ])  # fmt: skip
 
-    text = (
-        f"(2) On the hetero sets ({on}) CurvDiff (HSE + Ricci) beats E-only on at least 3 of the "
-        f"4 MMDs ({', '.join(DESCRIPTORS)}; {p} protocol, beyond 2 sd)"
-    )
-    if hetero:
+    judge(
+        "product_lower_distortion", _where_run(product_lower_distortion, systems, *singles),
+        bool(hetero and "HSE" in systems and singles),
+        "the run has no hetero set, HSE or single geometry", hetero=on, singles=", ".join(singles),
+    )  # fmt: skip
+
+    def beats_euclidean_mmd(system: str) -> Claim:
         parts = []
         for name in hetero:
             wins = [
-                _lower(metrics, name, "curvdiff", "E", f"{d}_{p}", f"{name} {d}").holds
-                for d in DESCRIPTORS
+                _paired(done, name, system, "E", f"{d}_{p}", f"{name} {d}") for d in DESCRIPTORS
             ]
-            parts.append(Claim.compare(
-                f"{name}: MMDs won", float(sum(wins)), ">=", 3.0,
-                value_label=f"{name}: descriptors where CurvDiff < E-only − 2 sd "
-                f"({', '.join(d for d, w in zip(DESCRIPTORS, wins, strict=True) if w) or 'none'})",
+            won = [d for d, w in zip(DESCRIPTORS, wins, strict=True) if w.holds]
+            parts.append(Claim(
+                text=f"{name}: MMDs won",
+                holds=len(won) >= MMDS_WON,
+                evidence=f"{name}: descriptors where {system} < E-only, paired over seeds "
+                f"({', '.join(won) or 'none'}) {len(won)} >= {MMDS_WON}",
+                tested=all(w.tested for w in wins),
+                per_seed=True,
             ))  # fmt: skip
-        found.append(Claim.all_of(text, parts))
-    else:
-        found.append(_untested(text, "the run has no hetero set"))
+        return Claim.all_of(system, parts)
 
-    ricci_sets = [n for n in config.graph_sets if "HSE" in config.systems]
-    text = (
-        f"(3) Ricci conditioning lowers curvature MMD and degree or clustering MMD against the "
-        f"product without it, on every graph set ({', '.join(ricci_sets) or 'none'}; {p}, beyond 2 sd)"
-    )
-    if ricci_sets:
+    judge(
+        "beats_euclidean_mmd", _where_run(beats_euclidean_mmd, systems, "E"), bool(hetero),
+        "the run has no hetero set", hetero=on, descriptors=", ".join(DESCRIPTORS), protocol=p,
+    )  # fmt: skip
+
+    ricci_sets = [n for n in config.graph_sets if "HSE" in systems]
+
+    def ricci_lowers_mmd(system: str) -> Claim:
         parts = []
         for name in ricci_sets:
-            curvature = _lower(
-                metrics, name, "curvdiff", "HSE", f"curvature_{p}", f"{name} curvature"
-            )
-            degree = _lower(metrics, name, "curvdiff", "HSE", f"degree_{p}", f"{name} degree")
-            clustering = _lower(
-                metrics, name, "curvdiff", "HSE", f"clustering_{p}", f"{name} clustering"
-            )
+            curvature = _paired(done, name, system, "HSE", f"curvature_{p}", f"{name} curvature")
+            degree = _paired(done, name, system, "HSE", f"degree_{p}", f"{name} degree")
+            clustering = _paired(done, name, system, "HSE", f"clustering_{p}", f"{name} clustering")
             parts.append(curvature)
             parts.append(degree if degree.holds or not clustering.holds else clustering)
-        found.append(Claim.all_of(text, parts))
-    else:
-        found.append(_untested(text, "the run has no HSE system"))
+        return Claim.all_of(system, parts)
 
-    controls = {n: g for n, g in CONTROLS.items() if n in config.graph_sets and g in config.systems}
-    text = (
-        "(4) Controls: on trees (H) and grids (E) the matching single geometry ties the product "
-        f"(mean MMD, {p}, within 2 sd)"
-    )
-    if len(controls) == len(CONTROLS) and "HSE" in config.systems:
-        found.append(Claim.all_of(text, [
-            _tie(metrics, name, single, "HSE", f"mean_{p}", f"{name}: {single} vs HSE")
-            for name, single in controls.items()
-        ]))  # fmt: skip
-    else:
-        found.append(_untested(text, "the run has no tree and grid sets (full profile)"))
+    judge(
+        "ricci_lowers_mmd", _where_run(ricci_lowers_mmd, systems, "HSE"), bool(ricci_sets),
+        "the run has no HSE system", sets=", ".join(ricci_sets) or "none", protocol=p,
+    )  # fmt: skip
 
-    text = f"(5) On QM9 CurvDiff's V.U.N. is not more than {VUN_POINTS * 100:.0f} points below E-only's"
-    if (
-        config.molecules == "qm9"
-        and "curvdiff" in config.molecule_systems
-        and "E" in config.molecule_systems
-    ):
-        (ours, _), (theirs, _) = (
-            _value(metrics, "qm9", "curvdiff", "vun"),
-            _value(metrics, "qm9", "E", "vun"),
-        )
-        found.append(Claim.compare(
-            text, ours, ">=", theirs - VUN_POINTS, value_label="CurvDiff V.U.N.",
-            reference_label="E-only V.U.N. − 0.02",
-        ))  # fmt: skip
-    else:
-        found.append(_untested(text, f"molecules are {config.molecules!r}, not qm9 (full profile)"))
+    controls = {n: g for n, g in CONTROLS.items() if n in config.graph_sets and g in systems}
 
-    text = (
-        f"(6) On the hetero sets ({on}) CurvDiff's mean MMD is within 2 sd of the DiGress-style "
-        f"baseline's or better ({p})"
-    )
-    if hetero and "digress" in config.systems:
-        found.append(Claim.all_of(text, [
-            Claim.compare(
-                name, _value(metrics, name, "curvdiff", f"mean_{p}")[0], "<=",
-                _value(metrics, name, "digress", f"mean_{p}")[0]
-                + _margin(metrics, name, "curvdiff", "digress", f"mean_{p}"),
-                value_label=f"{name} CurvDiff mean MMD", reference_label="DiGress-style + 2 sd",
-            )
-            for name in hetero
-        ]))  # fmt: skip
-    else:
-        found.append(_untested(text, "the run has no hetero set or DiGress-style system"))
+    def single_ties_product(system: str) -> Claim:
+        parts = []
+        for name, single in controls.items():
+            key = f"mean_{p}"
+            seeds, ours, theirs = _paired_values(done, name, single, system, key)
+            margin = _two_sd(done, name, single, system, key)
+            parts.append(_worst_seed(
+                f"{name}: {single} vs {system}", seeds,
+                [abs(a - b) for a, b in zip(ours, theirs, strict=True)], "<=", [margin] * len(seeds),
+                value_label=f"{name}: |{single} − {system}| {key}", reference_label="2 sd",
+            ))  # fmt: skip
+        return Claim.all_of(system, parts)
+
+    judge(
+        "single_ties_product", _where_run(single_ties_product, systems, *controls.values()),
+        len(controls) == len(CONTROLS) and "HSE" in systems,
+        "the run has no tree and grid sets (full profile)", protocol=p,
+    )  # fmt: skip
+
+    def qm9_vun(system: str) -> Claim:
+        seeds, ours, theirs = _paired_values(done, "qm9", system, "E", "vun")
+        return _worst_seed(
+            system, seeds, ours, ">=", [v - VUN_POINTS for v in theirs],
+            value_label=f"{system} V.U.N.", reference_label=f"E-only V.U.N. − {VUN_POINTS}",
+        )  # fmt: skip
+
+    judge(
+        "qm9_vun", _where_run(qm9_vun, config.molecule_systems, "E"),
+        config.molecules == "qm9" and {"curvdiff", "E"} <= set(config.molecule_systems),
+        f"molecules are {config.molecules!r}, not qm9 (full profile)", points=VUN_POINTS * 100,
+    )  # fmt: skip
+
+    def matches_digress(system: str) -> Claim:
+        parts = []
+        for name in hetero:
+            key = f"mean_{p}"
+            seeds, ours, theirs = _paired_values(done, name, system, "digress", key)
+            margin = _two_sd(done, name, system, "digress", key)
+            parts.append(_worst_seed(
+                name, seeds, ours, "<=", [v + margin for v in theirs],
+                value_label=f"{name} {system} mean MMD", reference_label="DiGress-style + 2 sd",
+            ))  # fmt: skip
+        return Claim.all_of(system, parts)
+
+    judge(
+        "matches_digress", _where_run(matches_digress, systems, "digress"),
+        bool(hetero and "digress" in systems),
+        "the run has no hetero set or DiGress-style system", hetero=on, protocol=p,
+    )  # fmt: skip
     return found
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from mixlab.shared.claims import ClaimSpec
 from mixlab.shared.config import ExperimentConfig, is_count, require
 from mixlab.shared.registry import Method
 
@@ -38,6 +39,139 @@ RING_CLASSES = 5
 """RingTransfer's classes (and its signal features: a one-hot label)"""
 RING_NOISE = 2
 """RingTransfer's random node features by default (independent of the label)"""
+KEEPS_ACCURACY = 0.9
+""""keeps accuracy": at least this at the largest size (accuracy lies in [0, 1])"""
+STRONGLY_NEGATIVE = -0.7
+"""a "strong" anti-correlation: Spearman's ρ at most this (ρ lies in [−1, 1])"""
+THEORY_SYSTEMS = ("flat_bundle", "graph", "non_flat", "flatnsd_init")
+"""the systems of the claims besides the trained ones: random flat bundles (orthogonal and
+general invertible node maps) under linear diffusion; the plain graph (identity maps, whose
+diffusion sensitivity is the orthogonal flat bundle's: orthogonal transports keep every block's
+norm, so its fitted bound and Spearman's ρ are that bundle's); random per-edge orthogonal maps
+(NSD's non-flat bundle); and FlatNSD's learned sheaf at initialisation, before any training step
+(its resistance trace's first value)"""
+GRAPH_CONTROL = (
+    "the plain graph (identity maps: graph effective resistance against graph diffusion, "
+    "Black et al. 2023) has no bundle at all; if its resistance bounds and ranks its own "
+    "diffusion's sensitivity as well, the flat bundle adds nothing the graph does not have (its "
+    "sensitivity equals the orthogonal flat bundle's, so its numbers are that bundle's)"
+)
+NSD_CONTROL = (
+    "Bundle-NSD at the same parameter count, depth and training: a learned sheaf diffusion "
+    "without flat maps (the strongest non-flat sheaf in the landed runs); issue 76 names GCN/GIN "
+    "at FlatNSD's receptive field (matched hops), which the experiment does not run yet: the "
+    "method issue should replace this control with them"
+)
+
+CLAIMS = (
+    ClaimSpec(
+        key="bound_linear",
+        text="Sheaf effective resistance bounds the sensitivity of linear diffusion on a random "
+        "flat bundle: S_uv <= c/R_uv, with c fitted per family on its first graph (the largest "
+        "S·R there), holds on every node pair of the family's held-out graphs ({families})",
+        system="flat_bundle",
+        control="graph",
+        why_control=GRAPH_CONTROL,
+    ),
+    ClaimSpec(
+        key="bound_flatnsd",
+        text="Sheaf effective resistance bounds the sensitivity of a randomly initialised "
+        "nonlinear FlatNSD stack (maps from x_v): S_uv <= c/R_uv, with c fitted per family on "
+        "its first graph (the largest S·R there), holds on every node pair of the family's "
+        "held-out graphs ({families})",
+        system="flatnsd",
+        control="graph",
+        why_control=GRAPH_CONTROL,
+    ),
+    ClaimSpec(
+        key="spearman_linear",
+        text="Sheaf effective resistance and the Jacobian sensitivity of flat-bundle diffusion "
+        "are strongly negatively rank-correlated (Spearman <= {strongly_negative}, ties handled, "
+        "on every graph of every family: {families}; linear diffusion on a random orthogonal and "
+        "a random general invertible flat bundle)",
+        system="flat_bundle",
+        control="graph",
+        why_control=GRAPH_CONTROL,
+        threshold=STRONGLY_NEGATIVE,
+        floor=-1.0,
+        ceiling=1.0,
+    ),
+    ClaimSpec(
+        key="spearman_flatnsd",
+        text="The same holds for a randomly initialised nonlinear FlatNSD stack (maps from x_v, "
+        "autograd Jacobians, Spearman <= {strongly_negative} on every graph)",
+        system="flatnsd",
+        control="graph",
+        why_control=GRAPH_CONTROL,
+        threshold=STRONGLY_NEGATIVE,
+        floor=-1.0,
+        ceiling=1.0,
+    ),
+    ClaimSpec(
+        key="flat_leaves_resistance",
+        text="Flat bundles leave sheaf effective resistance unchanged, R^F = R·I, for orthogonal "
+        "and general invertible maps alike (transport A_u⁻¹A_v cancels the maps), while "
+        "non-flat per-edge maps (the control) move it on every graph with a cycle",
+        system="flat_bundle",
+        control="non_flat",
+        why_control="random per-edge orthogonal maps (NSD's non-flat bundle) on the same graphs: "
+        "the same maps without flatness, so if they left resistance unchanged too, flatness "
+        "would not be what keeps it",
+        not_per_seed="an exact identity (R^F = R·I for any flat maps, a nonzero change for "
+        "non-flat maps on a cycle) measured in float64 on every graph: no seed can change it",
+    ),
+    ClaimSpec(
+        key="maps_move_untransported",
+        text="Under the un-transported resistance R̃_uv = ((e_u − e_v)⊗I)ᵀ L_F⁺ ((e_u − e_v)⊗I), "
+        "node maps move resistance: a random orthogonal flat bundle moves it on every graph, "
+        "identity maps leave it at R·I",
+        system="flat_bundle",
+        control="graph",
+        why_control="identity maps (the plain graph), the claim's own reference: nothing simpler "
+        "lacks node maps, so the control trivially fails; issue 76 finds the claim true by "
+        "construction and asks the method issue to drop or restate it",
+        not_per_seed="an exact identity (R̃ = R·I for identity maps, not for any other maps) "
+        "measured in float64 on every graph: no seed can change it",
+    ),
+    ClaimSpec(
+        key="keeps_accuracy_ring",
+        text="FlatNSD keeps accuracy (>= {keeps} on every seed) at the largest {task} while the "
+        "message-passing baselines collapse as it grows ({baselines}: all >= {keeps} at the "
+        "smallest, and <= {collapsed} at the largest, on every seed)",
+        system="flatnsd",
+        control="nsd_bundle",
+        why_control=NSD_CONTROL,
+        threshold=KEEPS_ACCURACY,
+        floor=0.0,
+        ceiling=1.0,
+    ),
+    ClaimSpec(
+        key="keeps_accuracy_tree",
+        text="FlatNSD keeps accuracy (>= {keeps} on every seed) at the largest {task} while the "
+        "message-passing baselines collapse as it grows ({baselines}: all >= {keeps} at the "
+        "smallest, and <= {collapsed} at the largest, on every seed)",
+        system="flatnsd",
+        control="nsd_bundle",
+        why_control=NSD_CONTROL,
+        premises=("baselines_fit_smallest_tree",),
+        threshold=KEEPS_ACCURACY,
+        floor=0.0,
+        ceiling=1.0,
+    ),
+    ClaimSpec(
+        key="lowers_resistance",
+        text="FlatNSD lowers the total sheaf effective resistance of its learned sheaf while it "
+        "learns (both variants, every seed; largest ring, n = {largest_ring}, relative to the "
+        "graph's, mean over layers; for a flat sheaf only the learned edge weights can move it, "
+        "R ∝ 1/w)",
+        system="flatnsd",
+        control="flatnsd_init",
+        why_control="FlatNSD's own sheaf at initialisation, the claim's reference: no other "
+        "system's learned resistance is measured, so the control trivially fails; the method "
+        "issue should add a FlatNSD trained on shuffled labels (does any training lower it?)",
+    ),
+)
+"""the claims of :mod:`mixlab.graphs.flatnsd.experiment`, with their controls"""
 
 
 @dataclass
@@ -98,6 +232,10 @@ class Config(ExperimentConfig):
             "systems": tuple(SYSTEMS),
         },
     }
+
+    # declared after the fields and PROFILES, whose values read the module's SYSTEMS
+    SYSTEMS: ClassVar[tuple[str, ...]] = (*SYSTEMS, *THEORY_SYSTEMS)
+    CLAIMS: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -192,4 +330,15 @@ METHOD = Method(
     headline_plot="ring_accuracy.png",
 )
 
-__all__ = ["FLAT_SYSTEMS", "METHOD", "MP_SYSTEMS", "RING_NOISE", "SYSTEMS", "Config"]
+__all__ = [
+    "CLAIMS",
+    "FLAT_SYSTEMS",
+    "KEEPS_ACCURACY",
+    "METHOD",
+    "MP_SYSTEMS",
+    "RING_NOISE",
+    "STRONGLY_NEGATIVE",
+    "SYSTEMS",
+    "THEORY_SYSTEMS",
+    "Config",
+]

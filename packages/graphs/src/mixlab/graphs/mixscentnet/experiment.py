@@ -21,8 +21,12 @@ Regime (result.json's ``regime``): POMMix-style reaches Pearson ≥ 0.6 and RMSE
 predictor's on the random split; Mordred pretraining reaches a median held-out R² ≥ 0.5; the
 GS-LF label model reaches macro AUROC ≥ 0.8. Each gates the claims that rest on it.
 
-Differences count beyond 2 standard errors over seeds × folds: a beats b when
-mean_a − mean_b > 2·sqrt(sd_a²/n_a + sd_b²/n_b).
+Claims (:data:`~mixlab.graphs.mixscentnet.config.CLAIMS`) are judged again with their control in
+the method's place (gradient boosting or the Snitz angle where the run has them; ``vacuous`` when
+the control passes too). a beats b when a one-sided paired t-test over the cells that ran both
+(folds × seeds; seeds for GS-LF labels) says so at p < 0.05; olfactory white must hold on every
+seed. The distance claims assume every neural fit stopped early before its step budget
+(``steps_run`` in cells.json): otherwise they are untested.
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ from mixlab.graphs.mixscentnet.config import (
     METHOD,
     NEURAL_SYSTEMS,
     SPLITS,
+    WHITE_PEARSON,
+    WHITE_STUDY,
     Config,
 )
 from mixlab.graphs.mixscentnet.data import (
@@ -80,10 +86,7 @@ REGIME_PEARSON = 0.6
 REGIME_RMSE_RATIO = 0.85
 REGIME_R2 = 0.5
 REGIME_AUROC = 0.8
-WHITE_PEARSON = -0.4
-WHITE_STUDY = "Snitz 1"
 GSLF_TEST = 0.1
-SPREAD = 2.0  # standard errors
 
 __all__ = ["METHOD", "Config", "claims", "regime", "run", "summarise"]
 
@@ -221,19 +224,20 @@ def _fit_system(
         torch.manual_seed(seed)
         model = MixScentNet(encoder, options["aggregator"], width=config.mixture_width)
         model.to(resolve_device(config.device))
-        fit_distance(
+        history = fit_distance(
             model, featurized, data.pairs[train], data.distance[train], steps=config.steps,
             lr=config.lr, encoder_lr=config.encoder_lr, seed=seed,
         )  # fmt: skip
-        return _NeuralPredictor(model, featurized)
+        return _NeuralPredictor(model, featurized, steps_run=len(history["train"]))
     baseline = {"snitz": SnitzAngle, "hgb": GradientBoostingDistance}.get(system)
     model = baseline(descriptors) if baseline else MeanDistance()
     return model.fit(data.pairs[train], data.distance[train], seed=seed)
 
 
 class _NeuralPredictor:
-    def __init__(self, model: MixScentNet, featurized: FeaturizedMixtures) -> None:
+    def __init__(self, model: MixScentNet, featurized: FeaturizedMixtures, steps_run: int) -> None:
         self.model, self.featurized = model, featurized
+        self.steps_run = steps_run  # fewer than the budget: early stopping fired
 
     def predict(self, pairs: np.ndarray) -> np.ndarray:
         return predict_distance(self.model, self.featurized, pairs)
@@ -308,6 +312,8 @@ def run_cell(config: Config, out_dir: Path, cell: dict[str, Any]) -> dict[str, A
     predicted = model.predict(data.pairs[test])
     result: dict[str, Any] = {**cell, **distance_metrics(predicted, data.distance[test])}
     result["n_test"] = len(test)
+    if isinstance(model, _NeuralPredictor):
+        result["steps_run"] = model.steps_run
     result["predicted"] = [round(float(p), 5) for p in predicted]
     result["measured"] = [round(float(d), 5) for d in data.distance[test]]
     if cell["task"] == "white":
@@ -355,7 +361,7 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     write_json_atomic(out_dir / "cells.json", done, indent=1)
     metrics = summarise(done, config)
     _plot(done, metrics, config, out_dir)
-    found = claims(metrics, config)
+    found = claims(done, config)
     return Result(
         metrics=metrics,
         claims=found,
@@ -425,86 +431,166 @@ def _value(metrics: dict[str, Any], row: str, key: str) -> tuple[float, float, i
     )
 
 
-def _beats(metrics, a: str, b: str, key: str, text: str, higher: bool = True) -> Claim:
-    """Row a's ``key`` is beyond 2 standard errors better than row b's."""
-    (ma, sa, na), (mb, sb, nb) = _value(metrics, a, key), _value(metrics, b, key)
-    margin = SPREAD * float(np.sqrt(sa**2 / na + sb**2 / nb))
-    if higher:
-        return Claim.compare(text, ma, ">", mb + margin, value_label=f"{a} {key}",
-                             reference_label=f"{b} + 2 SE")  # fmt: skip
-    return Claim.compare(text, ma, "<", mb - margin, value_label=f"{a} {key}",
-                         reference_label=f"{b} − 2 SE")  # fmt: skip
+# ----------------------------------------------------------------------------------- claims
 
 
-def _untested(text: str, reason: str) -> Claim:
-    return Claim(text=text, holds=False, evidence="not run", tested=False).untested(reason)
+def _pearsons(
+    done: list[dict[str, Any]], split: str, system: str, fraction: float = 1.0
+) -> dict[tuple[int, int], float]:
+    """``system``'s test Pearson on ``split`` per (fold, seed), at ``fraction`` of the pairs."""
+    return {
+        (c["fold"], c["seed"]): c["pearson"]
+        for c in done
+        if c["task"] == "distance"
+        and c["split"] == split
+        and c["system"] == system
+        and c["fraction"] == fraction
+    }
 
 
-def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
+def _paired(text: str, ours: dict, theirs: dict, label: str) -> Claim:
+    """``ours`` above ``theirs``: a one-sided paired t-test over the cells (folds × seeds, or
+    seeds) that ran both."""
+    shared = sorted(ours.keys() & theirs.keys())
+    if not shared:
+        return Claim.not_run(text, f"no fold or seed ran both sides of {label}")
+    return Claim.paired(text, [ours[k] - theirs[k] for k in shared], 0.0, label=label)
+
+
+def _beats(
+    done: list[dict[str, Any]], split: str, a: str, b: str, fraction: float = 1.0, tag: str = ""
+) -> Claim:
+    """a's Pearson above b's on ``split``, paired by fold and seed."""
+    return _paired(
+        f"{split} {a}{tag} vs {b}{tag}",
+        _pearsons(done, split, a, fraction),
+        _pearsons(done, split, b, fraction),
+        label=f"{split}: {a}{tag} − {b}{tag} Pearson",
+    )
+
+
+def neural_fits_converged(done: list[dict[str, Any]], config: Config) -> Claim:
+    """The premise of the distance claims: every neural distance fit stopped early on its
+    validation pairs (``patience`` evaluations without improvement) before ``config.steps``,
+    rather than at the budget with its validation error possibly still falling."""
+    fits = [c for c in done if c["task"] == "distance" and c["system"] in NEURAL_SYSTEMS]
+    at_budget = [c for c in fits if c.get("steps_run") is None or c["steps_run"] >= config.steps]
+    return Claim.compare(
+        f"the neural distance fits converged: each stopped early on its validation pairs before "
+        f"the {config.steps}-step budget",
+        float(len(at_budget)),
+        "<=",
+        0.0,
+        value_label=f"fits that did not stop before the budget (of {len(fits)}; "
+        f"{', '.join(sorted({c['system'] for c in at_budget})) or 'none'})",
+    )
+
+
+def claims(done: list[dict[str, Any]], config: Config) -> list[Claim]:
+    """The claims of :data:`~mixlab.graphs.mixscentnet.config.CLAIMS`, judged seed by seed (and
+    fold by fold) from the cells (``done``): each test runs on the claim's system and again on
+    its control."""
     systems = set(config.systems)
-    found: list[Claim] = []
-    text = (
-        "(1) MixScentNet's Pearson beats POMMix-style and the Snitz angle on both splits "
-        "(random, leave-molecules-out; beyond 2 SE)"
-    )
-    if "snitz" in systems:
-        found.append(Claim.all_of(text, [
-            _beats(metrics, f"{split}/mixscentnet", f"{split}/{other}", "pearson", f"{split} vs {other}")
-            for split in SPLITS
-            for other in ("pommix", "snitz")
-        ]))  # fmt: skip
-    else:
-        found.append(_untested(text, "the run has no Snitz system"))
+    converged = {"neural_fits_converged": neural_fits_converged(done, config)}
+
+    def where_run(test, *needed: str):
+        """``test``, untested for a system (or a reference in ``needed``) this run lacks."""
+
+        def checked(system: str) -> Claim:
+            missing = [s for s in (system, *needed) if s not in systems]
+            if missing:
+                return Claim.not_run(system, f"the run has no {', '.join(missing)}")
+            return test(system)
+
+        return checked
+
+    def beats_pommix_snitz(system: str) -> Claim:
+        return Claim.all_of(system, [
+            _beats(done, split, system, other) for split in SPLITS for other in ("pommix", "snitz")
+        ])  # fmt: skip
+
     pct = round(config.pair_fraction * 100)
-    text = (
-        f"(2) Mordred pretraining beats no pretraining (GATv2 mixture graph both) at {pct} % and "
-        "100 % of the training pairs, on both splits (Pearson, beyond 2 SE)"
-    )
-    if "no-pretrain" in systems:
-        found.append(Claim.all_of(text, [
-            _beats(metrics, f"{split}/mixscentnet{tag}", f"{split}/no-pretrain{tag}", "pearson",
-                   f"{split} at {share}")
+
+    def mordred_beats_scratch(system: str) -> Claim:
+        return Claim.all_of(system, [
+            _beats(done, split, system, "no-pretrain", fraction, tag)
             for split in SPLITS
-            for tag, share in ((f"@{pct}", f"{pct} %"), ("", "100 %"))
-        ]))  # fmt: skip
-    else:
-        found.append(_untested(text, "the run has no no-pretrain system"))
-    text = (
-        "(3) On the same Mordred-pretrained encoder the GATv2 mixture graph beats mean pooling and "
-        "self-attention on both splits (Pearson, beyond 2 SE)"
-    )
-    if {"mean-pool", "self-attention"} <= systems:
-        found.append(Claim.all_of(text, [
-            _beats(metrics, f"{split}/mixscentnet", f"{split}/{other}", "pearson", f"{split} vs {other}")
+            for fraction, tag in ((config.pair_fraction, f"@{pct}"), (1.0, ""))
+        ])  # fmt: skip
+
+    def graph_beats_pooling(system: str) -> Claim:
+        return Claim.all_of(system, [
+            _beats(done, split, system, other)
             for split in SPLITS
             for other in ("mean-pool", "self-attention")
-        ]))  # fmt: skip
-    else:
-        found.append(_untested(text, "the run lacks mean-pool or self-attention"))
+        ])  # fmt: skip
+
     low = min(config.label_fractions)
     tag = round(low * 100)
-    found.append(_beats(
-        metrics, f"labels/mordred@{tag}", f"labels/none@{tag}", "auroc",
-        f"(4) Mordred pretraining raises GS-LF macro AUROC at {tag} % of the training labels "
-        "(beyond 2 SE)",
-    ))  # fmt: skip
-    text = (
-        f"(5) Olfactory white: MixScentNet's out-of-fold predictions on {WHITE_STUDY}'s "
-        f"non-overlapping pairs have Pearson <= {WHITE_PEARSON} with sqrt(n1·n2), and its "
-        f"predicted distance over random non-overlapping mixtures of {config.white_sizes[0]}–"
-        f"{config.white_sizes[-1]} components falls (bootstrap 95 % CI of the slope below 0)"
-    )
-    if "white/mixscentnet" in metrics:
-        row = metrics["white/mixscentnet"]
-        found.append(Claim.all_of(text, [
-            Claim.compare("Snitz 1", row["white_r"], "<=", WHITE_PEARSON,
-                          value_label="Pearson(predicted, sqrt(n1·n2))"),
-            Claim.compare("curve", row["white_slope_high"], "<", 0.0,
-                          value_label="upper end of the slope's 95 % CI"),
-        ]))  # fmt: skip
-    else:
-        found.append(_untested(text, f"the data has no {WHITE_STUDY} pairs"))
-    return found
+
+    def aurocs(init: str) -> dict[int, float]:
+        return {
+            c["seed"]: c["auroc"]
+            for c in done
+            if c["task"] == "labels" and c["init"] == init and c["fraction"] == low
+        }
+
+    def mordred_raises_auroc(system: str) -> Claim:
+        """The encoder pretrained as ``system``'s is against the one trained from scratch."""
+        init = NEURAL_SYSTEMS[system]["pretraining"]
+        return _paired(system, aurocs(init), aurocs("none"),
+                       label=f"labels/{init}@{tag} − labels/none@{tag} AUROC")  # fmt: skip
+
+    def olfactory_white(system: str) -> Claim:
+        cells = sorted(
+            (c for c in done if c["task"] == "white" and c["system"] == system),
+            key=lambda c: c["seed"],
+        )
+        if not cells:
+            return Claim.not_run(system, f"the run has no white cells of {system}")
+        seeds = [c["seed"] for c in cells]
+        return Claim.all_of(system, [
+            Claim.worst_seed(WHITE_STUDY, [c["white_r"] for c in cells], "<=", WHITE_PEARSON,
+                             seeds=seeds, value_label=f"{system}: Pearson(predicted, sqrt(n1·n2))"),
+            Claim.worst_seed("curve", [c["white_slope_high"] for c in cells], "<", 0.0,
+                             seeds=seeds, value_label=f"{system}: upper end of the slope's 95 % CI"),
+        ])  # fmt: skip
+
+    def not_run(reason: str):
+        return lambda system: Claim.not_run(system, reason)
+
+    white = any(c["task"] == "white" for c in done)
+    return [
+        config.judge(
+            "beats_pommix_snitz",
+            where_run(beats_pommix_snitz, "snitz") if "snitz" in systems
+            else not_run("the run has no Snitz system"),
+            premises=converged,
+        ),
+        config.judge(
+            "mordred_beats_scratch",
+            where_run(mordred_beats_scratch, "no-pretrain") if "no-pretrain" in systems
+            else not_run("the run has no no-pretrain system"),
+            premises=converged, text_values={"pct": pct},
+        ),
+        config.judge(
+            "graph_beats_pooling",
+            where_run(graph_beats_pooling, "mean-pool", "self-attention")
+            if {"mean-pool", "self-attention"} <= systems
+            else not_run("the run lacks mean-pool or self-attention"),
+            premises=converged,
+        ),
+        config.judge("mordred_raises_auroc", mordred_raises_auroc, text_values={"pct": tag}),
+        config.judge(
+            "olfactory_white",
+            where_run(olfactory_white) if white
+            else not_run(f"the data has no {WHITE_STUDY} pairs"),
+            text_values={
+                "study": WHITE_STUDY, "white_pearson": WHITE_PEARSON,
+                "smallest": config.white_sizes[0], "largest": config.white_sizes[-1],
+            },
+        ),
+    ]  # fmt: skip
 
 
 def regime(
