@@ -419,6 +419,8 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
     """The claims, each judged seed by seed on ``values`` (:func:`per_seed_values`) and again
     with its control in MoBiQuant's place (``Config.CLAIMS``)."""
 
+    seeds = [config.seed + offset for offset in range(config.n_seeds)]
+
     def seeds_of(system: str, name: str) -> list[float]:
         return values[system][name]  # a KeyError: the system does not run this point
 
@@ -428,6 +430,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
             seeds_of(system, "ppl@4"),
             "<=",
             [(1 + WITHIN) * g for g in seeds_of("gptq", "ppl@4")],
+            seeds=seeds,
             value_label=f"{system} ppl@4",
             reference_label=f"{1 + WITHIN:g} x GPTQ ppl@4",
         )
@@ -442,6 +445,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
                         seeds_of(system, f"ppl@{bits}"),
                         "<",
                         seeds_of("matryoshka", f"ppl@{bits}"),
+                        seeds=seeds,
                         value_label=f"{system} ppl",
                         reference_label="MSB slicing of 8-bit RTN ppl",
                     ),
@@ -450,6 +454,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
                         seeds_of(system, f"bits@{bits}"),
                         "<=",
                         bits + BUDGET_SLACK,
+                        seeds=seeds,
                         value_label="measured code bits",
                         reference_label=f"budget + {BUDGET_SLACK}",
                     ),
@@ -490,6 +495,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
                     seeds_of(system, f"ppl@{bits}"),
                     "<",
                     seeds_of("anyprec", f"ppl@{bits}"),
+                    seeds=seeds,
                     value_label=f"{system} ppl",
                     reference_label="upscaled ppl",
                 )
@@ -513,6 +519,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
             seeds_of(system, "top10_jaccard@3"),
             "<",
             MIGRATION_JACCARD,
+            seeds=seeds,
             value_label=f"Jaccard ({system} 3 vs 4 bits)",
         )
 
@@ -522,6 +529,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
             seeds_of(system, "cross_calibrated_ppl@4"),
             ">",
             seeds_of(system, "ppl@4"),
+            seeds=seeds,
             value_label=f"{system} ppl, calibrated at 3",
             reference_label="at 4",
         )
