@@ -223,19 +223,36 @@ def test_claims_are_judged_per_seed_with_their_controls():
         caa={"seconds": [0.5, 0.5]},
         **slow,
     )  # fmt: skip
-    judged = experiment.claims(values, Config())
+    config = Config(seed=7, n_seeds=2)  # the values' two seeds are 7 and 8
+    judged = experiment.claims(values, config)
     assert [c.key for c in judged] == [spec.key for spec in Config.CLAIMS]
     assert all(c.per_seed and c.control is not None for c in judged)
     # CAA's closed-form fit is fast too: the speed claim does not measure GSS's idea
     assert [c.state for c in judged] == ["holds", "holds", "holds", "holds", "vacuous"]
     values["caa"].update(memorization=[0.04, 0.09])  # CAA cuts memorization as far on one seed
-    assert experiment.claims(values, Config())[1].state == "holds"
+    assert experiment.claims(values, config)[1].state == "holds"
     values["caa"].update(memorization=[0.04, 0.05])  # ... and on both
-    assert experiment.claims(values, Config())[1].state == "vacuous"
+    assert experiment.claims(values, config)[1].state == "vacuous"
     values["base"]["share_above_mean_omega"] = [0.2, 0.24]  # the log-prob alone is heavy-tailed
-    assert experiment.claims(values, Config())[0].state == "vacuous"
+    assert experiment.claims(values, config)[0].state == "vacuous"
     values["gss"]["share_above_mean_omega"] = [0.2, 0.3]  # one seed is not
-    assert experiment.claims(values, Config())[0].state == "fails"
+    failed = experiment.claims(values, config)[0]
+    assert failed.state == "fails"
+    assert "(seed 8)" in failed.evidence  # the seed the experiment ran, not its index
+
+
+def test_heavy_tail_goes_untested_without_the_base_models_share():
+    """Validation cells cached before the base model's share was measured: the control cannot
+    be judged, so the claim goes untested with the reason, and the run does not stop."""
+    from mixlab.llm_efficiency.gss import experiment
+
+    values = _values()
+    del values["base"]["share_above_mean_omega"]
+    heavy_tail = experiment.claims(values, Config(n_seeds=2))[0]
+    assert heavy_tail.state == "untested"
+    assert not heavy_tail.control.tested
+    assert "cached before it was measured" in heavy_tail.control.evidence
+    assert "the control base could not be judged" in heavy_tail.evidence
 
 
 def test_config_refuses_bad_values():

@@ -115,10 +115,10 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     result = experiment.run(config, tmp_path / "full")
     assert set(result.metrics) == {"SFT", "GRPO think-only", "mixed lambda=0", "MARGO lambda=1"}
     assert len(result.regime) == 3
-    assert len(result.claims) == 5
+    assert len(result.claims) == 6
     assert [c.key for c in result.claims] == [spec.key for spec in Config.CLAIMS]
     assert all(c.control is not None and c.control.evidence for c in result.claims)
-    assert all(c.control.system == "mixed lambda=0" for c in result.claims)
+    assert [c.control.system for c in result.claims] == [spec.control for spec in Config.CLAIMS]
     if not all(c.holds for c in result.regime):  # a 20-step SFT model knows nothing
         assert not any(c.tested for c in result.claims)
     for plot in ("overturn_over_steps.png", "accuracy_over_steps.png"):
@@ -166,27 +166,54 @@ def _values():
     }  # fmt: skip
 
 
-def test_claims_are_judged_per_seed_against_mixed_lambda_zero():
+def test_claims_are_judged_per_seed_against_their_controls():
     from mixlab.llm_efficiency.margo import experiment
 
-    config = Config(conditions=QUICK_CONDITIONS)
+    config = Config(conditions=QUICK_CONDITIONS, seed=3, n_seeds=2)  # seeds 3 and 4
     values = _values()
     judged = experiment.claims(values, config)
-    assert len(judged) == 10  # five claims for each of the two MARGO conditions
-    assert [c.key for c in judged[:5]] == [spec.key for spec in Config.CLAIMS]
-    assert judged[5].text.startswith("MARGO lambda=1 one-sided: the 1-hop overturn rate")
-    assert all(c.per_seed and c.control.system == "mixed lambda=0" for c in judged)
+    assert len(judged) == 12  # six claims for each of the two MARGO conditions
+    assert [c.key for c in judged[:6]] == [spec.key for spec in Config.CLAIMS]
+    assert judged[6].text.startswith("MARGO lambda=1 one-sided: the 1-hop overturn rate")
+    assert all(c.per_seed for c in judged)
+    controls = {c.key: c.control.system for c in judged}
+    assert controls.pop("qa_beats_mixed") == "GRPO think-only"
+    assert set(controls.values()) == {"mixed lambda=0"}
     # mixed lambda=0 keeps SFT's 2-hop, arithmetic and think length too: vacuous
-    assert [c.state for c in judged[:5]] == ["holds", "holds", "vacuous", "vacuous", "vacuous"]
+    assert [c.state for c in judged[:6]] == [
+        "holds", "holds", "holds", "vacuous", "vacuous", "vacuous"
+    ]  # fmt: skip
     values["mixed lambda=0"]["overturn_1hop"] = [0.12, 0.11]  # lambda=0 suppresses it as well
     assert experiment.claims(values, config)[0].state == "vacuous"
     values["MARGO lambda=1"]["overturn_1hop"] = [0.05, 0.13]  # one seed above think-only's
-    assert experiment.claims(values, config)[0].state == "fails"
+    failed = experiment.claims(values, config)[0]
+    assert failed.state == "fails"
+    assert "(seed 4)" in failed.evidence  # the seed the run trained, not its index
+
+
+def test_qa_claims_compare_each_reference_with_its_own_control():
+    """Beating mixed lambda=0 is vacuous when think-only beats it too; beating think-only by the
+    margin is vacuous when mixed lambda=0 does too. Neither compares a system with itself."""
+    from mixlab.llm_efficiency.margo import experiment
+
+    config = Config(conditions=QUICK_CONDITIONS, n_seeds=2)
+    values = _values()
+    values["GRPO think-only"]["thinking_qa"] = [0.54, 0.54]  # think-only above mixed lambda=0
+    judged = {c.key: c for c in experiment.claims(values, config)[:6]}
+    assert judged["qa_beats_mixed"].state == "vacuous"
+    assert "GRPO think-only thinking accuracy" in judged["qa_beats_mixed"].control.evidence
+    assert judged["qa_beats_think_only"].state == "holds"
+    values["mixed lambda=0"]["thinking_qa"] = [0.58, 0.59]  # lambda=0 clears think-only + 2 too
+    judged = {c.key: c for c in experiment.claims(values, config)[:6]}
+    assert judged["qa_beats_think_only"].state == "vacuous"
+    assert judged["qa_beats_mixed"].state == "fails"  # 0.58 is not above 0.59 on seed 1
 
 
 def test_config_refuses_bad_values():
     with pytest.raises(ValueError, match="including 'mixed lambda=0'"):
         Config(conditions=(("GRPO think-only", 0, 0.0, False), ("MARGO", 4, 1.0, False)))
+    with pytest.raises(ValueError, match="including 'GRPO think-only'"):
+        Config(conditions=(("mixed lambda=0", 4, 0.0, False), ("MARGO", 4, 1.0, False)))
     with pytest.raises(ValueError, match="conditions must be"):
         Config(conditions=(("MARGO", 0, 1.0, False),))  # lambda without direct rollouts
     with pytest.raises(ValueError, match="conditions must be"):

@@ -84,7 +84,7 @@ def _values():
 def test_claims_are_judged_per_seed_with_their_controls_and_the_swap_premise():
     from mixlab.llm_efficiency.prompt_kl import experiment
 
-    config, values = Config(**TINY), _values()
+    config, values = Config(**{**TINY, "seed": 4, "n_seeds": 2}), _values()  # seeds 4 and 5
     judged = experiment.claims(values, "test_override", config)
     assert [c.key for c in judged] == [spec.key for spec in Config.CLAIMS]
     assert [c.state for c in judged] == ["holds", "holds", "holds", "holds"]
@@ -95,8 +95,10 @@ def test_claims_are_judged_per_seed_with_their_controls_and_the_swap_premise():
     values["response steering"]["dominated_share"] = [1.0, 1.0]  # the fronts coincide
     assert experiment.claims(values, "test_override", config)[2].state == "vacuous"
     values["prompt swap"]["hack_without"] = [0.2, 0.8]  # one seed still hacks with SFT's prompt
-    states = [c.state for c in experiment.claims(values, "test_override", config)]
+    judged = experiment.claims(values, "test_override", config)
+    states = [c.state for c in judged]
     assert states[:2] == ["untested", "untested"]  # the premise of the prompt-KL claims fails
+    assert "(seed 5)" in judged[0].premises[0].evidence  # the RL seed, not its index
     assert states[3] == "fails"
 
 

@@ -104,7 +104,8 @@ def test_claims_are_judged_per_seed_with_their_controls():
         budget={"accuracy": [0.7, 0.7], "think_tokens": [100.0, 100.0],
                 "probe_tokens": [0.0, 0.0], "premature_exit_rate": [0.5, 0.5]},
     )  # fmt: skip
-    judged = experiment.claims(values, Config())
+    config = Config(seed=5, n_seeds=2)  # the values' two sampling seeds are 5 and 6
+    judged = experiment.claims(values, config)
     assert [c.key for c in judged] == [spec.key for spec in Config.CLAIMS]
     assert [c.state for c in judged] == ["holds", "holds", "vacuous", "holds"]
     assert all(c.per_seed and c.control is not None for c in judged)
@@ -112,12 +113,14 @@ def test_claims_are_judged_per_seed_with_their_controls():
     assert judged[2].control.system == "budget"
     assert judged[2].control.holds
     values["rpdi"]["think_tokens"] = [70.0, 90.0]  # only 10 % fewer on the second seed
-    assert experiment.claims(values, Config())[0].state == "fails"
+    failed = experiment.claims(values, config)[0]
+    assert failed.state == "fails"
+    assert "(seed 6)" in failed.evidence  # the sampling seed, not its index
     values["rpdi"]["think_tokens"] = [70.0, 70.0]
     values["budget"].update(accuracy=[0.65, 0.7], think_tokens=[60.0, 60.0])  # the control gains
-    assert experiment.claims(values, Config())[0].state == "vacuous"
+    assert experiment.claims(values, config)[0].state == "vacuous"
     values["vanilla"]["accuracy"] = [0.75, 0.75]  # vanilla beats every early exit too
-    assert experiment.claims(values, Config())[1].state == "vacuous"
+    assert experiment.claims(values, config)[1].state == "vacuous"
 
 
 @pytest.mark.parametrize(

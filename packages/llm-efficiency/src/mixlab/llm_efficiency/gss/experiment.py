@@ -486,15 +486,24 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
     """The claims (``Config.CLAIMS``) on the first task, each judged seed by seed on ``values``
     (:func:`per_seed_values`) for GSS and again with its control in GSS's place."""
 
+    seeds = [config.seed + offset for offset in range(config.n_seeds)]  # as run() draws them
+
     def seeds_of(system: str, name: str) -> list[float]:
         return values[system][name]  # a KeyError: the system has no such value in this run
 
     def heavy_tail(system: str) -> Claim:
+        if "share_above_mean_omega" not in values[system]:
+            return Claim.not_run(
+                system,
+                f"no share above the mean for {system}: the validation cells were cached "
+                "before it was measured",
+            )
         return Claim.worst_seed(
             system,
             seeds_of(system, "share_above_mean_omega"),
             "<",
             HEAVY_TAIL,
+            seeds=seeds,
             value_label=f"{system}: share above the mean",
         )
 
@@ -507,6 +516,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
                     seeds_of(system, "memorization"),
                     "<=",
                     [CUT * v for v in seeds_of("base", "memorization")],
+                    seeds=seeds,
                     value_label=f"{system} extraction rate",
                     reference_label=f"{CUT} x base",
                 ),
@@ -515,6 +525,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
                     seeds_of(system, "accuracy"),
                     ">=",
                     [v - KEEP for v in seeds_of("base", "accuracy")],
+                    seeds=seeds,
                     value_label=f"{system} clean accuracy",
                     reference_label=f"base - {KEEP}",
                 ),
@@ -530,6 +541,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
                     seeds_of(system, "ds"),
                     "<",
                     seeds_of(other, "ds"),
+                    seeds=seeds,
                     value_label=f"{system} DS_0.05",
                     reference_label=other,
                 )
@@ -548,6 +560,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
                     seeds_of(ungated, "memorization"),
                     "<=",
                     [v + EQUAL_MEMORIZATION for v in seeds_of(system, "memorization")],
+                    seeds=seeds,
                     value_label="ungated extraction rate",
                     reference_label=f"{system}'s + {EQUAL_MEMORIZATION}",
                 ),
@@ -556,6 +569,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
                     seeds_of(ungated, "accuracy"),
                     "<=",
                     [v - UNGATED_COST for v in seeds_of(system, "accuracy")],
+                    seeds=seeds,
                     value_label="ungated clean accuracy",
                     reference_label=f"{system}'s - {UNGATED_COST}",
                 ),
@@ -575,6 +589,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
                     ],
                     ">=",
                     SPEEDUPS[0],
+                    seeds=seeds,
                     value_label=f"fit time / {system}'s",
                 )
                 for other in OPTIMISED

@@ -14,7 +14,8 @@ untested): direct 1-hop accuracy >= 85 %; thinking beats direct on 2-hop by >= 1
 thinking overturns >= 10 % of the correct direct 1-hop answers.
 
 The claims (``Config.CLAIMS``) are judged for every MARGO condition seed by seed, each again with
-mixed lambda = 0 (the same mixed groups without the cross-mode score) in its place.
+its control in its place: mixed lambda = 0 (the same mixed groups without the cross-mode score),
+or GRPO think-only for the claim whose reference is mixed lambda = 0.
 """
 
 from __future__ import annotations
@@ -327,9 +328,10 @@ def per_seed_values(
 
 def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Claim]:
     """The issue's claims (``Config.CLAIMS``) for every MARGO condition (lambda > 0), each judged
-    seed by seed on ``values`` (:func:`per_seed_values`) against SFT, GRPO think-only (when
-    present) and mixed lambda = 0, and again with mixed lambda = 0 in the condition's place."""
-    think_only = THINK_ONLY in values
+    seed by seed on ``values`` (:func:`per_seed_values`) against SFT, GRPO think-only and mixed
+    lambda = 0, and again with its control (mixed lambda = 0, or think-only for
+    ``qa_beats_mixed``) in the condition's place."""
+    seeds = [config.seed + s for s in range(config.n_seeds)]  # as run() trains them
 
     def seeds_of(system: str, name: str) -> list[float]:
         return values[system][name]  # a KeyError: the condition did not run
@@ -338,53 +340,51 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
         return seeds_of("SFT", name)[0]
 
     def overturn_suppressed(system: str) -> Claim:
-        parts = [
-            Claim.worst_seed(
-                "at most half SFT's",
-                seeds_of(system, "overturn_1hop"),
-                "<=",
-                OVERTURN_CUT * sft("overturn_1hop"),
-                value_label=f"{system} overturn rate",
-                reference_label=f"{OVERTURN_CUT} x SFT's",
-            )
-        ]
-        if think_only:
-            parts.append(
+        return Claim.all_of(
+            system,
+            [
+                Claim.worst_seed(
+                    "at most half SFT's",
+                    seeds_of(system, "overturn_1hop"),
+                    "<=",
+                    OVERTURN_CUT * sft("overturn_1hop"),
+                    seeds=seeds,
+                    value_label=f"{system} overturn rate",
+                    reference_label=f"{OVERTURN_CUT} x SFT's",
+                ),
                 Claim.worst_seed(
                     "below GRPO think-only's",
                     seeds_of(system, "overturn_1hop"),
                     "<",
                     seeds_of(THINK_ONLY, "overturn_1hop"),
+                    seeds=seeds,
                     value_label=f"{system} overturn rate",
                     reference_label="think-only's",
-                )
-            )
-        return Claim.all_of(system, parts)
-
-    def qa_accuracy_gain(system: str) -> Claim:
-        parts = []
-        if think_only:
-            parts.append(
-                Claim.worst_seed(
-                    f"think-only + {QA_GAIN * 100:.0f} points",
-                    seeds_of(system, "thinking_qa"),
-                    ">=",
-                    [v + QA_GAIN for v in seeds_of(THINK_ONLY, "thinking_qa")],
-                    value_label=f"{system} thinking accuracy",
-                    reference_label=f"think-only's + {QA_GAIN}",
-                )
-            )
-        parts.append(
-            Claim.worst_seed(
-                "above mixed lambda=0",
-                seeds_of(system, "thinking_qa"),
-                ">",
-                seeds_of(MIXED, "thinking_qa"),
-                value_label=f"{system} thinking accuracy",
-                reference_label="mixed lambda=0's",
-            )
+                ),
+            ],
         )
-        return Claim.all_of(system, parts)
+
+    def qa_beats_think_only(system: str) -> Claim:
+        return Claim.worst_seed(
+            system,
+            seeds_of(system, "thinking_qa"),
+            ">=",
+            [v + QA_GAIN for v in seeds_of(THINK_ONLY, "thinking_qa")],
+            seeds=seeds,
+            value_label=f"{system} thinking accuracy",
+            reference_label=f"think-only's + {QA_GAIN}",
+        )
+
+    def qa_beats_mixed(system: str) -> Claim:
+        return Claim.worst_seed(
+            system,
+            seeds_of(system, "thinking_qa"),
+            ">",
+            seeds_of(MIXED, "thinking_qa"),
+            seeds=seeds,
+            value_label=f"{system} thinking accuracy",
+            reference_label="mixed lambda=0's",
+        )
 
     def two_hop_kept(system: str) -> Claim:
         return Claim.worst_seed(
@@ -392,6 +392,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
             seeds_of(system, "thinking_2hop"),
             ">=",
             sft("thinking_2hop"),
+            seeds=seeds,
             value_label=f"{system} 2-hop thinking accuracy",
             reference_label="SFT's",
         )
@@ -402,6 +403,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
             seeds_of(system, "thinking_math"),
             ">=",
             sft("thinking_math") - MATH_SLACK,
+            seeds=seeds,
             value_label=f"{system} arithmetic accuracy",
             reference_label=f"SFT's - {MATH_SLACK}",
         )
@@ -415,6 +417,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
                     seeds_of(system, f"think_length_{kind}"),
                     ">=",
                     LENGTH_KEEP * sft(f"think_length_{kind}"),
+                    seeds=seeds,
                     value_label=f"{system} think length (tokens)",
                     reference_label=f"{LENGTH_KEEP} x SFT's",
                 )
@@ -424,7 +427,8 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
 
     tests = {
         "overturn_suppressed": overturn_suppressed,
-        "qa_accuracy_gain": qa_accuracy_gain,
+        "qa_beats_think_only": qa_beats_think_only,
+        "qa_beats_mixed": qa_beats_mixed,
         "two_hop_kept": two_hop_kept,
         "math_kept": math_kept,
         "think_length_kept": think_length_kept,

@@ -388,6 +388,7 @@ def claims(values: dict[str, dict[str, list[float]]], task: str, config: Config)
     """``task``'s claims (``Config.CLAIMS``), each judged seed by seed on ``values``
     (:func:`per_seed_values`) and again with its control in the system's place; the claims about
     prompt KL assume the swap premise (issue 62)."""
+    seeds = [config.seed + s for s in range(config.n_seeds)]  # the RL seeds, as run() trains them
 
     def seeds_of(system: str, name: str) -> list[float]:
         return values[system][name]  # a KeyError: the system did not run
@@ -407,6 +408,7 @@ def claims(values: dict[str, dict[str, list[float]]], task: str, config: Config)
                     seeds_of(system, "hack_without"),
                     "<=",
                     [SWAP_CUT * v for v in no_kl_hack],
+                    seeds=seeds,
                     value_label="hack rate",
                     reference_label=f"{SWAP_CUT} x no-KL policy's",
                 ),
@@ -415,6 +417,7 @@ def claims(values: dict[str, dict[str, list[float]]], task: str, config: Config)
                     seeds_of(system, "hack_only"),
                     ">",
                     sft_hack,
+                    seeds=seeds,
                     value_label="hack rate",
                     reference_label="SFT policy's",
                 ),
@@ -430,6 +433,7 @@ def claims(values: dict[str, dict[str, list[float]]], task: str, config: Config)
                 seeds_of("prompt swap", "hack_without"),
                 "<=",
                 [SWAP_CUT * v for v in no_kl_hack],
+                seeds=seeds,
                 value_label="hack rate",
                 reference_label=f"{SWAP_CUT} x no-KL policy's",
             )
@@ -444,6 +448,7 @@ def claims(values: dict[str, dict[str, list[float]]], task: str, config: Config)
                         seeds_of(system, "hack_rate"),
                         "<",
                         PROMPT_KL_HACK,
+                        seeds=seeds,
                         value_label=f"{system} hack rate",
                     ),
                     Claim.worst_seed(
@@ -451,6 +456,7 @@ def claims(values: dict[str, dict[str, list[float]]], task: str, config: Config)
                         seeds_of(system, "true_success"),
                         ">=",
                         [v - KEEP_SUCCESS for v in seeds_of(NO_KL, "true_success")],
+                        seeds=seeds,
                         value_label=f"{system} true success",
                         reference_label=f"no KL's - {KEEP_SUCCESS}",
                     ),
@@ -481,6 +487,7 @@ def claims(values: dict[str, dict[str, list[float]]], task: str, config: Config)
                             margin(name),
                             ">",
                             0.0,
+                            seeds=seeds,
                             value_label=f"max(hack-rate excess over {system}, true-success loss "
                             "beyond 5 points)",
                         )
@@ -499,6 +506,7 @@ def claims(values: dict[str, dict[str, list[float]]], task: str, config: Config)
             seeds_of(system, "dominated_share"),
             ">=",
             1.0,
+            seeds=seeds,
             value_label="share of the other side's points dominated",
         )
 

@@ -273,6 +273,7 @@ def per_seed_values(cells: list[dict[str, Any]]) -> dict[str, dict[str, list[flo
 def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Claim]:
     """The claims (``Config.CLAIMS``), each judged seed by seed on ``values``
     (:func:`per_seed_values`) for RPDI and again with its control in RPDI's place."""
+    seeds = [config.seed + s for s in range(config.n_seeds)]  # test sampling seeds, as run() draws
 
     def seeds_of(system: str, name: str) -> list[float]:
         return values[system][name]  # a KeyError: the system did not run
@@ -286,6 +287,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
                     seeds_of(system, "accuracy"),
                     ">=",
                     [v + GAIN for v in seeds_of("vanilla", "accuracy")],
+                    seeds=seeds,
                     value_label=f"{system} accuracy",
                     reference_label=f"vanilla + {GAIN}",
                 ),
@@ -294,6 +296,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
                     seeds_of(system, "think_tokens"),
                     "<=",
                     [(1 - FEWER) * v for v in seeds_of("vanilla", "think_tokens")],
+                    seeds=seeds,
                     value_label=f"{system} think tokens",
                     reference_label=f"{1 - FEWER:g} x vanilla's",
                 ),
@@ -309,6 +312,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
                     seeds_of(system, "accuracy"),
                     ">",
                     seeds_of(rival, "accuracy"),
+                    seeds=seeds,
                     value_label=f"{system} accuracy",
                     reference_label=rival,
                 )
@@ -326,6 +330,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
                     seeds_of(system, "probe_tokens"),
                     "<=",
                     0.0,
+                    seeds=seeds,
                     value_label=f"{system} probe tokens per problem",
                 ),
                 Claim.worst_seed(
@@ -333,6 +338,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
                     seeds_of(system, "seconds_per_problem"),
                     "<",
                     seeds_of("deer", "seconds_per_problem"),
+                    seeds=seeds,
                     value_label=f"{system} s/problem",
                     reference_label="DEER-style",
                 ),
@@ -348,6 +354,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
                     seeds_of(system, "premature_exit_rate"),
                     "<=",
                     PREMATURE_MAX,
+                    seeds=seeds,
                     value_label=f"{system} premature exits",
                 ),
                 Claim.worst_seed(
@@ -355,6 +362,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
                     seeds_of(system, "premature_exit_rate"),
                     "<",
                     seeds_of("deer", "premature_exit_rate"),
+                    seeds=seeds,
                     value_label=system,
                     reference_label="DEER-style",
                 ),

@@ -185,6 +185,9 @@ class Config(ExperimentConfig):
         needed = ("voting", "sfb", "sfb-bir")
         require(all(s in self.systems for s in needed), "systems", f"names including {list(needed)}",
                 self.systems)  # fmt: skip
+        require("mean-frame" in self.systems, "systems",
+                "names including 'mean-frame' (the control of every claim: without it no claim "
+                "could be judged)", self.systems)  # fmt: skip
         for name in ("lr", "alpha"):
             require(getattr(self, name) > 0, name, "a finite number > 0", getattr(self, name))
         for name in ("consistency", "embedding", "smooth"):

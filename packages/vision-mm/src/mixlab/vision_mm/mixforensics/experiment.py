@@ -425,9 +425,7 @@ def _paired(done: list[dict[str, Any]], a: str, b: str, key: str) -> np.ndarray:
 def claims(done: list[dict[str, Any]], config: Config) -> list[Claim]:
     """The issue's claims (1)–(4), judged seed by seed (one-sided paired t-tests over seeds; the
     worst seed for the passes and BIR's share of the loss) on SFB+BIR and again on the mean
-    frame (:data:`~.config.CLAIMS`); none is judged when the mean frame did not run."""
-    if "mean-frame" not in config.systems:
-        return []
+    frame (:data:`~.config.CLAIMS`; the Config requires every system they read)."""
     seeds = cells_by_system(done)
     last = f"auc_seen_{config.frames}f"
 
@@ -447,7 +445,7 @@ def claims(done: list[dict[str, Any]], config: Config) -> list[Claim]:
             Claim.paired("AUC", _paired(done, system, "voting", "auc_seen"), LEVEL_WITH_VOTING,
                          label=f"{system} − voting seen AUC"),
             Claim.worst_seed("passes", passes, "<=", [c["passes"] / 2 for c in seeds["voting"]],
-                             value_label=f"{system} passes", reference_label="voting passes / 2"),
+                             seeds=[c["seed"] for c in seeds[system]], value_label=f"{system} passes", reference_label="voting passes / 2"),
         ])  # fmt: skip
 
     def beats_sfb(system: str) -> Claim:
