@@ -607,6 +607,10 @@ def test_claims_are_judged_per_seed_against_their_controls():
     }
     assert judged["matches_full_attention"].control.system == "moba"
     assert "worst of 2 seeds" in judged["matches_full_attention"].evidence
+    swap = judged["swap_recovers_most"]  # one fine-tuning run: declared, not dressed as a seed
+    assert not swap.per_seed
+    assert "issue 66" in swap.not_per_seed
+    assert f"seed {config.seed + 7919}" in swap.evidence
 
     # MoBA within a point of full attention too: the match does not measure MiTA's idea
     accuracy["moba"] = [0.895, 0.879]

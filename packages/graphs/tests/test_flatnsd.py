@@ -683,6 +683,36 @@ def test_a_claim_bundle_nsd_also_passes_is_vacuous():
     assert both["keeps_accuracy_tree"].state == "vacuous"
 
 
+def test_the_linear_theory_claims_hold_where_flat_bundles_pass_and_non_flat_maps_fail():
+    """bound_linear and spearman_linear can hold: their control, non-flat maps, reads its own
+    sensitivity (not the flat bundle's numbers). Two equal rings pass for every bundle (vacuous);
+    edited so that non-flat diffusion violates the bound and ranks weakly, the claims hold."""
+    from mixlab.graphs.flatnsd.experiment import claims
+    from mixlab.graphs.flatnsd.theory import family_checks
+
+    theory = {"ring": family_checks({"a": nx.cycle_graph(8), "b": nx.cycle_graph(8)}, stalk_dim=2)}
+    config = Config(ring_sizes=(4, 8), tree_depths=(2, 3), systems=("gcn", "nsd_bundle", "flatnsd"))
+    keys = ("bound_linear", "spearman_linear")
+    same = {claim.key: claim for claim in claims(_cells(0.2), theory, config)}
+    for key in keys:
+        assert same[key].control.system == "non_flat"
+        assert same[key].state == "vacuous", same[key].control.evidence
+        assert same[key].not_per_seed  # one random draw, judged on the worst graph
+        assert not same[key].per_seed
+    theory["ring"]["graphs"]["b"]["spearman_linear_non_flat"] = -0.3
+    theory["ring"]["bound"]["linear_non_flat"]["held_out"]["b"] |= {
+        "violating_pairs": 5, "violation_share": 5 / 56, "worst_ratio": 1.5,
+    }  # fmt: skip
+    theory["ring"]["bound"]["linear_non_flat"]["violating"] = ["b"]
+    found = {claim.key: claim for claim in claims(_cells(0.2), theory, config)}
+    for key in keys:
+        assert found[key].state == "holds", found[key].control.evidence
+        assert found[key].control.tested
+        assert not found[key].control.holds
+    assert "-0.3" in found["spearman_linear"].control.evidence
+    assert "ring/b" in found["bound_linear"].control.evidence
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [

@@ -141,12 +141,13 @@ def test_summary_has_every_key(ring_then_barbell):
         "worst_spearman_linear",
         "worst_spearman_linear_general",
         "worst_spearman_nonlinear",
+        "worst_spearman_linear_non_flat",
         "min_untransported_deviation",
         "max_untransported_identity_deviation",
         "worst_spearman_untransported",
     } | {
         f"bound_{kind}_{what}"
-        for kind in ("linear", "linear_general", "nonlinear")
+        for kind in ("linear", "linear_general", "nonlinear", "linear_non_flat")
         for what in ("violation_share", "worst_ratio", "max_spread", "violating")
     }
     assert set(worst) == expected
@@ -363,3 +364,17 @@ def test_the_plain_graph_control_has_the_orthogonal_flat_bundles_sensitivity():
     flat = diffusion_sensitivity(sheaf_laplacian(edge_index, node_maps=orthogonal), n, steps)
     plain = diffusion_sensitivity(sheaf_laplacian(edge_index, node_maps=identity), n, steps)
     torch.testing.assert_close(flat, plain, rtol=1e-12, atol=1e-14)
+
+
+def test_the_non_flat_control_diffuses_like_the_flat_bundle_on_a_tree_only():
+    """The claims' "non_flat" control: per-edge orthogonal maps are a flat bundle on a tree (no
+    cycle to carry holonomy), so their diffusion sensitivity is the orthogonal flat bundle's
+    there; on a cycle the maps do not cancel and the sensitivity moves."""
+    tree, cycle = check_graph(nx.balanced_tree(2, 3), stalk_dim=D), check_graph(nx.cycle_graph(7))
+    flat, non_flat = (
+        tree["sensitivity_times_resistance"][k] for k in ("linear", "linear_non_flat")
+    )
+    assert non_flat == pytest.approx(flat, rel=1e-9)
+    assert tree["spearman_linear_non_flat"] == tree["spearman_linear"]
+    products = cycle["sensitivity_times_resistance"]
+    assert products["linear_non_flat"]["min"] < 0.99 * products["linear"]["min"]  # the far pairs

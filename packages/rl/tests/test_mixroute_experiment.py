@@ -126,6 +126,17 @@ def test_a_claim_its_control_also_passes_is_vacuous():
     assert regression.control.system == "batch"
 
 
+def test_shift_gains_control_is_instance_norm_because_quick_trains_no_layer_norm():
+    """Layer norm would be a control that is not the claim's reference, but only full trains it;
+    one control serves both profiles, so instance norm stays, and the spec says issue 64 should
+    add an equal-weight blend."""
+    assert "layer" not in Config.from_profile("quick").norms
+    assert "layer" in Config.from_profile("full").norms
+    spec = Config().claim_spec("shift_gain")
+    assert spec.control == "instance"
+    assert "issue 64 should add an equal-weight blend" in spec.why_control
+
+
 def test_premises_make_the_claims_untested():
     from mixlab.rl.mixroute.experiment import claims, summarise
 

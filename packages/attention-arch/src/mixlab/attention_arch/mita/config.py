@@ -65,6 +65,10 @@ CLAIMS = (
         why_control="the claim's own reference (its control outcome is trivially fails): top-k at "
         "the same key budget is the strongest swap without MiTA's landmark routing; the "
         "shared-only swap issue 66 names is not run yet, and that issue should replace it",
+        not_per_seed="one fine-tuning run (seed config.seed + 7919) of the one pre-trained "
+        "full-attention model per swap, whatever n_seeds is: the run has no per-seed values, so "
+        "the verdict is one comparison; issue 66 should run the swap on every seed and judge it "
+        "seed by seed",
     ),
     ClaimSpec(
         key="selection_prunes_tokens",

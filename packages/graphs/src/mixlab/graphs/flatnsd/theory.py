@@ -6,9 +6,10 @@ others are held out. For each graph this measures
 - ``max|R^F − R·I|`` for a random orthogonal flat bundle, a random general invertible flat bundle,
   and, as a control, random per-edge orthogonal maps (NSD's non-flat bundle, edges only);
 - the sensitivity S_uv of linear sheaf diffusion Σ_{ℓ<L}(I − αL_F)^ℓ with L = 2·diameter, for the
-  orthogonal flat bundle (whose block norms are √d times the plain graph's: a graph-level check)
-  and for the general invertible one (where the maps distort the diffusion while R^F stays R·I),
-  and of a randomly initialised (nonlinear) FlatNSD stack of L layers through autograd Jacobians;
+  orthogonal flat bundle (whose block norms are √d times the plain graph's: a graph-level check),
+  for the general invertible one (where the maps distort the diffusion while R^F stays R·I) and,
+  as the control, for the non-flat per-edge bundle above, and of a randomly initialised
+  (nonlinear) FlatNSD stack of L layers through autograd Jacobians;
 - Spearman's ρ between R_uv and each S_uv with ties handled (:func:`tied_spearman`), and the
   spread max/min of S·R, over all ordered pairs u ≠ v;
 - the un-transported resistance R̃ (``sheaf_effective_resistance(..., transport=False)``), under
@@ -57,9 +58,12 @@ TIE_TOLERANCE = 1e-9
 BOUND_TOLERANCE = 1e-9
 """relative slack of the bound: a pair violates it when S·R > c·(1 + BOUND_TOLERANCE)"""
 
-SENSITIVITIES = ("linear", "linear_general", "nonlinear")
+SENSITIVITIES = ("linear", "linear_general", "nonlinear", "linear_non_flat")
 """the sensitivities S measured on every graph: linear diffusion on the orthogonal flat bundle
-(graph-level), on the general invertible flat bundle, and a nonlinear FlatNSD stack"""
+(graph-level), on the general invertible flat bundle, a nonlinear FlatNSD stack, and, as the
+control, linear diffusion on the non-flat bundle (random per-edge orthogonal maps), each against
+the same resistance R (a non-flat sheaf has no transport between non-adjacent stalks, so R, every
+flat bundle's sheaf resistance on the graph, is the resistance the control is read against)"""
 
 
 def _connected_er(n: int, p: float, seed: int) -> nx.Graph:
@@ -231,6 +235,9 @@ def _measure(
             sheaf_laplacian(edge_index, node_maps=general), n, steps
         ),
         "nonlinear": _flatnsd_sensitivity(edge_index, n, stalk_dim, steps, seed, generator),
+        "linear_non_flat": diffusion_sensitivity(
+            sheaf_laplacian(edge_index, edge_maps=edge_maps), n, steps
+        ),
     }
     untransported = resistance(orthogonal, transport=False)
     untransported_general = resistance(general, transport=False)

@@ -47,6 +47,19 @@ _MYOPIC = (
 )
 
 
+_SESSIONS = (
+    "its statistic runs over n_sessions independently seeded sessions (the {what}), one run seed "
+    "for them all: the spread over sessions is inside the statistic, so it is judged once, not "
+    "per run seed"
+)
+
+_DQN_SESSIONS = (
+    "its median Δ runs over dqn_seeds independently seeded DQN sessions (2 in quick, 4 in full), "
+    "one run seed for them all: the spread over sessions is inside the median, so it is judged "
+    "once; with so few sessions issue 75 should judge them session by session"
+)
+
+
 def _unwinds(game: str) -> ClaimSpec:
     low, high = COMPETITIVE_BAND
     return ClaimSpec(
@@ -58,6 +71,9 @@ def _unwinds(game: str) -> ClaimSpec:
         control="myopic",
         why_control=f"{_MYOPIC}; if it meets the same distribution test, the test does not measure "
         "unwinding (issue 75)",
+        not_per_seed=_SESSIONS.format(
+            what="median Δ and the shares of sessions in the band, locked in and punishing"
+        ),
     )
 
 
@@ -72,6 +88,10 @@ CLAIMS = (
         control="myopic",
         why_control=f"{_MYOPIC}; if it too lies closer to the band than penalty-only, being closer "
         "does not measure belief injection (issue 75 names myopic as every claim's control)",
+        not_per_seed=_SESSIONS.format(
+            what="one-sided Wilcoxon signed-rank p over the sessions paired by seed with "
+            "penalty-only: a test over seeds already"
+        ),
         threshold=BELIEF_P,
         floor=0.0,
         ceiling=1.0,  # a p-value
@@ -85,6 +105,9 @@ CLAIMS = (
         why_control="only Q-learning and CURB run on the grid (no extra training here), so the "
         "control is the claim's own reference, plain Q-learning, and fails trivially; issue 75 "
         "should put the myopic learner on the grid",
+        not_per_seed="each cell's median Δ runs over grid_sessions independently seeded sessions "
+        "(n_sessions at Calvano's cell), one run seed for them all: the spread over sessions is "
+        "inside each cell's statistic, so it is judged once, not per run seed",
     ),
     ClaimSpec(
         key="dqn_colludes",
@@ -96,6 +119,7 @@ CLAIMS = (
         why_control="the tabular myopic learner (δ = 0), the competitive reference: it does not "
         "value the future, so it cannot sustain collusion; no myopic DQN is trained (issue 75 may "
         "add one)",
+        not_per_seed=_DQN_SESSIONS,
     ),
     ClaimSpec(
         key="curb_dqn_unwinds",
@@ -105,6 +129,7 @@ CLAIMS = (
         control="myopic",
         why_control=f"{_MYOPIC}; no myopic DQN is trained, so the tabular one stands in (issue 75 "
         "may add one)",
+        not_per_seed=_DQN_SESSIONS,
     ),
 )
 """the claims (:class:`~mixlab.shared.claims.ClaimSpec`), judged in

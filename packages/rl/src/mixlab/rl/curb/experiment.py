@@ -20,7 +20,8 @@ by session seed: a one-sided Wilcoxon signed-rank test on the sessions' distance
 Every claim is declared in ``Config.CLAIMS`` and judged again with its control in CURB's place
 (:mod:`mixlab.shared.claims`): the myopic learner (δ = 0), the competitive reference, or for the
 grid claim Q-learning, the only other system on the grid. A claim's numbers (median Δ, shares,
-the paired p-value) belong to this run's seed and are judged seed by seed.
+the paired p-value) are statistics over independently seeded sessions, so their spread over seeds
+is inside them: every claim's spec declares ``not_per_seed`` and is judged once per run.
 
 Regime (``result.json``'s ``regime``, gating every claim): Q-learning colludes on Bertrand as in
 Calvano et al. (mean Δ in [0.75, 0.95] and at least 50 % of sessions punish a deviation); without
@@ -405,8 +406,7 @@ def dqn_learned(metrics: dict[str, dict[str, Any]]) -> Claim:
     )
 
 
-def _seeded(
-    config: Config,
+def _compare(
     text: str,
     value: float | None,
     op: Comparison,
@@ -415,21 +415,14 @@ def _seeded(
     requires: Sequence[Claim] = (),
     **labels: str,
 ) -> Claim:
-    """``value op reference`` for this run's seed (``config.seed``): the claims are stated on the
-    distribution of the run's sessions (median Δ, shares), one number per run seed, judged seed
-    by seed (:meth:`Claim.worst_seed`; one seed per run). None (not defined) never holds."""
-    return Claim.worst_seed(
-        text,
-        [_number(value)],
-        op,
-        _number(reference),
-        seeds=[config.seed],
-        requires=requires,
-        **labels,
-    )
+    """``value op reference`` on a statistic of the run's sessions (median Δ, a share of
+    sessions, a p-value over sessions): the sessions are independently seeded, so the statistic
+    holds its spread over seeds, and every claim's spec says so (``not_per_seed``). None (not
+    defined) never holds."""
+    return Claim.compare(text, _number(value), op, _number(reference), requires=requires, **labels)
 
 
-def unwound(metrics: dict[str, dict[str, Any]], system: str, game: str, config: Config) -> Claim:
+def unwound(metrics: dict[str, dict[str, Any]], system: str, game: str) -> Claim:
     """``system`` unwinds collusion in ``game`` across its sessions: median Δ below 0.2, at least
     70 % of sessions in the competitive band, fewer than 10 % locked at the Eq. 8 start profile,
     at most 25 % punishing a deviation (the test of the claims ``unwinds_<game>``, for any
@@ -441,32 +434,28 @@ def unwound(metrics: dict[str, dict[str, Any]], system: str, game: str, config: 
         f"{IN_BAND:.0%} of sessions with Δ in [{low}, {high}], fewer than {LOCK_IN:.0%} locked "
         f"at the Eq. 8 start profile (the frozen control's outcome), at most {RARE:.0%} punishing",
         [
-            _seeded(
-                config,
+            _compare(
                 "median unwound",
                 row["collusion_median"],
                 "<",
                 UNWOUND,
                 value_label="median Δ",
             ),
-            _seeded(
-                config,
+            _compare(
                 "most sessions in the band",
                 row["share_in_band"],
                 ">=",
                 IN_BAND,
                 value_label="share in band",
             ),
-            _seeded(
-                config,
+            _compare(
                 "not locked at the start",
                 row["lock_in_share"],
                 "<",
                 LOCK_IN,
                 value_label="lock-in share",
             ),
-            _seeded(
-                config,
+            _compare(
                 "punishment removed",
                 row["punished_share"],
                 "<=",
@@ -481,9 +470,7 @@ def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
     """Every claim of ``Config.CLAIMS``, judged with its control in the method's place (the grid
     claim only when the grid ran)."""
     result = [
-        config.judge(
-            f"unwinds_{game}", functools.partial(unwound, metrics, game=game, config=config)
-        )
+        config.judge(f"unwinds_{game}", functools.partial(unwound, metrics, game=game))
         for game in GAMES
     ]
 
@@ -492,8 +479,7 @@ def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
         return Claim.all_of(
             f"{system}'s sessions lie closer to the band than penalty-only's",
             [
-                _seeded(
-                    config,
+                _compare(
                     f"{game} paired test",
                     rows[game]["closer_than_penalty_p"],
                     "<",
@@ -515,16 +501,14 @@ def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
                     part
                     for game in GAMES
                     for part in (
-                        _seeded(
-                            config,
+                        _compare(
                             f"{game}: {system}'s worst cell unwound",
                             metrics[f"{game}/{system}"]["grid_collusion_max"],
                             "<",
                             UNWOUND,
                             value_label=f"{game} {system} max cell-median Δ",
                         ),
-                        _seeded(
-                            config,
+                        _compare(
                             f"{game}: {system}'s worst cell below Q-learning's best",
                             metrics[f"{game}/{system}"]["grid_collusion_max"],
                             "<",
@@ -550,8 +534,7 @@ def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
     learned = [dqn_learned(metrics)]
 
     def colludes(system: str) -> Claim:
-        return _seeded(
-            config,
+        return _compare(
             f"{system} colludes on Bertrand",
             metrics[f"bertrand/{system}"]["collusion_median"],
             ">=",
@@ -565,16 +548,14 @@ def claims(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
         return Claim.all_of(
             f"{system} unwinds DQN collusion",
             [
-                _seeded(
-                    config,
+                _compare(
                     f"{system} unwound",
                     median,
                     "<",
                     UNWOUND,
                     value_label=f"{system} median Δ",
                 ),
-                _seeded(
-                    config,
+                _compare(
                     f"{system} below DQN",
                     median,
                     "<",

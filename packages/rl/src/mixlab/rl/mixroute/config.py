@@ -42,8 +42,12 @@ CLAIMS = (
         system="mixnorm",
         control="instance",
         why_control=f"instance {_SINGLE_NORM}, POMO's own and the stronger of the two; it is also "
-        "the claim's reference, so it fails trivially on the part against itself (the run has no "
-        "fixed equal-weight blend, and savings covers CVRP only; issue 64 may add one)",
+        "the claim's own reference, so the control fails trivially on the part against itself. "
+        "Layer norm, the single norm that is no reference, is trained only in full (quick trains "
+        "instance, batch and MixNorm), so it cannot be the one control of both profiles, and the "
+        "run has no fixed blend (savings covers CVRP only); issue 64 should add an equal-weight "
+        "blend (MixNorm's statistics at frozen weights 1/3: everything but the learned mixing) "
+        "and make it this claim's control",
         premises=_PREMISES,
     ),
     ClaimSpec(
