@@ -6,6 +6,7 @@ The kernel against its reference (under TRITON_INTERPRET=1) is in test_mobiquant
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 
@@ -461,10 +462,10 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
     rejudged = Result(metrics=result.metrics, claims=claims(values, config), regime=result.regime)
     assert rejudged.claims == result.claims
 
-    def judged(edit) -> dict:
+    def judged(edit, n_seeds: int = 1) -> dict:
         edited = copy.deepcopy(values)
         edit(edited)
-        return {c.key: c for c in claims(edited, config)}
+        return {c.key: c for c in claims(edited, dataclasses.replace(config, n_seeds=n_seeds))}
 
     def router_gains(gains: list[float]):
         def edit(v):
@@ -476,7 +477,7 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
                 v["nested"][f"ppl@{budget}"] = [5.0] * len(gains)
                 v["mobiquant"][f"ppl@{budget}"] = [5.0 - g for g in gains]
 
-        return judged(edit)["router_beats_random_depths"]
+        return judged(edit, n_seeds=len(gains))["router_beats_random_depths"]
 
     assert router_gains([0.05, 0.06, 0.04]).state == "holds"  # paired t = 8.7 over 3 seeds
     assert router_gains([0.05, -0.02, 0.09]).state == "fails"  # within the spread
