@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -313,11 +314,15 @@ def test_groups_hold_under_accelerate_launch_with_two_processes(tmp_path):
     script = Path(__file__).with_name("margo_two_processes.py")
     env = os.environ | {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
                         "CUDA_VISIBLE_DEVICES": ""}  # fmt: skip
+    with socket.socket() as probe:  # a free port, not torchrun's fixed 29500 another run may hold
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
               "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-              "--dynamo_backend", "no", str(script), str(tmp_path)]  # fmt: skip
+              "--dynamo_backend", "no", "--main_process_port", str(port),
+              str(script), str(tmp_path)]  # fmt: skip
     done = subprocess.run(launch, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, done.stderr[-4000:]  # a child's own error sits above the summary
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert len(ranks[0]) == len(ranks[1]) == 2  # one generation per 3 steps
     for local0, local1 in zip(*ranks, strict=True):
