@@ -8,7 +8,7 @@ from typing import ClassVar
 import pytest
 
 from mixlab.shared import Claim, ClaimSpec, ExperimentConfig, Result, judge
-from mixlab.shared.claims import claim_state, control_outcome, student_t_sf
+from mixlab.shared.claims import claim_state, control_outcome, student_t_sf, where_run
 
 # one number per system and seed: "ours" beats "theirs" on every seed, "simple" on two of three
 ACCURACY = {
@@ -259,3 +259,10 @@ def test_a_claim_the_run_cannot_compute_is_untested_for_any_system() -> None:
     claim = judge(spec(), lambda system: Claim.not_run(system, "the run has no molecules"))
     assert claim.state == "untested"
     assert claim.evidence == "not run (untested: the run has no molecules)"
+
+
+def test_where_run_leaves_a_claim_untested_when_the_run_lacks_its_control() -> None:
+    claim = judge(spec(), where_run(beats("theirs"), ["ours", "theirs"], "theirs"))
+    assert claim.state == "untested"
+    assert "the run has no simple" in claim.control.evidence
+    assert judge(spec(), where_run(beats("theirs"), ACCURACY, "theirs")).state == "holds"

@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 import operator
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Self
 
@@ -338,6 +338,23 @@ class Claim:
         return claim
 
 
+def where_run(
+    test: Callable[[str], Claim], systems: Iterable[str], *needed: str
+) -> Callable[[str], Claim]:
+    """``test``, not run (untested, with the reason) for a system, or a reference in ``needed``,
+    that is not among the ``systems`` this run trains: a profile without the control leaves the
+    claim untested instead of failing with a missing key."""
+    run_here = set(systems)
+
+    def checked(system: str) -> Claim:
+        missing = [s for s in (system, *needed) if s not in run_here]
+        if missing:
+            return Claim.not_run(system, f"the run has no {', '.join(missing)}")
+        return test(system)
+
+    return checked
+
+
 def claim_state(claim: Mapping[str, Any]) -> str:
     """The state of a claim as result.json stores it: its ``state``, or for files written before
     states were stored, untested / holds / fails from ``tested`` and ``holds``."""
@@ -585,4 +602,5 @@ __all__ = [
     "format_number",
     "judge",
     "student_t_sf",
+    "where_run",
 ]

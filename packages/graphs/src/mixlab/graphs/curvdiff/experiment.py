@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from mixlab.graphs.curvdiff.metrics import (
 from mixlab.graphs.curvdiff.model import CurvDiff, parameter_total, with_curvature
 from mixlab.shared import Claim, Result, cache_dir, mean_std, resolve_device, run_cells
 from mixlab.shared.budget import parameter_count, width_for_budget
+from mixlab.shared.claims import where_run
 from mixlab.shared.files import write_json_atomic
 
 DESCRIPTORS = ("degree", "clustering", "orbit", "spectral")
@@ -383,22 +384,6 @@ def _not_run(reason: str) -> Callable[[str], Claim]:
     return lambda system: Claim.not_run(system, reason)
 
 
-def _where_run(
-    test: Callable[[str], Claim], among: Iterable[str], *needed: str
-) -> Callable[[str], Claim]:
-    """``test``, untested for a system (or a reference in ``needed``) the run does not train:
-    a control outside ``config.systems`` leaves the claim untested, not an error."""
-    run_here = set(among)
-
-    def checked(system: str) -> Claim:
-        missing = [s for s in (system, *needed) if s not in run_here]
-        if missing:
-            return Claim.not_run(system, f"the run has no {', '.join(missing)}")
-        return test(system)
-
-    return checked
-
-
 def claims(done: list[dict[str, Any]], config: Config) -> list[Claim]:
     """The claims of :data:`~mixlab.graphs.curvdiff.config.CLAIMS`, judged seed by seed from the
     cells (``done``): each test runs on the claim's system and again on its control."""
@@ -425,7 +410,7 @@ def claims(done: list[dict[str, Any]], config: Config) -> list[Claim]:
         ])  # fmt: skip
 
     judge(
-        "product_lower_distortion", _where_run(product_lower_distortion, systems, *singles),
+        "product_lower_distortion", where_run(product_lower_distortion, systems, *singles),
         bool(hetero and "HSE" in systems and singles),
         "the run has no hetero set, HSE or single geometry", hetero=on, singles=", ".join(singles),
     )  # fmt: skip
@@ -448,7 +433,7 @@ def claims(done: list[dict[str, Any]], config: Config) -> list[Claim]:
         return Claim.all_of(system, parts)
 
     judge(
-        "beats_euclidean_mmd", _where_run(beats_euclidean_mmd, systems, "E"), bool(hetero),
+        "beats_euclidean_mmd", where_run(beats_euclidean_mmd, systems, "E"), bool(hetero),
         "the run has no hetero set", hetero=on, descriptors=", ".join(DESCRIPTORS), protocol=p,
     )  # fmt: skip
 
@@ -465,7 +450,7 @@ def claims(done: list[dict[str, Any]], config: Config) -> list[Claim]:
         return Claim.all_of(system, parts)
 
     judge(
-        "ricci_lowers_mmd", _where_run(ricci_lowers_mmd, systems, "HSE"), bool(ricci_sets),
+        "ricci_lowers_mmd", where_run(ricci_lowers_mmd, systems, "HSE"), bool(ricci_sets),
         "the run has no HSE system", sets=", ".join(ricci_sets) or "none", protocol=p,
     )  # fmt: skip
 
@@ -485,7 +470,7 @@ def claims(done: list[dict[str, Any]], config: Config) -> list[Claim]:
         return Claim.all_of(system, parts)
 
     judge(
-        "single_ties_product", _where_run(single_ties_product, systems, *controls.values()),
+        "single_ties_product", where_run(single_ties_product, systems, *controls.values()),
         len(controls) == len(CONTROLS) and "HSE" in systems,
         "the run has no tree and grid sets (full profile)", protocol=p,
     )  # fmt: skip
@@ -498,7 +483,7 @@ def claims(done: list[dict[str, Any]], config: Config) -> list[Claim]:
         )  # fmt: skip
 
     judge(
-        "qm9_vun", _where_run(qm9_vun, config.molecule_systems, "E"),
+        "qm9_vun", where_run(qm9_vun, config.molecule_systems, "E"),
         config.molecules == "qm9" and {"curvdiff", "E"} <= set(config.molecule_systems),
         f"molecules are {config.molecules!r}, not qm9 (full profile)", points=VUN_POINTS * 100,
     )  # fmt: skip
@@ -516,7 +501,7 @@ def claims(done: list[dict[str, Any]], config: Config) -> list[Claim]:
         return Claim.all_of(system, parts)
 
     judge(
-        "matches_digress", _where_run(matches_digress, systems, "digress"),
+        "matches_digress", where_run(matches_digress, systems, "digress"),
         bool(hetero and "digress" in systems),
         "the run has no hetero set or DiGress-style system", hetero=on, protocol=p,
     )  # fmt: skip

@@ -80,6 +80,7 @@ from mixlab.graphs.mixscentnet.training import (
     predict_distance,
 )
 from mixlab.shared import Claim, Result, cache_dir, mean_std, resolve_device, run_cells
+from mixlab.shared.claims import where_run
 from mixlab.shared.files import write_json_atomic
 
 REGIME_PEARSON = 0.6
@@ -493,17 +494,6 @@ def claims(done: list[dict[str, Any]], config: Config) -> list[Claim]:
     systems = set(config.systems)
     converged = {"neural_fits_converged": neural_fits_converged(done, config)}
 
-    def where_run(test, *needed: str):
-        """``test``, untested for a system (or a reference in ``needed``) this run lacks."""
-
-        def checked(system: str) -> Claim:
-            missing = [s for s in (system, *needed) if s not in systems]
-            if missing:
-                return Claim.not_run(system, f"the run has no {', '.join(missing)}")
-            return test(system)
-
-        return checked
-
     def beats_pommix_snitz(system: str) -> Claim:
         return Claim.all_of(system, [
             _beats(done, split, system, other) for split in SPLITS for other in ("pommix", "snitz")
@@ -563,19 +553,19 @@ def claims(done: list[dict[str, Any]], config: Config) -> list[Claim]:
     return [
         config.judge(
             "beats_pommix_snitz",
-            where_run(beats_pommix_snitz, "snitz") if "snitz" in systems
+            where_run(beats_pommix_snitz, systems, "snitz") if "snitz" in systems
             else not_run("the run has no Snitz system"),
             premises=converged,
         ),
         config.judge(
             "mordred_beats_scratch",
-            where_run(mordred_beats_scratch, "no-pretrain") if "no-pretrain" in systems
+            where_run(mordred_beats_scratch, systems, "no-pretrain") if "no-pretrain" in systems
             else not_run("the run has no no-pretrain system"),
             premises=converged, text_values={"pct": pct},
         ),
         config.judge(
             "graph_beats_pooling",
-            where_run(graph_beats_pooling, "mean-pool", "self-attention")
+            where_run(graph_beats_pooling, systems, "mean-pool", "self-attention")
             if {"mean-pool", "self-attention"} <= systems
             else not_run("the run lacks mean-pool or self-attention"),
             premises=converged,
@@ -583,7 +573,7 @@ def claims(done: list[dict[str, Any]], config: Config) -> list[Claim]:
         config.judge("mordred_raises_auroc", mordred_raises_auroc, text_values={"pct": tag}),
         config.judge(
             "olfactory_white",
-            where_run(olfactory_white) if white
+            where_run(olfactory_white, systems) if white
             else not_run(f"the data has no {WHITE_STUDY} pairs"),
             text_values={
                 "study": WHITE_STUDY, "white_pearson": WHITE_PEARSON,
