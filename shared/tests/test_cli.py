@@ -283,6 +283,15 @@ def test_reproduce_on_a_missing_device_is_one_line_and_exit_2(
     assert not (tmp_path / "r").exists()  # refused before any method ran
 
 
+def test_run_on_a_missing_device_leaves_no_folder(
+    toy_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    assert main(["run", "toy", "--device", "cuda:99", "--out", str(out)]) == 2
+    assert "device 'cuda:99'" in _stderr_line(capsys)
+    assert not out.exists()
+
+
 def test_ctrl_c_is_one_line_and_exit_130(
     site_with_methods, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -330,3 +339,25 @@ def test_console_script_refuses_a_damaged_checkpoint(
     assert completed.returncode == 2, completed.stderr
     assert completed.stderr.count("\n") == 1
     assert "step_00000050" in completed.stderr
+
+
+def test_wide_metric_tables_are_split_to_fit_the_terminal() -> None:
+    from rich.console import Console
+
+    from mixlab.shared import cli
+    from mixlab.shared.result import Result
+
+    systems = [f"system-{i:02d}" for i in range(20)]
+    metrics = {s: {f"metric_{j:02d}": 0.012345 * (i + 1) * (j + 1) for j in range(25)}
+               for i, s in enumerate(systems)}  # fmt: skip
+    result = Result(metrics=metrics, claims=[], method="wide")
+    console, cli.console = cli.console, Console(width=150, record=True)
+    try:
+        cli._print_result(result)
+        text = cli.console.export_text()
+    finally:
+        cli.console = console
+    assert "…" not in text  # no cell cut short
+    assert all(system in text for system in systems)
+    assert "wide: metrics (1 of " in text
+    assert max(len(line) for line in text.splitlines()) <= 150

@@ -11,6 +11,8 @@ mixlab reproduce --compare benchmarks/results  # verdict changes and metric drif
 from __future__ import annotations
 
 import json
+import sys
+import textwrap
 import time
 import traceback
 from pathlib import Path
@@ -360,16 +362,18 @@ def _print_result(result: Result) -> None:
     systems = list(result.metrics)
     metric_names = list(next(iter(result.metrics.values())))
     if len(metric_names) > len(systems):  # many metrics: one row per metric, one column per system
-        metrics = Table("metric", *systems, title=f"{result.method}: metrics")
-        for name in metric_names:
-            metrics.add_row(
-                name, *(format_number(result.metrics[system][name]) for system in systems)
-            )
+        rows, columns, header = metric_names, systems, "metric"
+
+        def cell(row: str, column: str) -> str:
+            return format_number(result.metrics[column][row])
     else:
-        metrics = Table("system", *metric_names, title=f"{result.method}: metrics")
-        for system, row in result.metrics.items():
-            metrics.add_row(system, *(format_number(row[name]) for name in metric_names))
-    console.print(metrics)
+        rows, columns, header = systems, metric_names, "system"
+
+        def cell(row: str, column: str) -> str:
+            return format_number(result.metrics[row][column])
+
+    for table in _fitting_tables(f"{result.method}: metrics", header, rows, columns, cell):
+        console.print(table)
     claims = Table(
         "claim", "result", "evidence", "control", title=f"{result.method}: claims", show_lines=True
     )
@@ -385,6 +389,88 @@ def _print_result(result: Result) -> None:
     console.print(_tally_text(result.tally()))
 
 
+_RUN_OPTIONS_WITH_VALUES = ("--profile", "--seed", "--device", "--out", "--set")
+
+
+def _help_of_method(args: list[str]) -> tuple[str, str] | None:
+    """``(method, profile)`` when ``args`` ask ``run METHOD ... --help`` of an installed method."""
+    if not args or args[0] != "run" or "--help" not in args:
+        return None
+    rest, positional, profile = args[1:], [], "quick"
+    for i, arg in enumerate(rest):
+        if i > 0 and rest[i - 1] in _RUN_OPTIONS_WITH_VALUES:
+            profile = arg if rest[i - 1] == "--profile" else profile
+        elif not arg.startswith("-"):
+            positional.append(arg)
+    if not positional or positional[0] not in discover_methods():
+        return None
+    return positional[0], profile
+
+
+def _print_fields(method: Method, profile: str) -> None:
+    """Every config field of ``method``: type, default in ``profile``, what other profiles set,
+    the range its check allows and its docstring (``--set field=value`` changes one)."""
+    console.print(
+        f"\nConfig fields of {method.name} ({profile} profile; change one with --set field=value):",
+        highlight=False,
+    )
+    for field in method.config.field_help(profile):
+        line = f"  {field['name']}: {field['type']} = {field['default']}"
+        if field["profiles"]:
+            line += f"  ({field['profiles']})"
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+        details = "; ".join(part for part in (field["allowed"], field["doc"]) if part)
+        if details:
+            wrapped = textwrap.fill(
+                details, width=max(40, console.width), initial_indent=" " * 6,
+                subsequent_indent=" " * 6,
+            )  # fmt: skip
+            console.print(wrapped, highlight=False, markup=False, soft_wrap=True)
+
+
+def _fitting_tables(
+    title: str,
+    header: str,
+    rows: list[str],
+    columns: list[str],
+    cell: Any,
+    *,
+    width: int | None = None,
+) -> list[Table]:
+    """One table of ``rows`` × ``columns`` (``cell(row, column)``), split into several that each
+    fit the terminal's ``width`` so no number is cut to "0.0…" (each keeps the row labels)."""
+    width = width or console.width
+    label_width = max(len(header), *(len(row) for row in rows)) + 3
+    chunks: list[list[str]] = [[]]
+    used = label_width
+    for column in columns:
+        needed = max(len(column), 10) + 3  # a four-digit number in scientific notation is 9 wide
+        if chunks[-1] and used + needed > width:
+            chunks.append([])
+            used = label_width
+        chunks[-1].append(column)
+        used += needed
+    tables = []
+    for index, chunk in enumerate(chunks, start=1):
+        part = f" ({index} of {len(chunks)})" if len(chunks) > 1 else ""
+        table = Table(header, *chunk, title=title + part)
+        for row in rows:
+            table.add_row(row, *(cell(row, column) for column in chunk))
+        tables.append(table)
+    return tables
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI on ``argv`` (default: the command line) and return the exit code."""
-    return run_app(app, argv, prog_name="mixlab")
+    """Run the CLI on ``argv`` (default: the command line) and return the exit code.
+
+    ``mixlab run METHOD --help`` adds the method's config fields to the help of ``run``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    asked = _help_of_method(args)
+    if asked is None:
+        return run_app(app, args, prog_name="mixlab")
+    method = get_method(asked[0])
+    if asked[1] not in method.config.PROFILES:
+        return run_app(app, ["run", asked[0], "--profile", asked[1]], prog_name="mixlab")
+    code = run_app(app, ["run", "--help"], prog_name="mixlab")
+    _print_fields(method, asked[1])
+    return code

@@ -20,10 +20,14 @@ docstring, and lists in ``PROFILES`` what the other profiles change::
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
+import itertools
 import json
 import math
 import numbers
+import textwrap
 import types
 import typing
 from collections.abc import Callable
@@ -162,6 +166,37 @@ class ExperimentConfig:
         return dataclasses.asdict(self)
 
     @classmethod
+    def field_help(cls, profile: str = "quick") -> list[dict[str, str]]:
+        """What ``mixlab run METHOD --help`` shows of each field: ``name``, ``type``,
+        ``default`` (in ``profile``), ``profiles`` (where another profile differs), ``allowed``
+        (the range the field's own check states, found by feeding it a value it must refuse) and
+        ``doc`` (the field's docstring)."""
+        require(profile in cls.PROFILES, "profile", f"one of {sorted(cls.PROFILES)}", profile)
+        docs = _field_docs(cls)
+        hints = typing.get_type_hints(cls)
+        base = cls.from_profile(profile)
+        other_profiles = {name: cls.from_profile(name) for name in cls.PROFILES if name != profile}
+        out = []
+        for field in dataclasses.fields(cls):
+            others = {
+                name: getattr(config, field.name)
+                for name, config in other_profiles.items()
+                if field.name != "profile"
+                and getattr(config, field.name) != getattr(base, field.name)
+            }
+            out.append(
+                {
+                    "name": field.name,
+                    "type": _type_name(hints[field.name]),
+                    "default": _shown(getattr(base, field.name)),
+                    "profiles": ", ".join(f"{k}: {_shown(v)}" for k, v in others.items()),
+                    "allowed": _allowed(base, field.name, hints[field.name]),
+                    "doc": docs.get(field.name, ""),
+                }
+            )
+        return out
+
+    @classmethod
     def parse_overrides(cls, assignments: list[str]) -> dict[str, Any]:
         """Turn CLI ``--set field=value`` strings into typed values, checked against the fields.
 
@@ -178,6 +213,69 @@ class ExperimentConfig:
             require(name != "profile", "--set field", "not 'profile' (use --profile)", name)
             parsed[name] = _parse_value(name, hints[name], text)
         return parsed
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field (PEP 257 attribute docstrings) of ``cls`` and its bases."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):  # no source (a frozen app): no docs
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for node, after in itertools.pairwise(body):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def _type_name(annotation: Any) -> str:
+    if isinstance(annotation, type):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "")
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, str | tuple | list | dict) else str(value)
+
+
+_PROBES: dict[type, tuple[Any, ...]] = {
+    int: (-1, 0, 10**12),
+    float: (-1.0, 0.0, 1e12, math.nan),
+    str: ("?",),
+    tuple: ((), ("?",), (-1,)),
+    list: ([], ["?"], [-1]),
+}
+
+
+def _allowed(config: ExperimentConfig, name: str, annotation: Any) -> str:
+    """The range a field accepts, in the words of its own check: the ``<name> must be <allowed>``
+    of the ValueError a value it must refuse raises ("" when no probe is refused)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return f"one of {list(typing.get_args(annotation))}"
+    if annotation is bool:
+        return "true or false"
+    kinds = [annotation] if origin is None else [origin, *typing.get_args(annotation)]
+    probes = [p for kind in kinds for p in _PROBES.get(kind, ())]
+    prefix = f"{name} must be "
+    for probe in probes:
+        try:
+            dataclasses.replace(config, **{name: probe})
+        except (ValueError, TypeError) as error:
+            message = str(error)
+            if message.startswith(prefix):
+                return message[len(prefix) :].rsplit(", got ", 1)[0]
+    return ""
 
 
 def _same_float(a: float, b: float) -> bool:

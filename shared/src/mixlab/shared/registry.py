@@ -124,10 +124,6 @@ class Method:
             raise ValueError(
                 f"config must be a {self.config.__qualname__} for method {self.name!r}, got {config!r}"
             )
-        out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for stale in STALE_OUTPUTS:
-            (out_dir / stale).unlink(missing_ok=True)
         if self.backend == "numpy":
             if config.device not in ("auto", "cpu"):
                 raise ValueError(
@@ -135,7 +131,11 @@ class Method:
                 )
             device = "cpu"
         else:
-            device = resolve_device(config.device)
+            device = resolve_device(config.device)  # a missing GPU is refused before any folder
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for stale in STALE_OUTPUTS:
+            (out_dir / stale).unlink(missing_ok=True)
         run = self.load_run()
         seed_everything(config.seed)
         start = time.perf_counter()

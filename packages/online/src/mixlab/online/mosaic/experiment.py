@@ -1062,7 +1062,7 @@ def _plot_errors(streams: list[dict[str, Any]], config: Config, path: Path) -> N
         "mosaic",
     )
     rates = config.observed_fractions
-    figure = Figure(figsize=(5 * len(rates), 4))
+    figure = Figure(figsize=(5 * len(rates) + 1.5, 4), layout="constrained")
     for index, rate in enumerate(rates):
         cell = next(c for c in streams if c["observed_fraction"] == rate)
         axes = figure.add_subplot(1, len(rates), index + 1)
@@ -1081,7 +1081,8 @@ def _plot_errors(streams: list[dict[str, Any]], config: Config, path: Path) -> N
             title=f"p = {rate}, seed {cell['seed']}",
         )
         axes.grid(alpha=0.3)
-    figure.axes[0].legend(fontsize=7)
+    handles, labels = figure.axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside right upper", fontsize=7)  # off the curves
     save_figure(figure, path)
 
 
