@@ -59,11 +59,14 @@ def _probe(*args: str) -> dict:
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("argv", [["list"], ["--help"], ["run", "no-such-method"]])
+@pytest.mark.parametrize(
+    "argv",
+    [["list"], ["--help"], ["run", "no-such-method"], ["run", "mobiquant", "--help"]],
+)
 def test_listing_imports_no_heavy_dependency(argv: list[str]) -> None:
     assert len(METHODS) >= 6
     probe = _probe(*argv)
-    assert probe["code"] == (2 if argv[0] == "run" else 0)
+    assert probe["code"] == (2 if argv == ["run", "no-such-method"] else 0)
     assert probe["heavy"] == [], f"`mixlab {' '.join(argv)}` imported {probe['heavy']}"
     # CPU time, not wall time: a busy machine does not change it much
     assert probe["cpu_s"] < 1.0, f"`mixlab {' '.join(argv)}` took {probe['cpu_s']:.2f} s of CPU"
@@ -152,3 +155,25 @@ def test_every_claim_names_a_control_among_the_experiments_systems(name: str) ->
         assert len(spec.why_control.split()) >= 3, f"{name}.{spec.key}: say why this control"
         if spec.not_per_seed:
             assert len(spec.not_per_seed.split()) >= 3, f"{name}.{spec.key}: say why no seeds"
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_every_config_field_is_discoverable(name: str) -> None:
+    """``mixlab run METHOD --help`` shows each field's type, default, allowed range (in the words
+    of the field's own check, found by feeding it a value it must refuse) and a line of doc."""
+    for field in METHODS[name].config.field_help():
+        assert field["doc"], f"{name}.{field['name']}: add a docstring under the field"
+        free_text = field["type"] == "str" and field["name"].endswith(("_dir", "_path"))
+        assert field["allowed"] or free_text, (
+            f"{name}.{field['name']}: no value is refused; check the field in __post_init__"
+        )
+
+
+def test_run_help_lists_the_methods_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    from mixlab.shared.cli import main
+
+    assert main(["run", "mobiquant", "--profile", "full", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "Config fields of mobiquant (full profile" in out
+    assert "n_seeds: int = 3  (quick: 1)" in out
+    assert "an integer >= 1; seeds (calibration draws)" in " ".join(out.split())

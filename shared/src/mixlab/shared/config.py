@@ -175,14 +175,21 @@ class ExperimentConfig:
         docs = _field_docs(cls)
         hints = typing.get_type_hints(cls)
         base = cls.from_profile(profile)
-        other_profiles = {name: cls.from_profile(name) for name in cls.PROFILES if name != profile}
+        # the other profiles' values as they declare them, unbuilt: building one may need an
+        # optional extra this machine lacks (curvdiff's full profile reads QM9)
+        declared = {
+            f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+            for f in dataclasses.fields(cls)
+        }
         out = []
         for field in dataclasses.fields(cls):
+            mine = _jsonish(getattr(base, field.name))
             others = {
-                name: getattr(config, field.name)
-                for name, config in other_profiles.items()
-                if field.name != "profile"
-                and getattr(config, field.name) != getattr(base, field.name)
+                name: values.get(field.name, declared[field.name])
+                for name, values in cls.PROFILES.items()
+                if name != profile
+                and field.name != "profile"
+                and _jsonish(values.get(field.name, declared[field.name])) != mine
             }
             out.append(
                 {
@@ -242,6 +249,10 @@ def _type_name(annotation: Any) -> str:
     if isinstance(annotation, type):
         return annotation.__name__
     return str(annotation).replace("typing.", "")
+
+
+def _jsonish(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
 
 
 def _shown(value: Any) -> str:

@@ -157,18 +157,26 @@ class Config(ExperimentConfig):
     clutter: int = 1
     """digit fragments per canvas (0: a lone digit)"""
     patch_size: int = 4
+    """side in pixels of the ViT's square patches (one token each)"""
     embed_dim: int = 64
+    """ViT token width"""
     depth: int = 4
+    """ViT transformer blocks (each one's attention is the system's kind)"""
     num_heads: int = 4
+    """attention heads per block (head width embed_dim / num_heads)"""
     class_token: bool = False
     """a CLS token that the classifier reads (MiTA gives it full attention) instead of max
     pooling over the patch tokens"""
     train_size: int = 20000
+    """training canvases, from the training digit images (the pre-training uses them too)"""
     test_size: int = 1000
+    """test canvases, from held-out digit images: every accuracy is measured on them"""
     steps: int = 1500
     """training steps of every system trained from scratch"""
     batch_size: int = 32
+    """canvases per training step (every run: from scratch, pre-training and fine-tuning)"""
     lr: float = 2e-3
+    """peak AdamW learning rate from scratch and of the pre-training (5 % warm-up, cosine decay)"""
     n_seeds: int = 1
     """seeds per system: seed, seed + 1, ..."""
     key_budget: int = 16
@@ -178,7 +186,9 @@ class Config(ExperimentConfig):
     pretrain_steps: int = 3000
     """steps of the cached full-attention model the swaps start from"""
     finetune_steps: int = 200
+    """fine-tuning steps after each swap into the pre-trained model (full attention as long)"""
     finetune_lr: float = 3e-4
+    """peak AdamW learning rate of the fine-tuning after a swap"""
     coverage_every: int = 50
     """steps between coverage measurements while MiTA trains"""
     systems: tuple[str, ...] = ("full", "mita", "mita_shared_only", "moba", "topk", "agent")

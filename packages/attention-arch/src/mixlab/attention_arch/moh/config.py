@@ -122,17 +122,26 @@ class Config(ExperimentConfig):
     datasets: tuple[tuple[str, int], ...] = (("digits", 8),)
     """``(source, image size)`` pairs: sources from :data:`DATASETS`"""
     systems: tuple[str, ...] = QUICK_SYSTEMS
+    """systems trained from scratch: plain Mamba, ZigMa multi-scan, static MoE, MoH, its three
+    single-part ablations (levels, transformations, depth only) and DiT"""
     n_seeds: int = 1
+    """seeds per system and dataset: seed, seed + 1, ..."""
     patch_size: int = 2
+    """side in pixels of each square patch (one token each)"""
     width: int = 64
     """MoH's width; the baselines' widths are chosen to match its parameters"""
     depth: int = 4
+    """blocks of every network (DiT's transformer blocks alike)"""
     d_state: int = 4
+    """Mamba's SSM state size N per channel (Mamba's default: 16)"""
     expand: float = 1.0
     """Mamba's d_inner = expand x width (MoH's two scan experts take half each)"""
     steps: int = 1500
+    """training steps of every system"""
     batch_size: int = 64
+    """images per training step"""
     lr: float = 2e-3
+    """AdamW peak learning rate (linear warm-up over 5 % of the steps, then cosine to 0)"""
     prediction: str = "sample"
     """what the networks predict: "epsilon", "v_prediction" or "sample" (x0)"""
     workers: int = 2
@@ -142,10 +151,13 @@ class Config(ExperimentConfig):
     n_samples: int = 1000
     """DDIM samples scored at the end of training"""
     sample_steps: int = 25
+    """DDIM steps of the final samples"""
     curve_points: int = 5
     """checkpoints (evenly spaced) scored during training: the FID_local-over-steps curves"""
     curve_samples: int = 250
+    """DDIM samples scored at each curve checkpoint"""
     curve_sample_steps: int = 20
+    """DDIM steps of the curve checkpoints' samples"""
     feature_steps: int = 600
     """training steps of the CNN whose feature space the metrics use (cached per dataset)"""
     class_conditional: bool = True

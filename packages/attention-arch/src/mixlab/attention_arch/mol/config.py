@@ -103,28 +103,41 @@ class Config(ExperimentConfig):
     width 256, encoder depth 12, LM depth 4, every second layer, 5 seeds."""
 
     size: int = 64
+    """image side in pixels of the procedural VQA scenes"""
     patch_size: int = 8
+    """side in pixels of the CLIP encoder's patches (one visual token each)"""
     vision_width: int = 64
+    """hidden width of the toy CLIP vision encoder"""
     vision_depth: int = 6
+    """transformer layers of the toy CLIP vision encoder"""
     lm_width: int = 64
+    """hidden width of the toy Llama language model"""
     lm_depth: int = 2
+    """transformer layers of the toy Llama language model"""
     encoder_images: int = 6000
+    """caption-labelled images the vision encoder is pre-trained on (one-time, cached)"""
     encoder_steps: int = 1500
     """pre-training steps of the vision encoder on the caption labels (one-time, cached)"""
     base_examples: int = 6000
+    """VQA examples of the toy base's stage-1 training (one-time, cached)"""
     base_steps: int = 3000
     """stage-1 steps of the toy base on layer -2 (one-time, cached)"""
     layers: tuple[int, ...] = (1, 2, 3, 4, 5)
     """candidate layers S (indices into the encoder's hidden states; 0 is the embeddings)"""
     n_train: int = 6000
+    """VQA training examples of every system's fine-tuning, the question types in turn"""
     n_test: int = 1200
     """VQA examples per split, the question types in turn"""
     steps: int = 400
+    """fine-tuning steps of every system from the cached base"""
     batch_size: int = 64
+    """examples (or images) per step, in the fine-tuning and in the base's one-time training"""
     lr: float = 2e-3
+    """peak AdamW learning rate of every system's fine-tuning (warm-up, then cosine decay)"""
     balance_weight: float = 0.0
     """weight of MoL's balance loss (0: off, as the reconstruction has no evidence for it)"""
     n_seeds: int = 3
+    """fine-tuning seeds per system: seed, seed + 1, ..."""
     workers: int = 2
     """processes that train cells side by side (one torch thread each)"""
     min_encoder_accuracy: float = 0.9

@@ -126,21 +126,28 @@ class Config(ExperimentConfig):
     num_graphs: int = 64
     """graphs per set"""
     min_nodes: int = 12
+    """fewest nodes of a hetero-set graph (the other generators use the spec's small variants)"""
     max_nodes: int = 24
-    """node-count range of the hetero sets (the other generators use the spec's small variants)"""
+    """most nodes of a hetero-set graph (the other generators use the spec's small variants)"""
     test_fraction: float = 0.25
     """held-out graphs per set: the MMD reference and the train–test floor"""
     num_samples: int = 64
     """graphs generated per system and seed"""
     systems: tuple[str, ...] = SYSTEMS
+    """systems run on every graph set: the latent models E, H, S, HSE and curvdiff (HSE + Ricci
+    gating and conditioning), the DiGress-style baseline and the ER and Louvain-SBM samplers"""
     n_seeds: int = 3
     """seeds per cell: seed, seed + 1, ..."""
     latent_dim: int = 12
+    """total latent dimension per node, the same for every geometry (a third each to H, S, E)"""
     hidden: int = 64
     """encoder width"""
     denoiser_width: int = 64
+    """width of the latent DDPM's denoiser (a transformer over the node set)"""
     denoiser_layers: int = 3
+    """transformer layers of the latent DDPM's denoiser"""
     ae_epochs: int = 150
+    """training epochs of each autoencoder (passes over the training graphs)"""
     encodings_per_graph: int = 2
     """encodings of each training graph (fresh random features each) the DDPMs learn"""
     diffusion_steps: int = 200
@@ -150,12 +157,15 @@ class Config(ExperimentConfig):
     diffusion_batch_size: int = 32
     """graphs per optimiser step of every diffusion model"""
     diffusion_lr: float = 1e-3
+    """Adam learning rate of every diffusion model (latent DDPMs and DiGress-style alike)"""
     molecules: str = "nci"
     """molecule set: nci (RDKit's NCI sample, in the wheel), qm9 (extra mixlab-graphs[qm9]), none"""
     max_molecules: int = 2000
     """training molecules at most (≤ 9 heavy atoms)"""
     molecule_systems: tuple[str, ...] = ("E", "curvdiff")
+    """latent systems trained on the molecules (claim 5 compares curvdiff with E)"""
     molecule_seeds: int = 1
+    """seeds of the molecule runs: seed, seed + 1, ..."""
     workers: int = 2
     """processes that run cells side by side (one torch thread each)"""
 

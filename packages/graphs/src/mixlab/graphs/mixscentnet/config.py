@@ -114,6 +114,8 @@ class Config(ExperimentConfig):
     data_dir: str = "../shared/data/olfaction"
     """the published olfaction files (gs-lf/, mixtures/); relative paths start at the current folder"""
     systems: tuple[str, ...] = SYSTEMS
+    """systems run: MixScentNet, POMMix-style, its ablations (mean-pool, self-attention,
+    no-pretrain) and the descriptor baselines (Snitz angle, gradient boosting, training mean)"""
     folds: int = 5
     """K of the K-fold splits (random: stratified by study; molecules: leave-some-molecules-out)"""
     fold_ids: tuple[int, ...] = (0,)
@@ -127,12 +129,14 @@ class Config(ExperimentConfig):
     encoder: str = "gatv2"
     """molecule encoder: gatv2 (POMMix-style node attention) or gine"""
     hidden: int = 64
+    """molecule encoder width (every message-passing layer; a multiple of its 4 GATv2 heads)"""
     embedding: int = 96
     """molecule embedding width (the encoder's output)"""
     mixture_width: int = 32
     """width of every mixture aggregator; the GATv2 graph costs O(Σ n²·width) per step, so the
     quick profile keeps it small (2.9 s per step at 96 against 0.6 s at 32 on one CPU thread)"""
     layers: int = 3
+    """message-passing layers of the molecule encoder"""
     pretrain_epochs: int = 60
     """epochs of Mordred pretraining and of GS-LF label training (early stopping on 10 %)"""
     label_epochs: int = 40
@@ -140,14 +144,17 @@ class Config(ExperimentConfig):
     steps: int = 100
     """full-batch optimiser steps of every distance fit (early stopping on 10 % of pairs)"""
     lr: float = 2e-3
+    """Adam learning rate of the mixture aggregator and head in every distance fit"""
     encoder_lr: float = 3e-4
     """learning rate of the molecule encoder during distance fine-tuning"""
     white_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32, 40)
+    """components per mixture of the random non-overlapping pairs on the olfactory-white curve"""
     white_pairs: int = 40
     """random non-overlapping pairs per size for the olfactory-white curve"""
     white_seeds: int = 1
     """seeds of the olfactory-white fits (every system; the first ``white_seeds`` of the run's)"""
     bootstrap: int = 1000
+    """bootstrap resamples of the 95 % interval of the olfactory-white curve's slope"""
     workers: int = 2
     """processes that run cells side by side (one torch thread each)"""
 

@@ -138,12 +138,15 @@ class Config(ExperimentConfig):
     n_people: int = 240
     """people in the world (a third held out: the test questions)"""
     n_cities: int = 24
+    """cities in the world (each person lives in one, drawn at random)"""
     n_countries: int = 6
+    """countries in the world (each has at least one city; the 2-hop answer is a country)"""
     p_drift: float = 0.3
     """share of the 1-hop thinking demonstrations that drift to the colleague's city"""
     hidden_size: int = 128
     """width of the SFT model (a Llama, one attention head per 32 channels)"""
     layers: int = 4
+    """transformer layers of the SFT model"""
     sft_steps: int = 1500
     """SFT steps (16 x 128 tokens each; the model is cached by its config)"""
     rl_mix: tuple[float, float, float] = (0.5, 0.25, 0.25)

@@ -147,28 +147,40 @@ class Config(ExperimentConfig):
     n_seeds: int = 2
     """training seeds per normalisation: seed, seed + 1, ..."""
     problems: tuple[str, ...] = ("cvrp",)
+    """routing problems, each trained and tested on its own: tsp, cvrp, vrptw"""
     n: int = 20
     """customers (cities) per training instance"""
     eval_sizes: tuple[int, ...] = (20,)
+    """customers per test instance, one panel each (n must be among them)"""
     norms: tuple[str, ...] = ("instance", "batch", "mixnorm")
+    """POMO encoder normalisations trained and compared (instance is POMO's own)"""
     multi_distribution: bool = False
     """also train POMO-IN on the mixture of the shift families (the stand-in for Omni-VRP/AMDKD)"""
     family_set: str = "quick"
+    """shifted test families: quick (8 coordinate shifts, plus 3 demand or time-window shifts)
+    or full (about 40 coordinate shifts, plus about 30 demand or 20 window shifts)"""
     instances: int = 100
     """test instances per family"""
     steps: int = 1000
+    """training steps of every policy (Adam, one fresh batch of uniform instances each)"""
     batch_size: int = 64
+    """instances per training step"""
     lr: float = 3e-4
     """Adam's step size: the spec pilot's 3e-4 (POMO's 1e-4 belongs to its 8,000-epoch schedule)"""
     dim: int = 64
+    """POMO's embedding width (POMO: 128)"""
     layers: int = 3
+    """encoder layers (POMO: 6)"""
     heads: int = 4
+    """attention heads per encoder layer (POMO: 8)"""
     hidden: int = 256
+    """feed-forward width of each encoder layer (POMO: 512)"""
     reference_seconds: float = 0.2
     """PyVRP's time limit per instance"""
     regime_gap: float = 4.0
     """POMO-IN's largest in-distribution gap (%) for the setup to test the claims"""
     bootstrap: int = 1000
+    """bootstrap resamples (over test instances) of each family's 95 % gap interval"""
     workers: int = 2
     """processes that run cells side by side (one torch thread each)"""
 

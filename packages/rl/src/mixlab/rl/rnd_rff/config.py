@@ -112,6 +112,7 @@ class Config(ExperimentConfig):
     probe_sd: float = 0.15
     """cluster standard deviation; the near-OOD points sit 0.5 from the centres (3.3 sd)"""
     probe_train: int = 4000
+    """training points drawn from the clusters (what the predictor is fitted on)"""
     probe_test: int = 500
     """held-out points of each kind: in-distribution, near-OOD, far-OOD"""
     probe_steps: int = 2000
@@ -122,10 +123,16 @@ class Config(ExperimentConfig):
     """training points of the exact GP posterior variance (O(n³)): all of them by default, the
     data the predictor was fitted on"""
     gp_noise: float = 1e-2
+    """noise variance added to the diagonal of K_XX in the exact GP posterior (keeps it
+    invertible; the kernel's prior variance is 1)"""
     # -- exploration -------------------------------------------------------------------------
     explorers: tuple[str, ...] = EXPLORERS
+    """exploration systems run on every environment: PPO without a bonus, RND, DRND, RND-RFF
+    (median rule; multiscale around it) and the count oracle"""
     rooms: tuple[int, int] = (3, 3)
+    """(rows, cols) of the maze's grid of square rooms"""
     room_size: int = 7
+    """cells per side of each room (walls one cell thick, one doorway between neighbours)"""
     max_steps: int = 250
     """episode limit of the maze (the start is a corner, the goal the opposite one)"""
     maze_steps: int = 50_000
@@ -137,8 +144,11 @@ class Config(ExperimentConfig):
     minigrid: tuple[str, ...] = ()
     """MiniGrid ids explored too (full profile)"""
     minigrid_steps: int = 1_000_000
+    """env steps per run on each MiniGrid id"""
     num_envs: int = 8
+    """parallel environments of every PPO run"""
     num_steps: int = 128
+    """rollout length: steps per environment per PPO iteration (CleanRL: 128)"""
     learning_rate: float = 2.5e-4
     """the policy's Adam (CleanRL ppo.py); the predictor keeps RND's 1e-4"""
     workers: int = 2

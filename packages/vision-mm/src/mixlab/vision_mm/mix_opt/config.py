@@ -173,6 +173,7 @@ class Config(ExperimentConfig):
     """personalization steps of every system (quick: 200, so a fresh machine pre-trains and runs
     the quick profile within 20 minutes)"""
     batch_size: int = 4
+    """subject images (drawn with replacement) per personalization step, BP and ZO alike"""
     resolution: int = 32
     """full (BP-high, ZO-high) resolution; a multiple of the UNet's downsampling factor"""
     low_resolution: int = 16

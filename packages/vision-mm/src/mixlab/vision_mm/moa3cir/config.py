@@ -75,23 +75,34 @@ class Config(ExperimentConfig):
     n_seeds: int = 3
     """phase-2 seeds per system: seed, seed + 1, ... (the towers use ``seed``)"""
     systems: tuple[str, ...] = EXPERIMENT_SYSTEMS
+    """systems trained and tested: image-only, text-only, sum, sum-5tower, CLIP4Cir's combiner,
+    dense MoA³, MoA3CIR and its ablations (3-tower, no augmentation, one-phase)"""
     one_phase_seeds: int = 0
     """seeds of the one-phase ablation, which trains towers and head together per seed
     (``tower_steps + steps`` steps through every tower: about 25 minutes a seed on one CPU core,
     so the quick profile leaves it to the full one)"""
     size: int = 32
+    """side in pixels of the rendered catalogue images (CLIP's image size)"""
     patch: int = 4
+    """patch side in pixels of the CLIP image tower (a ViT)"""
     clip_width: int = 128
+    """width of both CLIP towers (image ViT and text transformer)"""
     clip_layers: int = 3
+    """transformer layers of each CLIP tower"""
     clip_heads: int = 4
+    """attention heads of each CLIP tower"""
     embed_dim: int = 128
+    """CLIP's joint embedding width (the pooled features every head fuses)"""
     context_length: int = 24
+    """context length in tokens of the CLIP text tower"""
     tower_items: int = 6000
     """phase-1 image–description pairs"""
     tower_triplets: int = 6000
     """phase-1 triplets for CLIP4Cir's sum fine-tuning"""
     tower_steps: int = 1200
+    """phase-1 training steps of the cached towers (CLIP loss and sum fine-tuning in turn)"""
     tower_lr: float = 5e-4
+    """peak AdamW learning rate of phase 1 and of the one-phase ablation (warm-up, cosine)"""
     classifier_steps: int = 600
     """the attribute classifier that checks controlled edits"""
     train_triplets: int = 6000
@@ -103,25 +114,36 @@ class Config(ExperimentConfig):
     noise: float = 0.25
     """probability that a description drops or garbles one attribute"""
     test_queries: int = 1000
+    """test queries, each ranked against the whole catalogue (every combination once)"""
     alignment_items: int = 500
     """items of the phase-1 image→description check"""
     steps: int = 500
+    """phase-2 training steps of every fusion head on the frozen towers"""
     batch_size: int = 64
+    """triplets (or image–description pairs) per training step, phase 1 and phase 2"""
     lr: float = 1e-3
+    """peak AdamW learning rate of every phase-2 head (warm-up, cosine)"""
     balance: float = 0.01
     """weight of the router's load-balance loss"""
     dim: int = 128
+    """token width inside the MoA³ head"""
     heads: int = 16
+    """attention heads H of each MoA³ block (shared plus grouped)"""
     groups: int = 4
+    """attribute groups G the router weighs, (heads − shared_heads) / G heads each"""
     shared_heads: int = 4
+    """always-on heads outside the routed groups"""
     depth: int = 1
+    """MoA³ blocks of the head"""
     temperature: float = 1.0
+    """router softmax temperature T: w = softmax(W_r·e / T)"""
     top_k: int = 0
     """groups the router keeps (0: soft weights over all)"""
     projection_dim: int = 512
     """the combiner's projection; CLIP4Cir's are 4× (projection) and 8× (hidden) its features'
     640 dimensions"""
     hidden_dim: int = 1024
+    """the combiner's hidden width (of its fused layer and its λ MLP)"""
     alignment: float = 0.5
     """regime: phase-1 image→description R@1 over ``alignment_items`` items"""
     combiner_margin: float = 0.15

@@ -76,28 +76,42 @@ class Config(ExperimentConfig):
     n_seeds: int = 3
     """training seeds per system: seed, seed + 1, ... (the bases use ``seed``)"""
     systems: tuple[str, ...] = ("unimodal", "dropout", "resampler", "mop-nodis", "mop-x")
+    """systems trained: unimodal, modality dropout, the K = 1 last-layer resampler, MoP without
+    L_dis, MoP-X, and (full) distillation from the privileged modality and OneLLM-style routing"""
     modalities: tuple[str, ...] = ("rgb", "depth")
     """paired modalities; every system is tested on each alone"""
     size: int = 32
     """image side in pixels"""
     patch: int = 4
+    """patch side in pixels of the shared encoder's tokenizers"""
     train_scenes: int = 3000
     """paired training scenes, one question each (few enough that RGB alone is starved of depth)"""
     test_scenes: int = 1000
+    """held-out test scenes, each modality tested alone"""
     information_scale: int = 10
     """the information check's RGB-only model trains on this many times ``train_scenes``"""
     information_steps: int = 3000
+    """training steps of the information check's RGB-only CNN"""
     encoder_dim: int = 64
+    """width of the shared toy ViT encoder (pre-trained once, then frozen)"""
     encoder_layers: int = 6
+    """transformer blocks of the shared encoder (probe_layers index its hidden states)"""
     encoder_heads: int = 4
+    """attention heads of the shared encoder and of every probe"""
     encoder_scenes: int = 4000
     """unpaired pre-training scenes per modality"""
     encoder_steps: int = 800
+    """pre-training steps of the shared encoder (per-patch shape kinds, unpaired; cached)"""
     lm_width: int = 64
+    """hidden width of the toy Llama"""
     lm_layers: int = 2
+    """transformer layers of the toy Llama"""
     lm_steps: int = 600
+    """pre-training steps of the toy Llama on the question–answer text alone (cached)"""
     num_probes: int = 4
+    """probes K of MoP, each reading one encoder hidden state"""
     queries: int = 8
+    """query tokens T of each probe"""
     probe_layers: tuple[int, ...] = (0, 2, 4, 6)
     """the hidden state each probe reads (0: the tokenizer's output)"""
     combine: str = "sum"
@@ -107,13 +121,17 @@ class Config(ExperimentConfig):
     """the probes MoP-X aligns across modalities (the deeper ones; the rest keep what only one
     modality has, such as colour)"""
     steps: int = 1200
+    """training steps of every system (probes, projector and LM)"""
     batch_size: int = 64
+    """paired training scenes per step"""
     lr: float = 3e-3
     """AdamW step of the probes and projector"""
     lm_lr: float = 1e-3
     """AdamW step of the pre-trained LM"""
     lambda_x: float = 1.0
+    """λ_x: weight of MoP-X's cross-modal probe alignment loss L_x"""
     lambda_d: float = 0.1
+    """λ_d: weight of the probe disentanglement loss L_dis (0: MoP without L_dis)"""
     diagnostics_every: int = 100
     """steps between probe diagnostics (cosine, effective rank) on held-out scenes"""
     answerable: float = 0.9
@@ -171,6 +189,7 @@ class Config(ExperimentConfig):
         require(
             self.size % self.patch == 0, "patch", f"a divisor of size = {self.size}", self.patch
         )
+        require(self.combine in ("sum", "concat"), "combine", "'sum' or 'concat'", self.combine)
         for name, width in (("encoder_dim", self.encoder_heads), ("lm_width", 4)):
             value = getattr(self, name)
             require(value % width == 0, name, f"a multiple of {width}", value)
