@@ -60,6 +60,61 @@ def _check_alone(python: Path, member: Member) -> None:
         assert completed.returncode == 0, completed.stderr
 
 
+def _installed(python: Path) -> set[str]:
+    """The distributions installed in the environment of ``python``, by normalised name."""
+    program = (
+        "import importlib.metadata as m, re;"
+        "print('\\n'.join(sorted({re.sub(r'[-_.]+', '-', d.metadata['Name']).lower()"
+        " for d in m.distributions()})))"
+    )
+    completed = subprocess.run(
+        [str(python), "-c", program], capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode == 0, completed.stderr
+    return set(completed.stdout.split())
+
+
+def _check_without_torch(python: Path, member: Member) -> None:
+    """mixlab-online computes with NumPy: its install holds no torch, CUDA wheels or Triton."""
+    if member.distribution != "mixlab-online":
+        return
+    installed = _installed(python)
+    assert {"mixlab-online", "mixlab-shared", "numpy", "scipy", "scikit-learn"} <= installed
+    heavy = sorted(
+        name
+        for name in installed
+        if name in ("torch", "triton") or name.startswith(("nvidia-", "cuda-"))
+    )
+    assert not heavy, f"mixlab-online installs {heavy}"
+    # what a NumPy method stands on works there: seeding, the device, env, saving an estimator
+    program = "\n".join(
+        [
+            "import tempfile, numpy as np",
+            "from mixlab.shared import Checkpointer, resolve_device, seed_everything",
+            "from mixlab.shared.result import environment",
+            "from mixlab.online.mosaic import MoSAIC",
+            "seed_everything(0)",
+            "assert resolve_device('auto') == 'cpu' and environment('cpu')['torch'] is None",
+            "out = tempfile.mkdtemp()",
+            "X = np.random.default_rng(0).standard_normal((60, 8))",
+            "model = MoSAIC(2, 2, n_init=1, max_iter=2, random_state=0).fit(X)",
+            "loaded = MoSAIC.load(model.save(out + '/model'))",
+            "np.testing.assert_array_equal(loaded.transform(X), model.transform(X))",
+            "Checkpointer(out).save(1, {'done': {'cell': [1.5]}, 'w': np.ones(2)})",
+            "assert Checkpointer(out, resume=True).load_latest()[1]['done'] == {'cell': [1.5]}",
+        ]
+    )
+    completed = subprocess.run(
+        [str(python), "-c", program], capture_output=True, text=True, timeout=300
+    )
+    assert completed.returncode == 0, completed.stderr
+    listed = subprocess.run(
+        [str(python.with_name("mixlab")), "list"], capture_output=True, text=True, timeout=120
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "mosaic" in listed.stdout
+
+
 @pytest.mark.parametrize("member", DOMAINS, ids=lambda m: m.distribution)
 def test_one_domain_installs_alone_from_the_lock(tmp_path: Path, member: Member) -> None:
     venv = tmp_path / "venv"
@@ -73,6 +128,7 @@ def test_one_domain_installs_alone_from_the_lock(tmp_path: Path, member: Member)
         env={"UV_PROJECT_ENVIRONMENT": str(venv)},
     )
     _check_alone(venv / "bin" / "python", member)
+    _check_without_torch(venv / "bin" / "python", member)
 
 
 def test_one_domain_installs_alone_from_wheels(tmp_path: Path, wheels: dict[str, Path]) -> None:
@@ -95,3 +151,4 @@ def test_one_domain_installs_alone_from_wheels(tmp_path: Path, wheels: dict[str,
         *map(str, picked),
     )
     _check_alone(venv / "bin" / "python", member)
+    _check_without_torch(venv / "bin" / "python", member)

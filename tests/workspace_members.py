@@ -40,7 +40,7 @@ SHARED = Member(
     "mixlab-shared",
     "shared",
     "mixlab",
-    ("torch", "numpy", "typer", "rich", "matplotlib", "safetensors", "platformdirs", "PIL"),
+    ("numpy", "typer", "rich", "matplotlib", "safetensors", "platformdirs", "PIL"),
 )
 MEMBERS = (SHARED, *DOMAINS)
 

@@ -163,6 +163,24 @@ def test_save_and_load_round_trip(estimator, tmp_path: Path) -> None:
         (GROUSE if not isinstance(estimator, GROUSE) else PETRELS).load(tmp_path / "model")
 
 
+def test_a_model_saved_before_numpy_safetensors_still_loads() -> None:
+    # saved by the release that wrote NumPy arrays through safetensors.torch: the same file format
+    rng = np.random.default_rng(8)
+    bases = np.stack([random_basis(12, 2, rng) for _ in range(2)])
+    labels = rng.integers(0, 2, 120)
+    X = np.einsum("bnr,br->bn", bases[labels], rng.standard_normal((120, 2)))
+    mask = rng.random(X.shape) < 0.6
+    fresh = MoSAIC(2, 2, n_init=1, max_iter=3, random_state=0).fit(X[:100], mask=mask[:100])
+    loaded = MoSAIC.load(Path(__file__).parent / "data" / "mosaic_saved_before_numpy_safetensors")
+    assert isinstance(loaded.bases_, np.ndarray)
+    np.testing.assert_allclose(loaded.bases_, fresh.bases_, atol=1e-8)
+    np.testing.assert_allclose(
+        loaded.transform(X[100:], mask=mask[100:]),
+        fresh.transform(X[100:], mask=mask[100:]),
+        atol=1e-8,
+    )
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [

@@ -1,10 +1,12 @@
 """Checkpoints as safetensors + JSON (never pickle), and resuming from the last one in an out folder.
 
 A checkpoint is any nested state: dicts (keys of any JSON scalar type, as in an optimizer's state),
-lists, tuples, tensors, NumPy arrays and JSON scalars. Tensors and arrays go to
+lists, tuples, torch tensors, NumPy arrays and JSON scalars. Tensors and arrays go to
 ``step_<8-digit step>.safetensors``; the structure around them goes to ``step_<8-digit step>.json``, written last,
 so a checkpoint counts only once both files are complete. A killed run therefore loses at most the
-steps since its last save::
+steps since its last save. A state of NumPy arrays and JSON values is written and read with
+``safetensors.numpy`` and never imports torch (a NumPy-only domain installs without it); loading
+gives back each array of the kind it was saved as::
 
     checkpoints = Checkpointer(out_dir, resume=resume)
     start = 0
@@ -27,47 +29,67 @@ import multiprocessing
 import os
 import re
 import shutil
+import sys
 from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from safetensors.torch import load_file, save_file
 
 from mixlab.shared.files import CheckpointError, checkpoint_errors, read_sidecar, write_sidecar
 
 if TYPE_CHECKING:
+    import torch
+
     from mixlab.shared.config import ExperimentConfig
 
 _STEP_FILE = re.compile(r"^step_(\d{8})\.json$")
 
+_NUMPY_DTYPES = frozenset(
+    {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}
+    | {"float16", "float32", "float64", "complex64"}
+)
+"""the NumPy dtypes a safetensors file holds"""
 
-def flatten_state(state: Any) -> tuple[dict[str, torch.Tensor], Any]:
-    """Split nested ``state`` into named CPU tensors and a JSON-ready skeleton that refers to them."""
-    tensors: dict[str, torch.Tensor] = {}
-    seen_storage: set[int] = set()
 
-    def store(tensor: torch.Tensor, path: str) -> str:
+def _torch_tensor_type() -> type | None:
+    """``torch.Tensor`` when torch is imported, else None: a state can hold a tensor only once torch
+    is imported, so checking for one never imports torch (NumPy-only methods run without it)."""
+    torch_module = sys.modules.get("torch")
+    return getattr(torch_module, "Tensor", None)
+
+
+def flatten_state(state: Any) -> tuple[dict[str, Any], Any]:
+    """Split nested ``state`` into named arrays and a JSON-ready skeleton that refers to them.
+
+    Each array keeps its kind: torch tensors (moved to the CPU) under ``{"__tensor__": name}``,
+    NumPy arrays under ``{"__ndarray__": name}``.
+    """
+    tensor_type = _torch_tensor_type()
+    arrays: dict[str, Any] = {}
+
+    def name_for(path: str) -> str:
         key = base = path or "tensor"
         suffix = 1
-        while key in tensors:  # {1: a, "1": b} or {"a.b": x, "a": {"b": y}} give the same path
+        while key in arrays:  # {1: a, "1": b} or {"a.b": x, "a": {"b": y}} give the same path
             key, suffix = f"{base}#{suffix}", suffix + 1
-        tensor = tensor.detach().to("cpu").contiguous()
-        # safetensors refuses tensors that share memory (tied weights): copy the repeats.
-        pointer = tensor.untyped_storage().data_ptr()
-        if pointer in seen_storage and tensor.numel() > 0:
-            tensor = tensor.clone()
-        seen_storage.add(pointer)
-        tensors[key] = tensor
         return key
 
     def walk(value: Any, path: str) -> Any:
-        if isinstance(value, torch.Tensor):
-            return {"__tensor__": store(value, path)}
+        if tensor_type is not None and isinstance(value, tensor_type):
+            key = name_for(path)
+            arrays[key] = value.detach().to("cpu").contiguous()
+            return {"__tensor__": key}
         if isinstance(value, np.ndarray):
-            return {"__ndarray__": store(torch.from_numpy(np.ascontiguousarray(value)), path)}
+            if value.dtype.name not in _NUMPY_DTYPES:
+                raise TypeError(
+                    f"cannot checkpoint a NumPy array of dtype {value.dtype} at {path or 'the top'!r} "
+                    f"(safetensors holds {', '.join(sorted(_NUMPY_DTYPES))})"
+                )
+            key = name_for(path)
+            arrays[key] = np.ascontiguousarray(value)
+            return {"__ndarray__": key}
         if isinstance(value, np.generic):
             return walk(value.item(), path)
         if isinstance(value, float) and not math.isfinite(value):
@@ -92,26 +114,105 @@ def flatten_state(state: Any) -> tuple[dict[str, torch.Tensor], Any]:
             f"cannot checkpoint a value of type {type(value).__name__} at {path or 'the top'!r}"
         )
 
-    return tensors, walk(state, "")
+    return arrays, walk(state, "")
 
 
-def unflatten_state(tensors: Mapping[str, torch.Tensor], skeleton: Any) -> Any:
-    """Inverse of :func:`flatten_state`."""
+def unflatten_state(arrays: Mapping[str, Any], skeleton: Any) -> Any:
+    """Inverse of :func:`flatten_state`: ``arrays`` maps each name to the tensor or array stored."""
     if isinstance(skeleton, list):
-        return [unflatten_state(tensors, item) for item in skeleton]
+        return [unflatten_state(arrays, item) for item in skeleton]
     if not isinstance(skeleton, dict):
         return skeleton
     if "__tensor__" in skeleton:
-        return tensors[skeleton["__tensor__"]]
+        return arrays[skeleton["__tensor__"]]
     if "__ndarray__" in skeleton:
-        return tensors[skeleton["__ndarray__"]].numpy()
+        return arrays[skeleton["__ndarray__"]]
     if "__float__" in skeleton:
         return float(skeleton["__float__"])
     if "__tuple__" in skeleton:
-        return tuple(unflatten_state(tensors, item) for item in skeleton["__tuple__"])
+        return tuple(unflatten_state(arrays, item) for item in skeleton["__tuple__"])
     if "__items__" in skeleton:
-        return {key: unflatten_state(tensors, item) for key, item in skeleton["__items__"]}
-    return {key: unflatten_state(tensors, item) for key, item in skeleton.items()}
+        return {key: unflatten_state(arrays, item) for key, item in skeleton["__items__"]}
+    return {key: unflatten_state(arrays, item) for key, item in skeleton.items()}
+
+
+def _stored_names(skeleton: Any) -> tuple[list[str], list[str]]:
+    """The names of the torch tensors and of the NumPy arrays that ``skeleton`` refers to."""
+    tensors: list[str] = []
+    ndarrays: list[str] = []
+
+    def visit(node: Any) -> None:
+        if isinstance(node, list):
+            for item in node:
+                visit(item)
+        elif isinstance(node, dict):
+            if "__tensor__" in node:
+                tensors.append(node["__tensor__"])
+            elif "__ndarray__" in node:
+                ndarrays.append(node["__ndarray__"])
+            elif "__tuple__" in node:
+                visit(node["__tuple__"])
+            elif "__items__" in node:
+                for pair in node["__items__"]:
+                    visit(pair[1])
+            elif "__float__" not in node:
+                for item in node.values():
+                    visit(item)
+
+    visit(skeleton)
+    return tensors, ndarrays
+
+
+def _write_arrays(arrays: dict[str, Any], file: Path) -> None:
+    """One safetensors file of ``arrays``: with ``safetensors.numpy`` when all are NumPy arrays
+    (no torch needed), else with ``safetensors.torch`` (the arrays as tensors sharing their memory).
+    The file format is the same either way, so either reader opens either file."""
+    if all(isinstance(array, np.ndarray) for array in arrays.values()):
+        from safetensors.numpy import save_file as save_numpy
+
+        save_numpy(arrays, str(file))
+        return
+    import torch
+    from safetensors.torch import save_file as save_torch
+
+    tensors: dict[str, torch.Tensor] = {}
+    seen_storage: set[int] = set()
+    for key, array in arrays.items():
+        tensor = torch.from_numpy(array) if isinstance(array, np.ndarray) else array
+        # safetensors.torch refuses tensors that share memory (tied weights): copy the repeats.
+        pointer = tensor.untyped_storage().data_ptr()
+        if pointer in seen_storage and tensor.numel() > 0:
+            tensor = tensor.clone()
+        seen_storage.add(pointer)
+        tensors[key] = tensor
+    save_torch(tensors, str(file))
+
+
+def _read_arrays(
+    file: Path, tensors: list[str], ndarrays: list[str], map_location: str | torch.device
+) -> dict[str, Any]:
+    """The named arrays of a safetensors file, each of the kind it was saved as: NumPy arrays
+    (on the CPU) through ``safetensors.numpy``, torch tensors on ``map_location``."""
+    from safetensors import safe_open
+
+    read: dict[str, Any] = {}
+    if ndarrays:
+        with safe_open(str(file), framework="numpy") as handle:
+            for name in ndarrays:
+                read[name] = handle.get_tensor(name)
+    if tensors:
+        try:
+            import torch  # noqa: F401  (safetensors' "pt" framework needs it)
+        except ImportError as error:
+            raise ModuleNotFoundError(
+                f"{file}: holds torch tensors, and torch is not installed here: install torch "
+                "(the mixlab domain that wrote it depends on it) to load it",
+                name="torch",
+            ) from error
+        with safe_open(str(file), framework="pt", device=str(map_location)) as handle:
+            for name in tensors:
+                read[name] = handle.get_tensor(name)
+    return read
 
 
 STATE_FORMAT = "mixlab.state/1"
@@ -120,15 +221,16 @@ STATE_FORMAT = "mixlab.state/1"
 def save_state(state: Any, path: str | os.PathLike[str]) -> None:
     """Write ``state`` to ``path.safetensors`` and ``path.json`` (JSON last, each written atomically).
 
-    The JSON sidecar records the SHA-256 of the tensors file and of its own content
-    (:func:`mixlab.shared.files.write_sidecar`), which :func:`load_state` checks.
+    NumPy arrays and JSON values need no torch (``safetensors.numpy``); torch tensors are written
+    with ``safetensors.torch``. The JSON sidecar records the SHA-256 of the tensors file and of its
+    own content (:func:`mixlab.shared.files.write_sidecar`), which :func:`load_state` checks.
     """
     base = Path(path)
     base.parent.mkdir(parents=True, exist_ok=True)
-    tensors, skeleton = flatten_state(state)
+    arrays, skeleton = flatten_state(state)
     tensor_file, json_file = base.with_suffix(".safetensors"), base.with_suffix(".json")
     partial = tensor_file.with_name(tensor_file.name + ".partial")
-    save_file(tensors, str(partial))
+    _write_arrays(arrays, partial)
     os.replace(partial, tensor_file)
     write_sidecar(json_file, {"format": STATE_FORMAT, "state": skeleton}, covers=[tensor_file])
 
@@ -136,6 +238,8 @@ def save_state(state: Any, path: str | os.PathLike[str]) -> None:
 def load_state(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> Any:
     """Read a state written by :func:`save_state` (``path`` with or without a suffix).
 
+    Arrays come back of the kind they were saved as: NumPy arrays (always on the CPU, and without
+    importing torch) and torch tensors (on ``map_location``; loading those needs torch).
     A damaged, truncated, foreign or edited pair of files raises :class:`CheckpointError` naming
     the file.
     """
@@ -144,10 +248,12 @@ def load_state(path: str | os.PathLike[str], map_location: str | torch.device = 
     sidecar = read_sidecar(json_file, expect={"format": str}, covering=[tensor_file])
     if sidecar["format"] != STATE_FORMAT or "state" not in sidecar:
         raise CheckpointError(f"{json_file}: not a mixlab state (format {sidecar['format']!r})")
-    with checkpoint_errors(tensor_file):
-        tensors = load_file(str(tensor_file), device=str(map_location))
     with checkpoint_errors(json_file):
-        return unflatten_state(tensors, sidecar["state"])
+        tensors, ndarrays = _stored_names(sidecar["state"])
+    with checkpoint_errors(tensor_file):
+        arrays = _read_arrays(tensor_file, tensors, ndarrays, map_location)
+    with checkpoint_errors(json_file):
+        return unflatten_state(arrays, sidecar["state"])
 
 
 class Checkpointer:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+import sys
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # torch loads on first use, so that CLIs answer --help without it
+if TYPE_CHECKING:  # torch loads on first use (CLIs answer --help without it), if installed
     import torch
 
 DEVICE_HELP = "auto, cpu, cuda, cuda:N or mps"
@@ -19,16 +20,26 @@ def check_device_name(device: str, option: str = "device") -> None:
         raise ValueError(f"{option} must be one of {DEVICE_HELP}, got {device!r}")
 
 
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
+def resolve_device(device: str | torch.device = "auto") -> torch.device | str:
     """The torch device for ``device``: ``"auto"`` is CUDA when available, else CPU.
 
-    Asking for a device this machine does not have is an error, not a silent fallback.
+    Asking for a device this machine does not have is an error, not a silent fallback. Without
+    torch installed (a NumPy-only domain such as mixlab-online) ``"auto"`` and ``"cpu"`` give the
+    string ``"cpu"``, and any other device is a ValueError naming ``--device``.
     """
-    import torch
-
-    if isinstance(device, torch.device):
+    loaded = sys.modules.get("torch")  # a torch.device exists only once torch is imported
+    if loaded is not None and isinstance(device, loaded.device):
         device = str(device)
     check_device_name(device)
+    try:
+        import torch
+    except ImportError:
+        if device in ("auto", "cpu"):
+            return "cpu"
+        raise ValueError(
+            f"device {device!r} needs torch, which is not installed here (this install computes "
+            "with NumPy on the CPU): use --device cpu or auto"
+        ) from None
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda"):

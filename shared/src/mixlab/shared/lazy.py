@@ -23,7 +23,17 @@ def lazy_exports(
     def __getattr__(name: str) -> Any:
         if name not in module_of:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{package}.{module_of[name]}"), name)
+        try:
+            module = importlib.import_module(f"{package}.{module_of[name]}")
+        except ModuleNotFoundError as error:
+            # a NumPy-only install (mixlab-online) has no torch: name what needs it
+            if error.name is None or error.name.partition(".")[0] != "torch":
+                raise
+            raise ModuleNotFoundError(
+                f"{package}.{name} needs torch, which is not installed here (pip install torch)",
+                name=error.name,
+            ) from error
+        value = getattr(module, name)
         setattr(sys.modules[package], name, value)
         return value
 

@@ -218,13 +218,20 @@ def write_benchmark(
 
 
 def environment(device: str | torch.device) -> dict[str, Any]:
-    """The ``env`` block: python, torch, numpy, platform, device and mixlab's git commit if known."""
+    """The ``env`` block: python, torch (None when it is not installed), numpy, platform, device and
+    mixlab's git commit if known."""
     import numpy as np
-    import torch
+
+    try:
+        import torch
+    except ImportError:  # a NumPy-only domain installs without torch
+        torch_version = None
+    else:
+        torch_version = torch.__version__
 
     return {
         "python": platform.python_version(),
-        "torch": torch.__version__,
+        "torch": torch_version,
         "numpy": np.__version__,
         "platform": platform.platform(terse=True),
         "device": str(device),

@@ -257,7 +257,7 @@ class _StreamingCompleter(OneToOneFeatureMixin, TransformerMixin, BaseEstimator)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Save parameters and learned state to ``path.safetensors`` + ``path.json`` (no pickle)."""
-        from mixlab.shared.checkpoint import save_state  # torch: only when saving
+        from mixlab.shared.checkpoint import save_state  # NumPy arrays: safetensors.numpy, no torch
 
         self._require_fitted()
         save_state(
@@ -279,7 +279,7 @@ class _StreamingCompleter(OneToOneFeatureMixin, TransformerMixin, BaseEstimator)
 
         A damaged, truncated, foreign or edited file raises :class:`CheckpointError` (a ValueError)
         naming it: the sidecar's SHA-256 of both files is checked, then every stored value."""
-        from mixlab.shared.checkpoint import load_state  # torch: only when loading
+        from mixlab.shared.checkpoint import load_state  # arrays come back as NumPy arrays
 
         json_file = Path(path).with_suffix(".json")
         state = load_state(path)
