@@ -41,8 +41,8 @@ _MODULE_OF = {
     "bar_plot": "plotting",
     "line_plot": "plotting",
     "save_figure": "plotting",
-    "progress": "progress",
-    "track": "progress",
+    "progress": "progress_report",
+    "track": "progress_report",
     "DOMAINS": "registry",
     "Method": "registry",
     "discover_methods": "registry",
@@ -110,7 +110,7 @@ if TYPE_CHECKING:
     from mixlab.shared.optim import warmup_cosine
     from mixlab.shared.paths import cache_dir
     from mixlab.shared.plotting import bar_plot, line_plot, save_figure
-    from mixlab.shared.progress import progress, track
+    from mixlab.shared.progress_report import progress, track
     from mixlab.shared.registry import DOMAINS, Method, discover_methods, get_method
     from mixlab.shared.result import Result
     from mixlab.shared.seeding import capture_rng_state, restore_rng_state, seed_everything

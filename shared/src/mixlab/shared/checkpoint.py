@@ -348,6 +348,14 @@ def _recorded(config: ExperimentConfig) -> dict[str, Any]:
     return json.loads(json.dumps({k: v for k, v in config.to_dict().items() if k != "device"}))
 
 
+def _run_named(run_cell: Callable[[dict[str, Any]], Any], name: str, cell: dict[str, Any]) -> Any:
+    """``run_cell(cell)`` with the loops inside it named after the cell."""
+    from mixlab.shared.progress_report import current_cell
+
+    with current_cell(name):
+        return run_cell(cell)
+
+
 def run_cells(
     out_dir: str | os.PathLike[str],
     config: ExperimentConfig,
@@ -367,7 +375,7 @@ def run_cells(
     order as workers free up; ``run_cell`` must then be picklable (a module-level function or a
     ``functools.partial`` of one), and a script that calls this needs the usual
     ``if __name__ == "__main__":`` guard."""
-    from mixlab.shared.progress import progress
+    from mixlab.shared.progress_report import cell_name, lines_in_workers, progress
 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
@@ -382,15 +390,25 @@ def run_cells(
         def finished(key: str, outcome: Any) -> None:
             done[key] = outcome
             checkpoints.save_run(len(done), config, done=done)
-            bar.advance()
+            bar.advance(line=True)
 
         if workers == 1 or len(pending) < 2:
             for key, cell in pending:
-                finished(key, run_cell(cell))
+                name = cell_name(cell)
+                bar.describe(f"{label} [{name}]")
+                bar.note(f"{label}: cell {len(done) + 1}/{len(planned)} starts: {name}")
+                finished(key, _run_named(run_cell, name, cell))
         else:
             context = multiprocessing.get_context("spawn")  # no forked torch or thread state
-            with ProcessPoolExecutor(min(workers, len(pending)), mp_context=context) as pool:
-                jobs = {pool.submit(run_cell, cell): key for key, cell in pending}
+            workers = min(workers, len(pending))
+            with ProcessPoolExecutor(
+                workers, mp_context=context, initializer=lines_in_workers
+            ) as pool:
+                jobs = {
+                    pool.submit(_run_named, run_cell, cell_name(cell), cell): key
+                    for key, cell in pending
+                }
+                bar.note(f"{label}: {len(pending)} cells in {workers} worker processes")
                 for job in as_completed(jobs):
                     finished(jobs[job], job.result())
     return [done[key] for key in keys]

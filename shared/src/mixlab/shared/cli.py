@@ -27,11 +27,12 @@ from mixlab.shared.cli_base import run_app
 from mixlab.shared.compare import (
     DRIFT_TOLERANCE,
     committed_result,
-    committed_wall_s,
     compare_results,
+    expected_time,
 )
 from mixlab.shared.files import write_json_atomic, write_text_atomic
 from mixlab.shared.paths import default_run_dir
+from mixlab.shared.progress_report import clock
 from mixlab.shared.registry import Method, discover_methods, get_method
 from mixlab.shared.result import Result, format_number
 
@@ -88,6 +89,8 @@ def run_method(
     out_dir = out or default_run_dir(chosen.name, profile, config.seed)
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"--out must be a folder, got the file {str(out_dir)!r}")
+    console.print(f"{chosen.name} ({profile}, seed {config.seed}): "
+                  + expected_time(_default_reference(), chosen.name, profile), highlight=False)  # fmt: skip
     result = chosen.execute(config, out_dir, resume=resume)
     _print_result(result)
     console.print(f"wrote {out_dir / 'result.json'}")
@@ -145,15 +148,10 @@ def reproduce(
         (out / stale).unlink(missing_ok=True)
     started = time.perf_counter()
     for index, (name, method) in enumerate(methods.items(), start=1):
-        expected = committed_wall_s(reference, name, profile)
         console.rule(
             f"[{index}/{len(methods)}] {name} ({profile}, seed {seed}); "
-            f"{_clock(time.perf_counter() - started)} elapsed so far; "
-            + (
-                f"expected about {_clock(expected)} (its last committed {profile} run)"
-                if expected is not None
-                else "no committed time to expect"
-            )
+            f"{clock(time.perf_counter() - started)} elapsed so far; "
+            + expected_time(reference, name, profile)
         )
         row = _reproduce_one(method, configs[name], out / name, resume=resume)
         if compare is not None:
@@ -180,11 +178,6 @@ def _default_reference() -> Path | None:
     """``benchmarks/results`` of a mixlab checkout in the current folder, if there is one."""
     path = Path("benchmarks/results")
     return path if path.is_dir() else None
-
-
-def _clock(seconds: float) -> str:
-    minutes, seconds = divmod(round(seconds), 60)
-    return f"{minutes}:{seconds:02d}"
 
 
 def _select(methods: dict[str, Method], only: str | None) -> dict[str, Method]:

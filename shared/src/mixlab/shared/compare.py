@@ -11,7 +11,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from mixlab.shared.cache import entry_exists
 from mixlab.shared.claims import claim_state
+from mixlab.shared.progress_report import clock
 
 DRIFT_TOLERANCE = 0.05
 """a metric whose relative change exceeds this is listed as drifted"""
@@ -24,13 +26,44 @@ def committed_result(reference: Path, method: str, profile: str) -> Path:
 
 def committed_wall_s(reference: Path | None, method: str, profile: str) -> float | None:
     """The wall time of the committed run, or None when there is none to read."""
+    data = _committed(reference, method, profile)
+    wall = data.get("wall_s") if data else None
+    return float(wall) if isinstance(wall, int | float) and not isinstance(wall, bool) else None
+
+
+def expected_time(reference: Path | None, method: str, profile: str) -> str:
+    """What to expect of a run of ``method``, from its committed result: the wall time of a cold
+    run (one-time work included) when the cache entries that run used are not here, else the
+    warm time."""
+    wall = committed_wall_s(reference, method, profile)
+    if wall is None:
+        return "no committed time to expect"
+    cache = (_committed(reference, method, profile) or {}).get("cache")
+    where = f"its last committed {profile} run"
+    if not isinstance(cache, dict):
+        return f"expected about {clock(wall)} ({where}; whether its cache was warm is not recorded)"
+    if cache["state"] == "none":
+        return f"expected about {clock(wall)} ({where}; it caches nothing)"
+    warm = wall if cache["state"] == "warm" else max(0.0, wall - cache["build_s"])
+    if all(entry_exists(entry["entry"]) for entry in cache["entries"]):
+        return f"expected about {clock(warm)} ({where}; its cache is here)"
+    cold = cache.get("cold_wall_s")
+    if cold is None:
+        return f"expected more than {clock(warm)}: the cache is empty and {where} did not record its cold time"
+    return (
+        f"expected about {clock(cold)} with the cache empty, one-time work included "
+        f"(about {clock(warm)} once cached; {where})"
+    )
+
+
+def _committed(reference: Path | None, method: str, profile: str) -> dict[str, Any] | None:
     if reference is None:
         return None
     try:
-        wall = json.loads(committed_result(reference, method, profile).read_text()).get("wall_s")
-    except (OSError, ValueError, AttributeError):
+        data = json.loads(committed_result(reference, method, profile).read_text())
+    except (OSError, ValueError):
         return None
-    return float(wall) if isinstance(wall, int | float) and not isinstance(wall, bool) else None
+    return data if isinstance(data, dict) else None
 
 
 def compare_results(committed: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:

@@ -10,13 +10,16 @@ from pathlib import Path
 from platformdirs import user_cache_dir
 
 
-def cache_dir(*parts: str) -> Path:
-    """A folder for one-time work that later runs reuse (pre-trained models, generated data sets).
+def cache_root() -> Path:
+    """``$MIXLAB_CACHE`` when set, else the platform's user cache folder (``~/.cache/mixlab`` on
+    Linux); not created."""
+    return Path(os.environ.get("MIXLAB_CACHE") or user_cache_dir("mixlab"))
 
-    ``$MIXLAB_CACHE`` when set, else the platform's user cache folder (``~/.cache/mixlab`` on Linux).
-    """
-    root = Path(os.environ.get("MIXLAB_CACHE") or user_cache_dir("mixlab"))
-    path = root.joinpath(*parts)
+
+def cache_dir(*parts: str) -> Path:
+    """A folder for one-time work that later runs reuse (pre-trained models, generated data sets),
+    below :func:`cache_root`; created. :func:`mixlab.shared.cache.cached` keys and times entries."""
+    path = cache_root().joinpath(*parts)
     path.mkdir(parents=True, exist_ok=True)
     return path
 

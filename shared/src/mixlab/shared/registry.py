@@ -27,6 +27,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Literal, Protocol
 
+from mixlab.shared.cache import LEDGER_ENV, cache_record, read_ledger
 from mixlab.shared.config import PROFILE_NAMES, ExperimentConfig
 from mixlab.shared.device import resolve_device
 from mixlab.shared.result import Result, environment
@@ -138,8 +139,19 @@ class Method:
             (out_dir / stale).unlink(missing_ok=True)
         run = self.load_run()
         seed_everything(config.seed)
+        ledger = out_dir / "cache_ledger.jsonl"  # what the run built or found (workers append too)
+        if not resume:
+            ledger.unlink(missing_ok=True)
+        previous = os.environ.get(LEDGER_ENV)
+        os.environ[LEDGER_ENV] = str(ledger.resolve())
         start = time.perf_counter()
-        result = run(config, out_dir, resume=resume)
+        try:
+            result = run(config, out_dir, resume=resume)
+        finally:
+            if previous is None:
+                os.environ.pop(LEDGER_ENV, None)
+            else:
+                os.environ[LEDGER_ENV] = previous
         wall_s = time.perf_counter() - start
         if not isinstance(result, Result):
             raise TypeError(
@@ -160,6 +172,7 @@ class Method:
             config=config.to_dict(),
             env={**environment(device), **result.env},  # a run may add what it read
             wall_s=round(wall_s, 3),
+            cache=cache_record(read_ledger(ledger), wall_s),
         )
         result.write(out_dir)
         return result

@@ -60,8 +60,11 @@ RESULT_KEYS = (
     "claims",
     "env",
     "wall_s",
+    "cache",
 )
-"""the keys of result.json, in order; files written before ``regime`` existed load with none"""
+"""the keys of result.json, in order"""
+OPTIONAL_KEYS = ("regime", "cache")
+"""keys that files written before they existed lack (they load with none)"""
 
 
 def _metric_value(system: str, name: str, value: Any) -> float | None:
@@ -90,6 +93,9 @@ class Result:
     config: dict[str, Any] = field(default_factory=dict)
     env: dict[str, Any] = field(default_factory=dict)
     wall_s: float | None = None
+    cache: dict[str, Any] | None = None
+    """the run's one-time work (:func:`mixlab.shared.cache.cache_record`): ``state`` cold, warm or
+    none, the seconds it built, the wall time a cold run takes, the entries it used"""
 
     def __post_init__(self) -> None:
         if not self.metrics:
@@ -158,6 +164,7 @@ class Result:
             "claims": [claim.to_dict() for claim in self.claims],
             "env": self.env,
             "wall_s": self.wall_s,
+            "cache": self.cache,
         }
 
     def write(self, out_dir: str | os.PathLike[str]) -> Path:
@@ -171,7 +178,7 @@ class Result:
         if path.is_dir():
             path = path / "result.json"
         data = json.loads(path.read_text())
-        missing = [key for key in RESULT_KEYS if key not in data and key != "regime"]
+        missing = [key for key in RESULT_KEYS if key not in data and key not in OPTIONAL_KEYS]
         if missing:
             raise ValueError(f"{path} is not a mixlab result.json: missing {missing}")
         try:
