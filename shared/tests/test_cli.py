@@ -68,6 +68,7 @@ def test_run_resumes_after_a_kill(toy_path: Path, tmp_path: Path) -> None:
         (["run", "toy", "--set", "steps=0"], "steps must be an integer >= 1"),
         (["run", "toy", "--bogus"], "No such option: --bogus"),
         (["reproduce", "--only", "toy,nope"], "--only must name installed methods ("),
+        (["reproduce", "--only", "toy", "--tolerance", "-1"], "--tolerance must be a number >= 0"),
         (["frobnicate"], "No such command 'frobnicate'"),
     ],
 )
@@ -176,6 +177,11 @@ def test_reproduce_compare_reports_verdict_changes_and_drift(
     assert main([*argv, "--out", str(tmp_path / "same")]) == 0
     same = json.loads((tmp_path / "same" / "reproduce.json").read_text())["methods"][0]["compare"]
     assert (same["verdict_changes"], same["drifted_metrics"]) == ([], [])
+    exact = [*argv, "--tolerance", "1e-6", "--out", str(tmp_path / "exact")]
+    assert main(exact) == 0  # the same seed on the CPU reproduces every metric to 1e-6
+    report = json.loads((tmp_path / "exact" / "reproduce.json").read_text())
+    assert report["methods"][0]["compare"]["tolerance"] == 1e-6
+    assert report["methods"][0]["compare"]["drifted_metrics"] == []
 
     committed["claims"][0] |= {"holds": False, "state": "fails"}
     committed["metrics"]["sgd"]["train_mse"] *= 2

@@ -119,6 +119,13 @@ def reproduce(
             help="committed results (benchmarks/results): report verdict changes and metric drift against them"
         ),
     ] = None,
+    tolerance: Annotated[
+        float,
+        typer.Option(
+            help="with --compare: the relative change a metric may show before it counts as "
+            "drifted (1e-6: the run reproduces the committed numbers)"
+        ),
+    ] = DRIFT_TOLERANCE,
 ) -> int:
     """Run every installed method's experiment and print one table of claims (holds, fails,
     untested or vacuous); writes reproduce.json and report.md. Exit 1 when a method failed or, with
@@ -127,6 +134,8 @@ def reproduce(
 
     methods = _select(discover_methods(), only)
     resolve_device(device)  # once, before any method runs: a missing GPU is exit 2, not N failures
+    if not (0 <= tolerance < float("inf")):
+        raise ValueError(f"--tolerance must be a number >= 0, got {tolerance!r}")
     if compare is not None and not compare.is_dir():
         raise ValueError(f"--compare must be a folder of committed results, got {str(compare)!r}")
     if out.exists() and not out.is_dir():
@@ -155,7 +164,7 @@ def reproduce(
         )
         row = _reproduce_one(method, configs[name], out / name, resume=resume)
         if compare is not None:
-            row["compare"] = _compare_one(compare, name, profile, out / name)
+            row["compare"] = _compare_one(compare, name, profile, out / name, tolerance)
         report["methods"].append(row)
         write_json_atomic(out / "reproduce.json", report)  # a killed run keeps what finished
     report["wall_s"] = round(time.perf_counter() - started, 1)
@@ -240,12 +249,16 @@ def _reproduce_one(method: Method, config: Any, out_dir: Path, *, resume: bool) 
     }
 
 
-def _compare_one(reference: Path, name: str, profile: str, out_dir: Path) -> dict[str, Any]:
+def _compare_one(
+    reference: Path, name: str, profile: str, out_dir: Path, tolerance: float
+) -> dict[str, Any]:
     committed = committed_result(reference, name, profile)
     if not committed.is_file() or not (out_dir / "result.json").is_file():
         return {"committed": str(committed), "missing": True, "verdict_changes": []}
     comparison = compare_results(
-        json.loads(committed.read_text()), json.loads((out_dir / "result.json").read_text())
+        json.loads(committed.read_text()),
+        json.loads((out_dir / "result.json").read_text()),
+        tolerance=tolerance,
     )
     return {"committed": str(committed), "missing": False, **comparison}
 
@@ -293,7 +306,7 @@ def _compare_table(rows: list[dict[str, Any]]) -> Table:
         table.add_row(
             row["method"],
             changes or "none",
-            f"{drift or 'none'} of {comparison['compared_metrics']} (>{DRIFT_TOLERANCE:.0%})",
+            f"{drift or 'none'} of {comparison['compared_metrics']} (>{comparison['tolerance']:.2g})",
         )
     return table
 
@@ -342,7 +355,8 @@ def _markdown(report: dict[str, Any], out: Path) -> str:
             lines.append(
                 f"- against {comparison['committed']} (commit {comparison['committed_git']}): "
                 f"{len(changes)} verdict change(s), {len(comparison['drifted_metrics'])} of "
-                f"{comparison['compared_metrics']} metrics drifted by more than {DRIFT_TOLERANCE:.0%}"
+                f"{comparison['compared_metrics']} metrics drifted by more than a relative "
+                f"{comparison['tolerance']:.2g}"
             )
             lines += [f"  - {c['claim']}: {c['committed']} → {c['fresh']}" for c in changes]
         plot = out / row["method"] / row["headline_plot"] if row["headline_plot"] else None

@@ -66,8 +66,11 @@ def _committed(reference: Path | None, method: str, profile: str) -> dict[str, A
     return data if isinstance(data, dict) else None
 
 
-def compare_results(committed: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
-    """Verdict changes (claims matched by text) and metric drift between two result.json dicts."""
+def compare_results(
+    committed: dict[str, Any], fresh: dict[str, Any], *, tolerance: float = DRIFT_TOLERANCE
+) -> dict[str, Any]:
+    """Verdict changes (claims matched by text) and the metrics whose relative change exceeds
+    ``tolerance`` between two result.json dicts (1e-6 checks that a run reproduces)."""
     before = {claim["text"]: claim_state(claim) for claim in committed.get("claims", [])}
     after = {claim["text"]: claim_state(claim) for claim in fresh.get("claims", [])}
     verdicts = [
@@ -82,7 +85,7 @@ def compare_results(committed: dict[str, Any], fresh: dict[str, Any]) -> dict[st
             if name not in old_row:
                 continue
             change = _relative_change(old_row[name], value)
-            if change is None or abs(change) > DRIFT_TOLERANCE:
+            if change is None or abs(change) > tolerance:
                 drift.append(
                     {
                         "system": system,
@@ -95,6 +98,7 @@ def compare_results(committed: dict[str, Any], fresh: dict[str, Any]) -> dict[st
     drift.sort(key=lambda d: -math.inf if d["relative"] is None else -abs(d["relative"]))
     return {
         "committed_git": committed.get("env", {}).get("git"),
+        "tolerance": tolerance,
         "verdict_changes": verdicts,
         "drifted_metrics": drift,
         "compared_metrics": sum(
