@@ -32,6 +32,9 @@ def private_cache(tmp_path, monkeypatch):
 
 def test_experiment_reports_every_system_regime_and_claim(tmp_path):
     result = METHOD.execute(Config(**TINY), tmp_path / "run")  # refuses a claim without control
+    assert result.cache["state"] == "cold"  # an empty cache: the graph set was made
+    entries = [e["entry"].split("/")[1].rsplit("-", 1)[0] for e in result.cache["entries"]]
+    assert entries == ["set-hetero-within"]
     rows = set(result.metrics)
     assert rows == {f"hetero-within/{s}" for s in (*TINY["systems"], "floor")}
     assert [c.key for c in result.claims] == [spec.key for spec in Config.CLAIMS]
@@ -70,7 +73,8 @@ def test_killed_experiment_resumes_to_the_same_result(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         run_experiment(config, tmp_path / "killed")
     monkeypatch.setattr(experiment, "run_cell", lambda *a: calls.append(a[2]) or real(*a))
-    resumed = run_experiment(config, tmp_path / "killed", resume=True)
+    resumed = METHOD.execute(config, tmp_path / "killed", resume=True)
+    assert resumed.cache["state"] == "warm"  # the graph set the first run made
     assert len(calls) == 10  # 3 before the kill, the other 7 of 10 cells after it
     for name, row in whole.metrics.items():
         for key, value in row.items():

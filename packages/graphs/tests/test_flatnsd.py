@@ -588,6 +588,7 @@ def test_experiment_writes_every_system_and_resumes(tmp_path):
     config = Config(**TINY)
     result = METHOD.execute(config, tmp_path)  # refuses a claim judged without its control
     assert set(result.metrics) == {"gcn", "nsd_bundle", "flatnsd"}
+    assert result.cache["state"] == "none"  # flatnsd caches nothing
     assert [claim.key for claim in result.claims] == [spec.key for spec in Config.CLAIMS]
     assert all(claim.control is not None and claim.control.tested for claim in result.claims)
     regime_texts = [check.text for check in result.regime]

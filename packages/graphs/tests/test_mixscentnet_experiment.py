@@ -40,6 +40,9 @@ def test_killed_experiment_resumes_to_the_same_result(data_dir, tmp_path, monkey
 
     config = Config(data_dir=str(data_dir), **TINY)
     whole = METHOD.execute(config, tmp_path / "whole")  # refuses a claim without its control
+    assert whole.cache["state"] == "cold"  # the first run: Mordred table and both encoders made
+    names = sorted(e["entry"].split("/")[1].rsplit("-", 1)[0] for e in whole.cache["entries"])
+    assert names == ["encoder-labels", "encoder-mordred", "mordred"]
     assert {f"random/{s}" for s in SYSTEMS} <= set(whole.metrics)
     assert {"white/mixscentnet", "labels/mordred@10", "pretrain/mordred"} <= set(whole.metrics)
     assert [c.key for c in whole.claims] == [spec.key for spec in Config.CLAIMS]
@@ -63,7 +66,8 @@ def test_killed_experiment_resumes_to_the_same_result(data_dir, tmp_path, monkey
     with pytest.raises(KeyboardInterrupt):
         experiment.run(config, tmp_path / "killed")
     monkeypatch.setattr(experiment, "run_cell", lambda *a: calls.append(a[2]) or real(*a))
-    resumed = experiment.run(config, tmp_path / "killed", resume=True)
+    resumed = METHOD.execute(config, tmp_path / "killed", resume=True)
+    assert resumed.cache["state"] == "warm"  # everything the first run made was found
     assert len(calls) == len(json.loads((tmp_path / "whole" / "cells.json").read_text()))
     for name, row in whole.metrics.items():
         for key, value in row.items():

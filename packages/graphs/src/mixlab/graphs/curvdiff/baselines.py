@@ -23,6 +23,7 @@ from mixlab.graphs.curvdiff.metrics import to_networkx
 from mixlab.graphs.curvdiff.model import dense_adjacency
 from mixlab.shared.config import is_count, require
 from mixlab.shared.diffusion import ema_update
+from mixlab.shared.progress_report import progress
 
 
 def density(graph: Data) -> float:
@@ -121,17 +122,20 @@ class DiGressStyle:
         generator = torch.Generator().manual_seed(seed + 1)
         self.history = []
         self.model.train()
-        for step in range(self.iterations):
-            index = torch.randint(len(graphs), (self.batch_size,), generator=generator).to(device)
-            rows = mask[index]
-            width = int(rows.sum(-1).max())
-            loss = self.model.loss(adjacency[index, :width, :width], rows[:, :width])
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-            optimizer.step()
-            ema_update(self.ema_model, self.model, self.ema, step)
-            self.history.append(loss.item())
+        with progress(self.iterations, "DiGress-style steps") as bar:
+            for step in range(self.iterations):
+                draw = torch.randint(len(graphs), (self.batch_size,), generator=generator)
+                index = draw.to(device)
+                rows = mask[index]
+                width = int(rows.sum(-1).max())
+                loss = self.model.loss(adjacency[index, :width, :width], rows[:, :width])
+                optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+                optimizer.step()
+                ema_update(self.ema_model, self.model, self.ema, step)
+                self.history.append(loss.item())
+                bar.advance(loss=self.history[-1])
         self.ema_model.eval()
         return self
 

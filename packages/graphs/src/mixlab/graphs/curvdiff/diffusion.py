@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mixlab.shared.diffusion import timestep_embedding
+from mixlab.shared.progress_report import progress
 
 
 def cosine_alpha_bar(steps: int, s: float = 0.008) -> Tensor:
@@ -146,23 +147,27 @@ class GaussianDiffusion(nn.Module):
             return torch.randn(batch, n, dim, generator=generator, device=device)
 
         x = noise() * mask.unsqueeze(-1)
-        for step in range(self.steps, 0, -1):
-            t = torch.full((batch,), step, device=device, dtype=torch.long)
-            eps = self.denoiser(x, t, mask, cond)
-            if cond is not None and guidance != 0:
-                unconditional = self.denoiser(
-                    x, t, mask, cond, torch.ones(batch, dtype=torch.bool, device=device)
+        with progress(self.steps, "sampling steps") as bar:
+            for step in range(self.steps, 0, -1):
+                t = torch.full((batch,), step, device=device, dtype=torch.long)
+                eps = self.denoiser(x, t, mask, cond)
+                if cond is not None and guidance != 0:
+                    unconditional = self.denoiser(
+                        x, t, mask, cond, torch.ones(batch, dtype=torch.bool, device=device)
+                    )
+                    eps = (1 + guidance) * eps - guidance * unconditional
+                a_t, a_prev = self.alpha_bar[step], self.alpha_bar[step - 1]
+                alpha = a_t / a_prev
+                x0 = ((x - (1 - a_t).sqrt() * eps) / a_t.sqrt()).clamp(-5, 5)
+                # the posterior mean q(x_{t-1} | x_t, x_0) (Ho et al., Eq. 7)
+                mean = (a_prev.sqrt() * (1 - alpha) * x0 + alpha.sqrt() * (1 - a_prev) * x) / (
+                    1 - a_t
                 )
-                eps = (1 + guidance) * eps - guidance * unconditional
-            a_t, a_prev = self.alpha_bar[step], self.alpha_bar[step - 1]
-            alpha = a_t / a_prev
-            x0 = ((x - (1 - a_t).sqrt() * eps) / a_t.sqrt()).clamp(-5, 5)
-            # the posterior mean q(x_{t-1} | x_t, x_0) (Ho et al., Eq. 7)
-            mean = (a_prev.sqrt() * (1 - alpha) * x0 + alpha.sqrt() * (1 - a_prev) * x) / (1 - a_t)
-            if step > 1:
-                variance = (1 - a_prev) / (1 - a_t) * (1 - alpha)
-                x = mean + variance.sqrt() * noise()
-            else:
-                x = mean
-            x = x * mask.unsqueeze(-1)
+                if step > 1:
+                    variance = (1 - a_prev) / (1 - a_t) * (1 - alpha)
+                    x = mean + variance.sqrt() * noise()
+                else:
+                    x = mean
+                x = x * mask.unsqueeze(-1)
+                bar.advance()
         return x

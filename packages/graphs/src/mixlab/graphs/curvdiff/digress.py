@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from mixlab.graphs.curvdiff.diffusion import cosine_alpha_bar
 from mixlab.graphs.curvdiff.latent import WALK_STEPS, random_walk_encoding
 from mixlab.shared.diffusion import timestep_embedding
+from mixlab.shared.progress_report import progress
 
 
 class EdgeTransformerLayer(nn.Module):
@@ -113,16 +114,20 @@ class DiscreteEdgeDiffusion(nn.Module):
         batch = mask.shape[0]
         m = self.density
         e = self._symmetric_bernoulli(m.expand(mask.shape + mask.shape[-1:]), mask, generator)
-        for step in range(self.steps, 0, -1):
-            t = torch.full((batch,), step, device=mask.device, dtype=torch.long)
-            p0 = self.denoiser(e, t, mask).sigmoid()
-            a_t, a_prev = self.alpha_bar[step], self.alpha_bar[step - 1]
-            alpha = a_t / a_prev  # the one-step Q_t = α I + (1 − α) 1 mᵀ
-            # q(e_t | e_{t−1} = k) for the observed e_t, k ∈ {0, 1}
-            like1 = torch.where(e > 0, alpha + (1 - alpha) * m, (1 - alpha) * (1 - m))
-            like0 = torch.where(e > 0, (1 - alpha) * m, alpha + (1 - alpha) * (1 - m))
-            # q(e_{t−1} = 1 | e_0) marginalised over p̂(e_0): ᾱ_{t−1} p̂ + (1 − ᾱ_{t−1}) m
-            prior1 = a_prev * p0 + (1 - a_prev) * m
-            posterior1 = like1 * prior1 / (like1 * prior1 + like0 * (1 - prior1)).clamp_min(1e-12)
-            e = self._symmetric_bernoulli(posterior1, mask, generator)
+        with progress(self.steps, "sampling steps") as bar:
+            for step in range(self.steps, 0, -1):
+                t = torch.full((batch,), step, device=mask.device, dtype=torch.long)
+                p0 = self.denoiser(e, t, mask).sigmoid()
+                a_t, a_prev = self.alpha_bar[step], self.alpha_bar[step - 1]
+                alpha = a_t / a_prev  # the one-step Q_t = α I + (1 − α) 1 mᵀ
+                # q(e_t | e_{t−1} = k) for the observed e_t, k ∈ {0, 1}
+                like1 = torch.where(e > 0, alpha + (1 - alpha) * m, (1 - alpha) * (1 - m))
+                like0 = torch.where(e > 0, (1 - alpha) * m, alpha + (1 - alpha) * (1 - m))
+                # q(e_{t−1} = 1 | e_0) marginalised over p̂(e_0): ᾱ_{t−1} p̂ + (1 − ᾱ_{t−1}) m
+                prior1 = a_prev * p0 + (1 - a_prev) * m
+                posterior1 = (
+                    like1 * prior1 / (like1 * prior1 + like0 * (1 - prior1)).clamp_min(1e-12)
+                )
+                e = self._symmetric_bernoulli(posterior1, mask, generator)
+                bar.advance()
         return e

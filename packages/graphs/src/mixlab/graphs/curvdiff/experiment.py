@@ -45,8 +45,9 @@ from mixlab.graphs.curvdiff.metrics import (
     vun,
 )
 from mixlab.graphs.curvdiff.model import CurvDiff, parameter_total, with_curvature
-from mixlab.shared import Claim, Result, cache_dir, mean_std, resolve_device, run_cells
+from mixlab.shared import Claim, Result, mean_std, resolve_device, run_cells
 from mixlab.shared.budget import parameter_count, width_for_budget
+from mixlab.shared.cache import cached
 from mixlab.shared.claims import where_run
 from mixlab.shared.files import write_json_atomic
 
@@ -69,41 +70,72 @@ __all__ = ["METHOD", "Config", "claims", "regime", "run", "summarise"]
 
 
 # ---------------------------------------------------------------------------------------- data
+SETS_FILE = "sets.pt"
+"""a cached set's train and test graphs (and atom types): lists of ``Data.to_dict()`` (tensors,
+ints and strings), saved with ``torch.save`` and read with ``weights_only=True``"""
+SET_CODE = ("mixlab.graphs.curvdiff.datasets", "mixlab.graphs.curvdiff.curvature")
+"""the modules whose source makes a graph set: the generators and split, the Ricci attributes"""
+
+
+def _save_sets(path: Path, train: list, test: list, **extra: Any) -> None:
+    parts = {"train": [g.to_dict() for g in train], "test": [g.to_dict() for g in test]}
+    torch.save({**parts, **extra}, path)
+
+
+def _load_sets(path: Path) -> dict[str, Any]:
+    from torch_geometric.data import Data
+
+    stored = torch.load(path, weights_only=True)  # plain tensors, numbers and strings only
+    for part in ("train", "test"):
+        stored[part] = [Data.from_dict(g) for g in stored[part]]
+    return stored
+
+
 def graph_set(config: Config, name: str) -> tuple[list, list]:
-    """(train, test) of one generated set, with Ricci attributes, cached in ``cache_dir``."""
+    """(train, test) of one generated set, with Ricci attributes, cached (``cached``)."""
     options = (
         {"min_nodes": config.min_nodes, "max_nodes": config.max_nodes} if name in HETERO else {}
     )
-    key = f"{name}-{config.num_graphs}-{config.min_nodes}-{config.max_nodes}-{config.test_fraction}"
-    path = cache_dir("curvdiff", "sets") / f"{key}.pt"
-    if path.is_file():
-        return torch.load(path, weights_only=False)
-    graphs = with_curvature(make_graph_set(name, config.num_graphs, seed=0, **options))
-    data = split(graphs, config.test_fraction, seed=0)
-    torch.save(data, path)
-    return data
+    key = {"set": name, "num_graphs": config.num_graphs, "test_fraction": config.test_fraction}
+
+    def build(folder: Path) -> None:
+        graphs = with_curvature(make_graph_set(name, config.num_graphs, seed=0, **options))
+        _save_sets(folder / SETS_FILE, *split(graphs, config.test_fraction, seed=0))
+
+    folder = cached("curvdiff", f"set-{name}", key | options, build, code=SET_CODE)
+    stored = _load_sets(folder / SETS_FILE)
+    return stored["train"], stored["test"]
 
 
 def molecule_set(config: Config) -> tuple[list, list, tuple[str, ...]]:
     """(train, test, atom types) of the molecules, with Ricci attributes, cached."""
-    from mixlab.graphs.curvdiff.molecules import load_nci, load_qm9
+    key = {
+        "molecules": config.molecules,
+        "max_molecules": config.max_molecules,
+        "test_fraction": config.test_fraction,
+    }
 
-    key = f"{config.molecules}-{config.max_molecules}-{config.test_fraction}"
-    path = cache_dir("curvdiff", "sets") / f"{key}.pt"
-    if path.is_file():
-        return torch.load(path, weights_only=False)
-    if config.molecules == "qm9":
-        molecules = load_qm9(
-            max_heavy_atoms=9, limit=int(config.max_molecules / (1 - config.test_fraction))
+    def build(folder: Path) -> None:
+        from mixlab.graphs.curvdiff.molecules import load_nci, load_qm9
+
+        if config.molecules == "qm9":
+            limit = int(config.max_molecules / (1 - config.test_fraction))
+            molecules = load_qm9(max_heavy_atoms=9, limit=limit)
+        else:
+            molecules = load_nci(max_heavy_atoms=9)
+        graphs = with_curvature(list(molecules))
+        train, test = split(graphs, config.test_fraction, seed=0)
+        _save_sets(
+            folder / SETS_FILE,
+            train[: config.max_molecules],
+            test,
+            atom_types=list(molecules.atom_types),
         )
-    else:
-        molecules = load_nci(max_heavy_atoms=9)
-    atom_types = tuple(molecules.atom_types)
-    graphs = with_curvature(list(molecules))
-    train, test = split(graphs, config.test_fraction, seed=0)
-    data = (train[: config.max_molecules], test, atom_types)
-    torch.save(data, path)
-    return data
+
+    code = (*SET_CODE, "mixlab.graphs.curvdiff.molecules")
+    folder = cached("curvdiff", f"molecules-{config.molecules}", key, build, code=code)
+    stored = _load_sets(folder / SETS_FILE)
+    return stored["train"], stored["test"], tuple(stored["atom_types"])
 
 
 # ---------------------------------------------------------------------------------------- cells

@@ -30,6 +30,7 @@ from mixlab.graphs.curvdiff.diffusion import GaussianDiffusion, NodeDenoiser
 from mixlab.graphs.curvdiff.latent import GraphAutoencoder, parse_geometry
 from mixlab.shared.config import is_count, require
 from mixlab.shared.diffusion import ema_update
+from mixlab.shared.progress_report import progress
 
 CURVATURE_KEYS = ("edge_curvature", "edge_forman", "node_curvature", "node_forman")
 
@@ -121,10 +122,18 @@ class CurvDiffConfig:
 
 def with_curvature(graphs: Sequence[Data]) -> list[Data]:
     """The graphs with their Ricci attributes (computed only where missing)."""
+    graphs = list(graphs)
+    missing = [not all(hasattr(g, k) for k in CURVATURE_KEYS) for g in graphs]
+    if not any(missing):
+        return graphs
     transform = AddRicciCurvature()
-    return [
-        g if all(hasattr(g, k) for k in CURVATURE_KEYS) else transform(copy.copy(g)) for g in graphs
-    ]
+    out = []
+    with progress(sum(missing), "Ricci curvature") as bar:
+        for graph, compute in zip(graphs, missing, strict=True):
+            out.append(transform(copy.copy(graph)) if compute else graph)
+            if compute:
+                bar.advance()
+    return out
 
 
 def is_molecule(graph: Data) -> bool:
@@ -228,18 +237,20 @@ class CurvDiff:
         optimizer = torch.optim.Adam(model.parameters(), lr=self.config.ae_lr)
         generator = torch.Generator().manual_seed(seed)
         model.train()
-        for epoch in range(self.config.ae_epochs):
-            total = 0.0
-            for batch in self._batches(graphs, self.config.batch_size, generator):
-                loss, _ = model.loss(batch.to(device), self.config.ricci_matching)
-                optimizer.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                optimizer.step()
-                total += loss.item()
-            self.history["autoencoder"].append(total)
-            if log is not None:
-                log("autoencoder", epoch, total)
+        with progress(self.config.ae_epochs, "autoencoder epochs") as bar:
+            for epoch in range(self.config.ae_epochs):
+                total = 0.0
+                for batch in self._batches(graphs, self.config.batch_size, generator):
+                    loss, _ = model.loss(batch.to(device), self.config.ricci_matching)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                    optimizer.step()
+                    total += loss.item()
+                self.history["autoencoder"].append(total)
+                if log is not None:
+                    log("autoencoder", epoch, total)
+                bar.advance(loss=total)
         model.eval()
 
     def encode(
@@ -285,10 +296,12 @@ class CurvDiff:
     def _fit_diffusion(self, graphs, seed, device, log) -> None:
         c = self.config
         latents, masks = [], []
-        for k in range(c.encodings_per_graph):
-            u, mask = self._encode(graphs, seed=seed * 1000 + k)
-            latents.append(u)
-            masks.append(mask)
+        with progress(c.encodings_per_graph, "encode latents") as bar:
+            for k in range(c.encodings_per_graph):
+                u, mask = self._encode(graphs, seed=seed * 1000 + k)
+                latents.append(u)
+                masks.append(mask)
+                bar.advance()
         x0, mask = torch.cat(latents), torch.cat(masks)
         nodes = x0[mask]
         mean, std = nodes.mean(0), nodes.std(0).clamp_min(1e-6)
@@ -310,21 +323,24 @@ class CurvDiff:
         optimizer = torch.optim.Adam(self.diffusion.parameters(), lr=c.diffusion_lr)
         generator = torch.Generator().manual_seed(seed + 1)
         self.diffusion.train()
-        for step in range(c.diffusion_iterations):
-            index = torch.randint(len(x0), (c.diffusion_batch_size,), generator=generator)
-            rows = mask[index]
-            width = int(rows.sum(-1).max())
-            loss = self.diffusion.loss(
-                x0[index, :width], rows[:, :width], conditions[index] if cond_dim else None
-            )
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.diffusion.parameters(), 1.0)
-            optimizer.step()
-            ema_update(self.ema_diffusion, self.diffusion, c.ema, step)
-            self.history["diffusion"].append(loss.item())
-            if log is not None and step % 100 == 0:
-                log("diffusion", step, loss.item())
+        with progress(c.diffusion_iterations, "diffusion steps") as bar:
+            for step in range(c.diffusion_iterations):
+                index = torch.randint(len(x0), (c.diffusion_batch_size,), generator=generator)
+                rows = mask[index]
+                width = int(rows.sum(-1).max())
+                loss = self.diffusion.loss(
+                    x0[index, :width], rows[:, :width], conditions[index] if cond_dim else None
+                )
+                optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.diffusion.parameters(), 1.0)
+                optimizer.step()
+                ema_update(self.ema_diffusion, self.diffusion, c.ema, step)
+                value = loss.item()
+                self.history["diffusion"].append(value)
+                if log is not None and step % 100 == 0:
+                    log("diffusion", step, value)
+                bar.advance(loss=value)
         self.diffusion.eval()
         self.ema_diffusion.eval()
 

@@ -71,6 +71,7 @@ from mixlab.shared import (
 )
 from mixlab.shared.budget import parameter_count, width_for_budget
 from mixlab.shared.files import write_json_atomic
+from mixlab.shared.progress_report import cell_name, current_cell
 
 COLLAPSED = 0.5  # "collapses": at most this (chance is 0.2 on RingTransfer, 1/2^r on the tree)
 UNCHANGED = 1e-8  # max |R^F − R·I| that counts as "unchanged" (float64 pseudo-inverses: ~1e-10)
@@ -189,7 +190,9 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
                 data = _task_data(config, task, size)
                 task_cache = {(task, size): (data, _widths(config, *data[2:]))}
             data, widths = task_cache[(task, size)]
-            cell = run_cell(config, task, size, seed, system, data, widths[system])
+            name = cell_name({"task": task, "size": size, "seed": seed, "system": system})
+            with current_cell(name):  # names the training loop inside
+                cell = run_cell(config, task, size, seed, system, data, widths[system])
             done[(task, size, seed, system)] = cell
             checkpoints.save_run(len(done), config, theory=theory, cells=list(done.values()))
             bar.advance(size=size, seed=seed)

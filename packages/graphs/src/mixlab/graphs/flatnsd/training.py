@@ -29,6 +29,7 @@ from mixlab.graphs.flatnsd.saved import (
     read_model_info,
 )
 from mixlab.shared.files import CheckpointError, checkpoint_errors, write_sidecar
+from mixlab.shared.progress_report import progress
 
 DeviceLike = torch.device | str
 __all__ = [
@@ -114,21 +115,25 @@ def train_readout(
     loader = DataLoader(list(train), batch_size=batch_size, shuffle=True, generator=generator)
     history = [on_epoch(0, model)] if on_epoch else []
     epoch = 0
-    for epoch in range(1, epochs + 1):
-        model.train()
-        correct = 0
-        for batch in loader:
-            batch = batch.to(device)
-            optimizer.zero_grad()
-            logits = model(batch.x, batch.edge_index)[batch.target_mask]
-            loss = F.cross_entropy(logits, batch.y)
-            loss.backward()
-            optimizer.step()
-            correct += int((logits.argmax(-1) == batch.y).sum())
-        if on_epoch:
-            history.append(on_epoch(epoch, model))
-        if correct / len(train) >= fit_accuracy:
-            break
+    with progress(epochs, "training epochs") as bar:
+        for epoch in range(1, epochs + 1):
+            model.train()
+            correct = 0
+            total = 0.0
+            for batch in loader:
+                batch = batch.to(device)
+                optimizer.zero_grad()
+                logits = model(batch.x, batch.edge_index)[batch.target_mask]
+                loss = F.cross_entropy(logits, batch.y)
+                loss.backward()
+                optimizer.step()
+                correct += int((logits.argmax(-1) == batch.y).sum())
+                total += loss.item() * len(batch.y)
+            if on_epoch:
+                history.append(on_epoch(epoch, model))
+            bar.advance(loss=total / len(train), accuracy=correct / len(train))
+            if correct / len(train) >= fit_accuracy:
+                break
     train_accuracy = accuracy(model, train, device=device)
     return TrainResult(train_accuracy, accuracy(model, test, device=device), epoch, history)
 

@@ -1,10 +1,12 @@
 """MixScentNet against POMMix-style, its own ablations and descriptor baselines on the published
 olfaction data (``mixlab run mixscentnet``).
 
-One-time work, cached (``cache_dir("mixscentnet")``): Mordred 2D descriptors of every GS-LF
-molecule and mixture component; the Mordred-pretrained encoder (GS-LF training molecules and the
-components, no labels); the label-pretrained encoder (POMMix-style: GS-LF training labels). GS-LF
-is split once, 90/10 by molecule (seed 0); its test molecules score Mordred R² and label AUROC.
+One-time work, cached (:func:`~mixlab.shared.cache.cached`, namespace ``mixscentnet``, keyed by
+its config, its data and the source of the code that makes it): Mordred 2D descriptors of every
+GS-LF molecule and mixture component; the Mordred-pretrained encoder (GS-LF training molecules and
+the components, no labels); the label-pretrained encoder (POMMix-style: GS-LF training labels).
+GS-LF is split once, 90/10 by molecule (seed 0); its test molecules score Mordred R² and label
+AUROC.
 
 Cells, every system with the same encoder widths, steps and early stopping:
 
@@ -34,6 +36,7 @@ from __future__ import annotations
 import copy
 import fcntl
 import functools
+import hashlib
 import json
 import time
 from contextlib import contextmanager
@@ -80,8 +83,10 @@ from mixlab.graphs.mixscentnet.training import (
     predict_distance,
 )
 from mixlab.shared import Claim, Result, cache_dir, mean_std, resolve_device, run_cells
+from mixlab.shared.cache import cached
 from mixlab.shared.claims import where_run
 from mixlab.shared.files import write_json_atomic
+from mixlab.shared.paths import key_digest
 
 REGIME_PEARSON = 0.6
 REGIME_RMSE_RATIO = 0.85
@@ -126,25 +131,53 @@ def _locked(path: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+MORDRED_CODE = ("mixlab.graphs.mixscentnet.featurize",)
+"""the modules whose source makes the Mordred table (the descriptor calculation)"""
+ENCODER_CODE = (
+    "mixlab.graphs.mixscentnet.featurize",
+    "mixlab.graphs.mixscentnet.model",
+    "mixlab.graphs.mixscentnet.training",
+)
+"""the modules whose source makes a pretrained encoder: featurization (and the Mordred targets),
+the encoder and the pretraining loops"""
+
+
+def mordred_folder(config: Config) -> Path:
+    """The cached raw Mordred descriptors (``mordred.npz``, read by :func:`mordred_targets`) of
+    every GS-LF molecule and mixture component: the one slow step, with ``workers`` processes."""
+    labels, pairs = load_data(config.data_dir)
+    every = _mordred_smiles(labels, pairs)
+
+    def build(folder: Path) -> None:
+        mordred_targets(every, folder, workers=config.workers)
+
+    key = {"smiles": smiles_digest(every), "molecules": len(every)}
+    return cached("mixscentnet", "mordred", key, build, code=MORDRED_CODE)
+
+
 def pretrained_encoder(config: Config, kind: str) -> tuple[MoleculeEncoder, dict[str, float]]:
     """The cached ``mordred`` or ``labels`` encoder (made once, seed 0) and its held-out score:
     median R² of the Mordred targets, or GS-LF macro AUROC."""
+    if kind not in ("mordred", "labels"):
+        raise ValueError(f"kind must be 'mordred' or 'labels', got {kind!r}")
     labels, pairs = load_data(config.data_dir)
     train, test = gslf_split(labels)
-    key = "-".join(
-        str(v)
-        for v in (
-            kind, config.encoder, config.hidden, config.embedding, config.layers,
-            config.pretrain_epochs, smiles_digest(_mordred_smiles(labels, pairs)),
-        )
-    )  # fmt: skip
-    folder = cache_dir("mixscentnet", "encoders")
-    weights, meta = folder / f"{key}.pt", folder / f"{key}.json"
-    with _locked(folder / f"{key}.lock"):
+    key: dict[str, Any] = {
+        "kind": kind,
+        "encoder": config.encoder,
+        "hidden": config.hidden,
+        "embedding": config.embedding,
+        "layers": config.layers,
+        "pretrain_epochs": config.pretrain_epochs,
+        "seed": 0,
+        "test_fraction": GSLF_TEST,
+        "smiles": smiles_digest(_mordred_smiles(labels, pairs)),
+    }
+    if kind == "labels":
+        key["labels"] = hashlib.sha256(labels.labels.tobytes()).hexdigest()[:16]
+
+    def build(folder: Path) -> None:
         encoder = _encoder(config, 0)
-        if weights.is_file() and meta.is_file():
-            encoder.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
-            return encoder, json.loads(meta.read_text())
         started = time.perf_counter()
         options = {"epochs": config.pretrain_epochs, "seed": 0}
         train_smiles = [labels.smiles[i] for i in train]
@@ -156,7 +189,7 @@ def pretrained_encoder(config: Config, kind: str) -> tuple[MoleculeEncoder, dict
             # molecules score it
             fit_smiles = sorted(set(train_smiles) | (set(pairs.components) - set(test_smiles)))
             targets, _ = mordred_targets(
-                every, cache_dir("mixscentnet"), workers=1, reference=fit_smiles
+                every, mordred_folder(config), workers=1, reference=fit_smiles
             )
             row = {s: i for i, s in enumerate(every)}
             pretrainer = MordredPretrainer(encoder, targets.shape[1])
@@ -164,18 +197,22 @@ def pretrained_encoder(config: Config, kind: str) -> tuple[MoleculeEncoder, dict
             pretrainer.fit(fit_smiles, targets[[row[s] for s in fit_smiles]], **options)
             held = targets[[row[s] for s in test_smiles]]
             score = {"r2": median_r2(pretrainer.predict(test_smiles), held)}
-        elif kind == "labels":
+        else:
             model = LabelModel(encoder, labels.labels.shape[1])
             model.network.to(resolve_device(config.device))
             model.fit(train_smiles, labels.labels[train], **options)
             score = {"auroc": macro_auroc(model.predict_proba(test_smiles), labels.labels[test])}
-        else:
-            raise ValueError(f"kind must be 'mordred' or 'labels', got {kind!r}")
         score["seconds"] = time.perf_counter() - started
-        torch.save({k: v.cpu() for k, v in encoder.state_dict().items()}, weights)
-        encoder.cpu()
-        meta.write_text(json.dumps(score))
-        return encoder, score
+        torch.save({k: v.cpu() for k, v in encoder.state_dict().items()}, folder / "encoder.pt")
+        (folder / "score.json").write_text(json.dumps(score))
+
+    lock = cache_dir("mixscentnet") / f".encoder-{kind}-{key_digest(key)}.lock"
+    with _locked(lock):
+        folder = cached("mixscentnet", f"encoder-{kind}", key, build, code=ENCODER_CODE)
+    encoder = _encoder(config, 0)
+    state = torch.load(folder / "encoder.pt", map_location="cpu", weights_only=True)
+    encoder.load_state_dict(state)
+    return encoder, json.loads((folder / "score.json").read_text())
 
 
 def _start_encoder(config: Config, pretraining: str, seed: int) -> MoleculeEncoder:
@@ -351,9 +388,8 @@ def _label_cell(config: Config, labels: OdourLabels, cell: dict[str, Any]) -> di
 
 def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     torch.set_flush_denormal(True)
-    labels, data = load_data(config.data_dir)
-    # the one slow step, with every core, before the workers start
-    mordred_targets(_mordred_smiles(labels, data), cache_dir("mixscentnet"), workers=config.workers)
+    _, data = load_data(config.data_dir)
+    mordred_folder(config)  # the one slow step, with every core, before the workers start
     cell_fn = functools.partial(run_cell, config, out_dir)
     done = run_cells(
         out_dir, config, _cells(config, data), cell_fn,

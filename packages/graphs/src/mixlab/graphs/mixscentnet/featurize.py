@@ -35,6 +35,8 @@ from rdkit.Chem import Descriptors, rdFingerprintGenerator
 from torch_geometric.data import Data
 from torch_geometric.utils import sort_edge_index
 
+from mixlab.shared.progress_report import progress
+
 __all__ = [
     "ATOM_FEATURES",
     "BOND_FEATURES",
@@ -180,7 +182,12 @@ def _mordred_raw(smiles: list[str], workers: int) -> tuple[np.ndarray, list[str]
     names = [str(d) for d in calculator.descriptors]
     mols = [_parse(s) for s in smiles]
     logging.getLogger("mordred").setLevel(logging.ERROR)
-    rows = calculator.map(mols, nproc=workers, quiet=True) if mols else []
+    rows = []
+    if mols:
+        with progress(len(mols), "Mordred descriptors") as bar:
+            for row in calculator.map(mols, nproc=workers, quiet=True):
+                rows.append(row)
+                bar.advance()
     # mordred returns error objects for descriptors it cannot compute; they become NaN
     table = np.array(
         [[v if isinstance(v, numbers.Real) else np.nan for v in row] for row in rows],

@@ -19,6 +19,7 @@ from torch_geometric.data import Batch
 
 from mixlab.graphs.mixscentnet.featurize import ecfp4, smiles_to_data, tanimoto
 from mixlab.graphs.mixscentnet.model import MixScentNet, MixtureGraph, MoleculeEncoder
+from mixlab.shared.progress_report import progress
 
 __all__ = [
     "FeaturizedMixtures",
@@ -157,19 +158,21 @@ def fit_distance(
     history: dict[str, list[float]] = {"train": [], "validation": []}
     stopping = _EarlyStopping(model, patience, min_delta=1e-5)
     model.train()
-    for step in range(1, steps + 1):
-        loss = F.l1_loss(model(*inputs), target)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        history["train"].append(loss.item())
-        if len(held) and (step % eval_every == 0 or step == steps):
-            error = float(
-                np.abs(predict_distance(model, features, pairs[held]) - distance[held]).mean()
-            )
-            history["validation"].append(error)
-            if stopping.step(error):
-                break
+    with progress(steps, "distance steps") as bar:
+        for step in range(1, steps + 1):
+            loss = F.l1_loss(model(*inputs), target)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            history["train"].append(loss.item())
+            bar.advance(loss=history["train"][-1])
+            if len(held) and (step % eval_every == 0 or step == steps):
+                error = float(
+                    np.abs(predict_distance(model, features, pairs[held]) - distance[held]).mean()
+                )
+                history["validation"].append(error)
+                if stopping.step(error):
+                    break
     if len(held):
         stopping.restore()
     model.eval()
@@ -216,8 +219,10 @@ def _fit_molecules(
     validation: float,
     patience: int,
     seed: int,
+    description: str = "epochs",
 ) -> dict[str, list[float]]:
-    """Mini-batch training of encoder + head on per-molecule targets with early stopping."""
+    """Mini-batch training of encoder + head on per-molecule targets with early stopping;
+    ``description`` names the loop in the progress display."""
     torch.manual_seed(seed)
     device = next(network.parameters()).device
     train, held = _validation_split(len(smiles), validation, seed)
@@ -228,25 +233,29 @@ def _fit_molecules(
     generator = torch.Generator().manual_seed(seed)
     history: dict[str, list[float]] = {"train": [], "validation": []}
     stopping = _EarlyStopping(network, patience, min_delta=1e-6)
-    for _ in range(epochs):
-        network.train()
-        order = train[torch.randperm(len(train), generator=generator).numpy()]
-        total = 0.0
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
-            batch = Batch.from_data_list([graphs[i] for i in chunk]).to(device)
-            loss = loss_fn(network(batch), y[chunk].to(device))
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            total += loss.item() * len(chunk)
-        history["train"].append(total / max(len(train), 1))
-        if len(held):
+    with progress(epochs, description) as bar:
+        for _ in range(epochs):
+            network.train()
+            order = train[torch.randperm(len(train), generator=generator).numpy()]
+            total = 0.0
+            for start in range(0, len(order), batch_size):
+                chunk = order[start : start + batch_size]
+                batch = Batch.from_data_list([graphs[i] for i in chunk]).to(device)
+                loss = loss_fn(network(batch), y[chunk].to(device))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                total += loss.item() * len(chunk)
+            history["train"].append(total / max(len(train), 1))
+            if not len(held):
+                bar.advance(loss=history["train"][-1])
+                continue
             network.eval()
             with torch.no_grad():
                 out = torch.cat([network(b.to(device)).cpu() for b in held_batches])
             error = loss_fn(out, y[held]).item()
             history["validation"].append(error)
+            bar.advance(loss=history["train"][-1], validation=error)
             if stopping.step(error):
                 break
     if len(held):
@@ -281,6 +290,7 @@ class MordredPretrainer:
         return _fit_molecules(
             self.network, smiles, targets, F.huber_loss, epochs=epochs, lr=lr,
             batch_size=batch_size, validation=validation, patience=patience, seed=seed,
+            description="Mordred pretraining epochs",
         )  # fmt: skip
 
     def predict(self, smiles: Sequence[str]) -> np.ndarray:
@@ -302,6 +312,7 @@ class LabelModel:
         return _fit_molecules(
             self.network, smiles, labels, F.binary_cross_entropy_with_logits, epochs=epochs,
             lr=lr, batch_size=batch_size, validation=validation, patience=patience, seed=seed,
+            description="label epochs",
         )  # fmt: skip
 
     def predict_proba(self, smiles: Sequence[str]) -> np.ndarray:
