@@ -32,6 +32,7 @@ _MODULE_OF = {
     "added_peak_bytes": "memory",
     "measure_in_fresh_process": "memory",
     "cache_dir": "paths",
+    "cached": "cache",
     "key_digest": "paths",
     "interleaved_median_seconds": "stats",
     "cells_by_system": "stats",
@@ -66,6 +67,7 @@ __all__ = [
     "added_peak_bytes",
     "bar_plot",
     "cache_dir",
+    "cached",
     "capture_rng_state",
     "cells_by_system",
     "checkpoint_spacing",
@@ -101,6 +103,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _MODULE_OF)
 
 if TYPE_CHECKING:
     from mixlab.shared.budget import parameter_count, width_for_budget
+    from mixlab.shared.cache import cached
     from mixlab.shared.checkpoint import Checkpointer, load_state, run_cells, save_state
     from mixlab.shared.claims import Claim, ClaimSpec, judge
     from mixlab.shared.config import ExperimentConfig, is_count, require
