@@ -127,3 +127,25 @@ def test_result_json_says_whether_the_run_was_cold_and_what_a_cold_run_takes(
     assert "with the cache empty, one-time work included" in expected_time(
         reference, "toy", "quick"
     )
+
+
+def test_a_long_build_resumes_in_the_same_folder_after_a_kill(empty_cache: Path) -> None:
+    from mixlab.shared.cache import resume_folder
+
+    seen = []
+
+    def killed(folder: Path) -> None:
+        (resume_folder(folder) / "step_3").write_text("3")
+        seen.append(resume_folder(folder))
+        raise KeyboardInterrupt
+
+    def resumed(folder: Path) -> None:
+        scratch = resume_folder(folder)
+        seen.append(scratch)
+        assert (scratch / "step_3").read_text() == "3"  # what the killed build left
+        _write(folder)
+
+    with pytest.raises(KeyboardInterrupt):
+        cached("toy", "model", {"width": 4}, killed)
+    cached("toy", "model", {"width": 4}, resumed)
+    assert seen[0] == seen[1]

@@ -514,7 +514,7 @@ def test_cli_swap_bench_and_errors(tmp_path, capsys):
 
 
 def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
-    from mixlab.attention_arch.mita.experiment import Config, run
+    from mixlab.attention_arch.mita.experiment import METHOD, Config, run
 
     monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
     config = Config(
@@ -522,7 +522,8 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
         batch_size=8, systems=("full", "mita", "moba", "topk"), class_token=True,
     )  # fmt: skip
     assert config.shape.num_tokens == 65  # the CLS-token ViT: MiTA's prefix path in every cell
-    result = run(config, tmp_path / "run")
+    result = METHOD.execute(config, tmp_path / "run")  # refuses a claim without its control
+    assert result.cache["state"] == "cold"  # the full-attention ViT was pre-trained
     assert set(result.metrics) == {"full", "mita", "moba", "topk"}
     assert len(result.claims) == 3
     # the regime check is computed from the measured full-attention accuracy (6 steps: it fails)
@@ -541,7 +542,10 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
     assert any(c["part"] == "memory" for c in cells)
     again = run(config, tmp_path / "run", resume=True)
     assert again.metrics == result.metrics
-    assert list((tmp_path / "cache" / "mita").glob("vit-full-*.json"))
+    (entry,) = (tmp_path / "cache" / "mita").glob("vit-full-*")
+    assert (entry / "model.safetensors").is_file()
+    assert (entry / "cache.json").is_file()
+    assert [p.name for p in entry.parent.iterdir() if p.name.startswith(".")] == []
 
     # Killed during the third training cell, then resumed: the same accuracies as uninterrupted.
     import mixlab.attention_arch.mita.experiment as experiment
@@ -560,9 +564,10 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
         experiment, "run_memory", lambda config: {"peak_bytes": dict.fromkeys(config.systems, 1)}
     )
     with pytest.raises(KeyboardInterrupt):
-        run(config, tmp_path / "killed")
+        METHOD.execute(config, tmp_path / "killed")
     monkeypatch.setattr(experiment, "run_scratch", real)
-    resumed = run(config, tmp_path / "killed", resume=True)
+    resumed = METHOD.execute(config, tmp_path / "killed", resume=True)
+    assert resumed.cache["state"] == "warm"  # the pre-trained ViT came from the cache
     for system, row in result.metrics.items():
         assert resumed.metrics[system]["accuracy"] == row["accuracy"]
         assert resumed.metrics[system]["swap_finetuned"] == row["swap_finetuned"]

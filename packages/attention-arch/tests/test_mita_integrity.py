@@ -226,7 +226,7 @@ def test_a_damaged_cached_model_names_its_file(tmp_path, monkeypatch):
     shape = ViTShape(canvas=16, embed_dim=8, depth=1, num_heads=2)
     args = (shape, TrainSpec(steps=1, batch_size=4))
     pretrained_full_vit(*args, train_size=8)
-    (cached,) = (tmp_path / "cache" / "mita").glob("vit-full-*.safetensors")
+    (cached,) = (tmp_path / "cache" / "mita").glob("vit-full-*/model.safetensors")
     pretrained_full_vit(*args, train_size=8)  # loads it back
     _truncate(cached)
     with pytest.raises(CheckpointError, match=str(cached)) as error:

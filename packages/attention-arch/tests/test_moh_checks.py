@@ -22,10 +22,12 @@ TINY = {
 
 def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     from mixlab.attention_arch.moh import experiment
+    from mixlab.attention_arch.moh.config import METHOD
 
     monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
     config = Config(**TINY)
-    result = experiment.run(config, tmp_path / "full")
+    result = METHOD.execute(config, tmp_path / "full")  # refuses a claim without its control
+    assert result.cache["state"] == "cold"  # the feature net of the metrics was trained
     assert {"digits8: real", "digits8: Gaussian fit", "digits8: MoH"} <= set(result.metrics)
     moh = result.metrics["digits8: MoH"]
     assert moh["params"] > 0
@@ -52,9 +54,10 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
 
     monkeypatch.setattr(experiment, "sample", dies_on_the_fifth)
     with pytest.raises(KeyboardInterrupt):
-        experiment.run(config, tmp_path / "killed")
+        METHOD.execute(config, tmp_path / "killed")
     monkeypatch.setattr(experiment, "sample", real)
-    resumed = experiment.run(config, tmp_path / "killed", resume=True)
+    resumed = METHOD.execute(config, tmp_path / "killed", resume=True)
+    assert resumed.cache["state"] == "warm"  # the feature net came from the cache
     for system, row in result.metrics.items():
         for key, value in row.items():
             if not key.startswith(("train_s", "sample_s")):  # wall times differ

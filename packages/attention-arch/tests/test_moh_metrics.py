@@ -210,15 +210,16 @@ def test_feature_net_learns_a_tiny_labelled_set_and_is_cached(tmp_path, monkeypa
     test_images, test_labels = blobs(seed=1)
     with torch.no_grad():
         assert (net(test_images).argmax(-1) == test_labels).float().mean() == 1.0
-    entries = list((tmp_path / "moh" / "feature-nets").iterdir())
-    assert [entry.name.startswith(".") for entry in entries] == [False]  # no temporary left
+    entries = list((tmp_path / "moh").iterdir())
+    assert [entry.name.startswith("feature-net-") for entry in entries] == [True]  # no temporary
+    assert (entries[0] / "cache.json").is_file()  # keyed and timed by mixlab.shared.cache
     again = feature_net(images, labels, seed=0, **TINY)
     for (name, a), b in zip(net.state_dict().items(), again.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
     # another seed or other labels is another entry
     feature_net(images, labels, seed=1, **TINY)
     feature_net(images, 1 - labels, seed=0, **TINY)
-    assert len(list((tmp_path / "moh" / "feature-nets").iterdir())) == 3
+    assert len(list((tmp_path / "moh").iterdir())) == 3
     # a damaged entry is refused, not silently used or retrained
     weights = entries[0] / "net.safetensors"
     weights.write_bytes(weights.read_bytes()[:-8] + bytes(8))

@@ -24,6 +24,7 @@ TINY = {
 
 def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     from mixlab.attention_arch.mol import experiment
+    from mixlab.attention_arch.mol.config import METHOD
 
     monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(experiment, "PROBE_STEPS", 2)
@@ -31,7 +32,10 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     assert config.systems == ("last layer", "layer 1", PENULTIMATE, "uniform average",
                               "DenseConnector concat", "static mixture", "MoL-image",
                               "MoL-patch", MOL_HYBRID)  # fmt: skip
-    result = experiment.run(config, tmp_path / "whole")
+    result = METHOD.execute(config, tmp_path / "whole")  # refuses a claim without its control
+    assert result.cache["state"] == "cold"  # the toy and the vision states were built
+    assert sorted(e["entry"].split("-")[0] for e in result.cache["entries"]) == [
+        "mol/states", "mol/states", "mol/toy"]  # fmt: skip
     assert set(config.systems) < set(result.metrics)
     hybrid = result.metrics[MOL_HYBRID]
     assert 0 <= hybrid["fine"] <= 1
@@ -56,9 +60,10 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
 
     monkeypatch.setattr(experiment, "_train_cell", dies_on_the_fourth)
     with pytest.raises(KeyboardInterrupt):
-        experiment.run(config, tmp_path / "killed")
+        METHOD.execute(config, tmp_path / "killed")
     monkeypatch.setattr(experiment, "_train_cell", real)
-    resumed = experiment.run(config, tmp_path / "killed", resume=True)
+    resumed = METHOD.execute(config, tmp_path / "killed", resume=True)
+    assert resumed.cache["state"] == "warm"  # the toy and the states came from the cache
     for system, row in result.metrics.items():
         for key, value in row.items():
             if not key.startswith(("train_s", "toy_train_s", "prepare_s")):  # wall times differ
@@ -129,13 +134,15 @@ def test_config_refusals_name_the_field(field, value):
         Config(**{field: value})
 
 
-def test_cli_end_to_end(tmp_path, capsys):
-    from mixlab.attention_arch.mol.toy import ToySpec, toy_llava
+def test_cli_end_to_end(tmp_path, capsys, monkeypatch):
+    from mixlab.attention_arch.mol.toy import ToySpec, toy_folder
 
+    monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
     spec = ToySpec(size=32, vision_width=16, vision_depth=3, lm_width=16, lm_depth=1,
                    encoder_images=16, encoder_steps=1, base_examples=12, base_steps=1)  # fmt: skip
-    toy_llava(spec, tmp_path / "cache", log=lambda _: None)
-    model = str(next((tmp_path / "cache").glob("toy-*")))
+    model = str(toy_folder(spec))
+    assert model == str(toy_folder(spec))  # the second call finds it
+    assert list((tmp_path / "cache" / "mol").glob("toy-*/toy.json"))
     data = tmp_path / "vqa"
     assert main(["mol", "data", "--out", str(data), "--n", "12", "--size", "32"]) == 0
     assert len((data / "data.jsonl").read_text().splitlines()) == 12

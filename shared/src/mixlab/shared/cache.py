@@ -9,7 +9,10 @@ source of every module in ``code``, so a change to the code that trains a model 
 instead of reusing a model the current code would not make (a result made with it could not be
 reproduced on a fresh machine). On a miss ``build(folder)`` fills a temporary folder that is
 renamed into place when complete, beside a ``cache.json`` recording the key, the code digest and
-the seconds the build took; a killed build leaves nothing a later run would read.
+the seconds the build took; a killed build leaves nothing a later run would read (a long build
+may keep its own checkpoints in :func:`resume_folder` to resume there). A result memoised in the
+process instead of read through ``cached`` again is not in the run's ledger: call ``cached``
+on every run.
 
 Each use is appended to the run's ledger (``$MIXLAB_CACHE_LEDGER``, set by ``Method.execute``,
 shared with worker processes), from which ``result.json`` records ``cache``: ``cold`` when
@@ -101,6 +104,16 @@ def cached(
     except OSError:  # another process finished the same entry first: keep theirs
         shutil.rmtree(partial, ignore_errors=True)
     _log(namespace, folder.name, hit=False, build_s=seconds)
+    return folder
+
+
+def resume_folder(building: Path) -> Path:
+    """A folder where a long ``build`` keeps its own checkpoints, stable across processes: the
+    same entry gets the same folder, so a build killed part-way resumes in the next run. Pass the
+    folder ``build`` was given; delete the returned one when the build is done."""
+    entry = building.name.lstrip(".").split(".partial-")[0]
+    folder = building.parent / f".{entry}.resume"
+    folder.mkdir(parents=True, exist_ok=True)
     return folder
 
 

@@ -187,7 +187,7 @@ def run_swap(config: Config, kind: str, data, pretrained_state: dict) -> dict[st
     zero_shot = accuracy(model, test_data)
     seed_everything(config.seed)
     spec = _spec(config, config.seed + 7919, config.finetune_steps, config.finetune_lr)
-    train(model, train_data, spec, device=device)
+    train(model, train_data, spec, device=device, description="fine-tune")
     return {"kind": kind, "zero_shot": zero_shot, "finetuned": accuracy(model, test_data)}
 
 

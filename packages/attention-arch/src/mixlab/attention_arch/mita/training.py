@@ -4,8 +4,7 @@ full-attention model that the swap experiment starts from."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,8 +17,17 @@ from torch import nn
 
 from mixlab.attention_arch.mita.data import ClutteredDigits, cluttered_digits
 from mixlab.attention_arch.mita.swap import replace_attention
-from mixlab.shared import cache_dir, load_state, save_state, warmup_cosine
+from mixlab.shared import load_state, progress, save_state, warmup_cosine
+from mixlab.shared.cache import cached, resume_folder
 from mixlab.shared.files import CheckpointError, checkpoint_errors
+
+PRETRAIN_CODE = (
+    "mixlab.attention_arch.mita.training",
+    "mixlab.attention_arch.mita.data",
+    "mixlab.attention_arch.mita.swap",
+    "mixlab.attention_arch.mita.attention",
+)
+"""the modules whose source makes the cached full-attention ViT (its cache key covers them)"""
 
 
 @dataclass(frozen=True)
@@ -91,12 +99,14 @@ def train(
     checkpoint: Path | None = None,
     checkpoint_every: int = 200,
     on_step: Callable[[int, nn.Module], None] | None = None,
+    description: str = "train",
 ) -> list[float]:
     """Train ``model`` on ``data`` for ``spec.steps`` steps; return the loss of each step.
 
     With ``checkpoint`` the model, optimiser and losses are saved there every
     ``checkpoint_every`` steps and a killed run resumes from the last save (the file is removed
-    at the end). ``on_step(step, model)`` is called after every step (step counts from 1).
+    at the end). ``on_step(step, model)`` is called after every step (step counts from 1). The
+    steps show as :func:`mixlab.shared.progress` named ``description``.
     """
     model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
@@ -108,30 +118,36 @@ def train(
             optimizer.load_state_dict(state["optimizer"])
             schedule.load_state_dict(state["schedule"])
             losses = [float(loss) for loss in state["losses"]]
-    for step in range(len(losses), spec.steps):
-        generator = torch.Generator().manual_seed(spec.seed * 1_000_003 + step)
-        batch = torch.randint(len(data), (spec.batch_size,), generator=generator)
-        images, labels = data.images[batch].to(device), data.labels[batch].to(device)
-        loss = F.cross_entropy(model(images), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
-        if on_step is not None:
-            on_step(step + 1, model)
-        if checkpoint is not None and (step + 1) % checkpoint_every == 0 and step + 1 < spec.steps:
-            save_state(
-                {
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "schedule": schedule.state_dict(),
-                    "losses": losses,
-                    "spec": asdict(spec),
-                },
-                checkpoint,
-            )
+    with progress(spec.steps, description, completed=len(losses)) as bar:
+        for step in range(len(losses), spec.steps):
+            generator = torch.Generator().manual_seed(spec.seed * 1_000_003 + step)
+            batch = torch.randint(len(data), (spec.batch_size,), generator=generator)
+            images, labels = data.images[batch].to(device), data.labels[batch].to(device)
+            loss = F.cross_entropy(model(images), labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            losses.append(loss.item())
+            bar.advance(loss=losses[-1])
+            if on_step is not None:
+                on_step(step + 1, model)
+            if (
+                checkpoint is not None
+                and (step + 1) % checkpoint_every == 0
+                and step + 1 < spec.steps
+            ):
+                save_state(
+                    {
+                        "model": model.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "schedule": schedule.state_dict(),
+                        "losses": losses,
+                        "spec": asdict(spec),
+                    },
+                    checkpoint,
+                )
     if checkpoint is not None:
         for suffix in (".json", ".safetensors"):
             checkpoint.with_suffix(suffix).unlink(missing_ok=True)
@@ -213,27 +229,38 @@ def pretrained_full_vit(
     device: torch.device | str = "cpu",
 ) -> nn.Module:
     """A full-attention ViT trained on ``train_size`` cluttered-digit canvases (the training
-    split, seeded by ``spec.seed``), cached under
-    ``mixlab`` cache/mita/ (keyed by every argument) so that later runs load it in a second."""
+    split, seeded by ``spec.seed``), cached under ``mixlab`` cache/mita/vit-full-<digest>/ (keyed
+    by every argument but ``device`` and by the source of :data:`PRETRAIN_CODE`,
+    :func:`mixlab.shared.cache.cached`) so that later runs load it in a second. A killed
+    pre-training resumes from its last training checkpoint, kept beside the entry."""
     digits = {"n": train_size, "canvas": shape.canvas, "scale": scale, "clutter": clutter}
-    key = json.dumps({"shape": asdict(shape), "spec": asdict(spec), "digits": digits})
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    folder = cache_dir("mita")
-    path = folder / f"vit-full-{digest}"
+    key = {"shape": asdict(shape), "spec": asdict(spec), "digits": digits}
+
+    def build(folder: Path) -> None:
+        torch.manual_seed(spec.seed)
+        model = build_vit(shape, "full")
+        data = cluttered_digits(**digits, split="train", seed=spec.seed)
+        resume = _resume_checkpoint(folder)
+        train(model, data, spec, device=device, checkpoint=resume, description="pre-train full ViT")
+        save_state({"model": model.state_dict()}, folder / "model")
+        shutil.rmtree(resume.parent, ignore_errors=True)
+
+    folder = cached("mita", "vit-full", key, build, code=PRETRAIN_CODE)
     torch.manual_seed(spec.seed)
     model = build_vit(shape, "full")
-    if path.with_suffix(".json").exists():
-        stale = "a cached model: delete its .json and .safetensors to train it again"
-        try:
-            state = load_state(path)
-            if not isinstance(state, dict) or state.get("key") != key:
-                raise CheckpointError(f"{path.with_suffix('.json')}: saved for other settings")
-            with _as_checkpoint_error(path.with_suffix(".json"), "cached full-attention ViT"):
-                model.load_state_dict(state["model"])
-        except CheckpointError as error:
-            raise CheckpointError(f"{error} ({stale})") from error
-        return model.to(device)
-    data = cluttered_digits(**digits, split="train", seed=spec.seed)
-    train(model, data, spec, device=device, checkpoint=folder / f"vit-full-{digest}-partial")
-    save_state({"model": model.state_dict(), "key": key}, path)
-    return model
+    stale = f"a cached model: delete the folder {folder} to train it again"
+    try:
+        state = load_state(folder / "model")
+        if not isinstance(state, dict) or "model" not in state:
+            raise CheckpointError(f"{folder / 'model.json'}: not a cached full-attention ViT")
+        with _as_checkpoint_error(folder / "model.json", "cached full-attention ViT"):
+            model.load_state_dict(state["model"])
+    except CheckpointError as error:
+        raise CheckpointError(f"{error} ({stale})") from error
+    return model.to(device)
+
+
+def _resume_checkpoint(folder: Path) -> Path:
+    """Where the pre-training of the entry being built in ``folder`` keeps its resumable
+    checkpoint (``resume_folder``: the same for the same entry in the next process)."""
+    return resume_folder(folder) / "train"

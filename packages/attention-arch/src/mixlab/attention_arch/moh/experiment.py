@@ -249,6 +249,7 @@ def _run_cell(config: Config, out_dir: Path, resume: bool, cell: dict[str, Any])
 
 
 def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
+    _load_dataset.cache_clear()  # each run looks its feature nets up (its cache record names them)
     seeds = [config.seed + s for s in range(config.n_seeds)]
     cells: list[dict[str, Any]] = []
     for source, size in config.datasets:

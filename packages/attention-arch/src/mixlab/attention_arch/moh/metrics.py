@@ -26,8 +26,9 @@ With features f of real images (r) and generated ones (g), d = ``feature_dim``:
 :func:`gaussian_fit_samples` is the experiment's trivial generator: a Gaussian with the real pixel
 mean and covariance, which any useful model must beat.
 
-:func:`feature_net` trains once per (images, labels, settings) and caches the weights under
-``mixlab.shared.cache_dir("moh", "feature-nets")`` (``$MIXLAB_CACHE`` when set). With labels the
+:func:`feature_net` trains once per (images, labels, settings, the source of this module) and
+caches the weights under ``mixlab.shared.cache_dir("moh")`` (``$MIXLAB_CACHE`` when set) through
+:func:`mixlab.shared.cache.cached`. With labels the
 net is a classifier over them, trained with random shifts of up to H/8 pixels (no flips: a mirrored
 digit is not a real one). Without labels it learns the self-supervised pretext task of RotNet
 (Gidaris et al. 2018, arXiv:1803.07728), predicting which of 4 rotations by 90° was applied, so a
@@ -42,11 +43,7 @@ held-out images score FID_local 0.81 and the Gaussian fit 11.1 (rotation net: 0.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
-import os
-import shutil
-import uuid
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -57,7 +54,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mixlab.shared import cache_dir, is_count, load_state, require, save_state
+from mixlab.shared import is_count, load_state, progress, require, save_state
+from mixlab.shared.cache import cached
 from mixlab.shared.files import CheckpointError
 
 __all__ = [
@@ -72,8 +70,8 @@ __all__ = [
     "score",
 ]
 
-CACHE_FORMAT = 1
-"""bump when training changes in a way the cache key does not see"""
+FEATURE_NET_CODE = ("mixlab.attention_arch.moh.metrics",)
+"""the modules whose source makes a cached feature net (its cache key covers them)"""
 ROTATIONS = 4
 """the pretext task without labels: which of 0°, 90°, 180°, 270° was applied"""
 
@@ -199,18 +197,20 @@ def _train(
     max_shift = max(1, images.shape[-1] // 8)
     device = next(net.parameters()).device
     net.train()
-    for _ in range(steps):
-        index = torch.randint(len(images), (min(batch_size, len(images)),), generator=generator)
-        batch = _shift(images[index], max_shift, generator)
-        if labels is None:
-            batch, target = _rotate(batch, generator)
-        else:
-            target = labels[index]
-        loss = F.cross_entropy(net(batch.to(device)), target.to(device))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        schedule.step()
+    with progress(steps, "feature net") as bar:
+        for _ in range(steps):
+            index = torch.randint(len(images), (min(batch_size, len(images)),), generator=generator)
+            batch = _shift(images[index], max_shift, generator)
+            if labels is None:
+                batch, target = _rotate(batch, generator)
+            else:
+                target = labels[index]
+            loss = F.cross_entropy(net(batch.to(device)), target.to(device))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            bar.advance(loss=loss.item())
     net.eval()
 
 
@@ -230,10 +230,11 @@ def feature_net(
     """A :class:`FeatureNet` trained on the real ``images``, frozen and in eval mode.
 
     Trained on the CPU (deterministic given ``seed``), then moved to ``device``. With ``cache``
-    the weights are stored once per (images' bytes, labels, settings) under
-    ``cache_dir("moh", "feature-nets")`` and later calls load them; each entry is a folder written
-    under a temporary name and renamed into place, so readers never see a partial one and two
-    processes racing to fill it keep the first.
+    the weights are stored once per (images' bytes, labels, settings, the source of this module)
+    in ``cache_dir("moh")/feature-net-<digest>`` by :func:`mixlab.shared.cache.cached` and later
+    calls load them; each entry is a folder written under a temporary name and renamed into
+    place, so readers never see a partial one and two processes racing to fill it keep the
+    first.
 
     Args:
         images: real images ``[N, C, H, W]``, C in (1, 3), H = W >= 8, values in [-1, 1], N >= 2.
@@ -263,7 +264,7 @@ def feature_net(
     require(is_count(batch_size), "batch_size", "an integer >= 1", batch_size)
     require(isinstance(lr, int | float) and math.isfinite(lr) and lr > 0, "lr",
             "a finite number > 0", lr)  # fmt: skip
-    settings = {"format": CACHE_FORMAT, "seed": seed, "steps": steps, "batch_size": batch_size,
+    settings = {"seed": seed, "steps": steps, "batch_size": batch_size,
                 "lr": float(lr), "feature_dim": feature_dim, "width": width,
                 "num_classes": num_classes, "shape": list(images.shape)}  # fmt: skip
 
@@ -288,34 +289,25 @@ def _cached(
     build: Callable[[], FeatureNet],
     train: Callable[[], FeatureNet],
 ) -> FeatureNet:
-    """Load the net of this key from the cache, or train it and store it there."""
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    digest.update(images.numpy().tobytes())
-    digest.update(b"no labels" if labels is None else labels.numpy().tobytes())
-    key = digest.hexdigest()
-    folder = cache_dir("moh", "feature-nets")
-    entry = folder / key[:32]
-    if not (entry / "net.json").exists():
-        net = train()
-        temporary = folder / f".{key[:32]}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
-        save_state({"key": key, "settings": settings, "model": net.state_dict()}, temporary / "net")
-        try:
-            os.rename(temporary, entry)  # atomic; fails when another process got there first
-        except OSError:
-            shutil.rmtree(temporary, ignore_errors=True)
-            if not (entry / "net.json").exists():
-                raise
-        else:
-            return net
-    return _load(entry, key, build)
+    """Load the net of these images, labels and settings from the cache, or train it and store
+    it there first."""
+    data = hashlib.sha256(images.numpy().tobytes())
+    data.update(b"no labels" if labels is None else labels.numpy().tobytes())
+    key = {**settings, "data_sha256": data.hexdigest()}
+
+    def train_into(folder: Path) -> None:
+        save_state({"settings": settings, "model": train().state_dict()}, folder / "net")
+
+    entry = cached("moh", "feature-net", key, train_into, code=FEATURE_NET_CODE)
+    return _load(entry, build)
 
 
-def _load(entry: Path, key: str, build: Callable[[], FeatureNet]) -> FeatureNet:
+def _load(entry: Path, build: Callable[[], FeatureNet]) -> FeatureNet:
     advice = f"a cached feature net: delete the folder {entry} to train it again"
     try:
         state = load_state(entry / "net")
-        if not isinstance(state, dict) or state.get("key") != key:
-            raise CheckpointError(f"{entry / 'net.json'}: saved for other images or settings")
+        if not isinstance(state, dict) or "model" not in state:
+            raise CheckpointError(f"{entry / 'net.json'}: not a cached feature net")
         net = build()
         try:
             net.load_state_dict(state["model"])

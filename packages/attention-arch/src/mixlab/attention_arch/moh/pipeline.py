@@ -9,7 +9,8 @@ a local folder), decodes the latents the backbone was trained on.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import torch
 from diffusers import DiffusionPipeline, ImagePipelineOutput
@@ -43,9 +44,12 @@ class MoHPipeline(DiffusionPipeline):
         output_type: str = "np",
         precompute_routes: bool = True,
         return_dict: bool = True,
+        callback_on_step_end: Callable[..., dict[str, Any] | None] | None = None,
     ) -> ImagePipelineOutput | tuple:
         """``batch_size`` samples (one per label or caption when those are given). Classifier-free
-        guidance: prediction = p_∅ + s·(p_y − p_∅) with the null class / a zero caption."""
+        guidance: prediction = p_∅ + s·(p_y − p_∅) with the null class / a zero caption.
+        ``callback_on_step_end(pipeline, i, t, {"latents": x})`` runs after each step, as in
+        diffusers' pipelines; ``latents`` in the dict it returns replace the current ones."""
         model, config = self.transformer, self.transformer.config
         if class_labels is not None:
             class_labels = torch.as_tensor(class_labels, device=self.device).flatten()
@@ -64,11 +68,14 @@ class MoHPipeline(DiffusionPipeline):
         if precompute_routes:
             model.precompute_routes(self.scheduler.timesteps)
         try:
-            for t in self.progress_bar(self.scheduler.timesteps):
+            for i, t in enumerate(self.progress_bar(self.scheduler.timesteps)):
                 model_input = self.scheduler.scale_model_input(x, t)
                 prediction = self._guided(model_input, t, class_labels, encoder_hidden_states,
                                           guidance_scale)  # fmt: skip
                 x = self.scheduler.step(prediction, t, x).prev_sample
+                if callback_on_step_end is not None:
+                    returned = callback_on_step_end(self, i, t, {"latents": x}) or {}
+                    x = returned.get("latents", x)
         finally:
             model.clear_routes()
         if output_type == "latent":

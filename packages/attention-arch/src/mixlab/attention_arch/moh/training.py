@@ -20,7 +20,7 @@ from diffusers import DDIMScheduler, DDPMScheduler
 
 from mixlab.attention_arch.moh.model import MoHDiffusion
 from mixlab.attention_arch.moh.pipeline import MoHPipeline
-from mixlab.shared import Checkpointer, is_count, require, warmup_cosine
+from mixlab.shared import Checkpointer, is_count, progress, require, warmup_cosine
 from mixlab.shared.diffusion import ema_update
 
 __all__ = ["TrainSpec", "sample", "train", "training_loss"]
@@ -158,36 +158,40 @@ def train(
         lr_schedule.load_state_dict(state["lr_schedule"])
         history = state["history"]
     model.train()
-    for step in range(start, spec.steps):
-        generator = _step_generator(spec.seed, step)
-        torch.manual_seed(spec.seed * 1_000_003 + step)  # the router's Gumbel noise
-        index = torch.randint(0, images.shape[0], (spec.batch_size,), generator=generator)
-        loss, logs = training_loss(
-            model,
-            scheduler,
-            images[index],
-            spec,
-            generator,
-            None if class_labels is None else class_labels[index],
-            None if captions is None else captions[index],
-        )
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), spec.grad_clip)
-        optimizer.step()
-        lr_schedule.step()
-        ema_update(ema, model, spec.ema_decay, step)
-        done = step + 1
-        if done % 50 == 0 or done == spec.steps:
-            history.append({"step": done, **logs})
-        if done in eval_steps and on_checkpoint is not None:
-            history.append({"step": done, **on_checkpoint(done, ema)})
-        if checkpoints is not None and (done % spec.checkpoint_every == 0 or done in eval_steps):
-            checkpoints.save(done, {
-                "spec": asdict(spec), "model": model.state_dict(), "ema": ema.state_dict(),
-                "optimizer": optimizer.state_dict(), "lr_schedule": lr_schedule.state_dict(),
-                "history": history,
-            })  # fmt: skip
+    with progress(spec.steps, "train", completed=start) as bar:
+        for step in range(start, spec.steps):
+            generator = _step_generator(spec.seed, step)
+            torch.manual_seed(spec.seed * 1_000_003 + step)  # the router's Gumbel noise
+            index = torch.randint(0, images.shape[0], (spec.batch_size,), generator=generator)
+            loss, logs = training_loss(
+                model,
+                scheduler,
+                images[index],
+                spec,
+                generator,
+                None if class_labels is None else class_labels[index],
+                None if captions is None else captions[index],
+            )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), spec.grad_clip)
+            optimizer.step()
+            lr_schedule.step()
+            ema_update(ema, model, spec.ema_decay, step)
+            done = step + 1
+            bar.advance(loss=logs["mse"])
+            if done % 50 == 0 or done == spec.steps:
+                history.append({"step": done, **logs})
+            if done in eval_steps and on_checkpoint is not None:
+                history.append({"step": done, **on_checkpoint(done, ema)})
+            if checkpoints is not None and (
+                done % spec.checkpoint_every == 0 or done in eval_steps
+            ):
+                checkpoints.save(done, {
+                    "spec": asdict(spec), "model": model.state_dict(), "ema": ema.state_dict(),
+                    "optimizer": optimizer.state_dict(), "lr_schedule": lr_schedule.state_dict(),
+                    "history": history,
+                })  # fmt: skip
     return ema.eval(), history
 
 
@@ -224,17 +228,23 @@ def sample(
     pipeline.set_progress_bar_config(disable=True)
     generator = torch.Generator().manual_seed(seed)
     out = []
-    for first in range(0, n, batch_size):
-        part = slice(first, min(n, first + batch_size))
-        images = pipeline(
-            batch_size=part.stop - part.start,
-            class_labels=None if class_labels is None else class_labels[part],
-            encoder_hidden_states=None if captions is None else captions[part],
-            num_inference_steps=steps,
-            guidance_scale=guidance_scale,
-            generator=generator,
-            output_type="latent",
-            precompute_routes=precompute_routes,
-        ).images
-        out.append(images.clamp(-1, 1).cpu())
+    with progress(math.ceil(n / batch_size) * steps, "sample (DDIM steps)") as bar:
+
+        def advance(*_: Any) -> None:
+            bar.advance()
+
+        for first in range(0, n, batch_size):
+            part = slice(first, min(n, first + batch_size))
+            images = pipeline(
+                batch_size=part.stop - part.start,
+                class_labels=None if class_labels is None else class_labels[part],
+                encoder_hidden_states=None if captions is None else captions[part],
+                num_inference_steps=steps,
+                guidance_scale=guidance_scale,
+                generator=generator,
+                output_type="latent",
+                precompute_routes=precompute_routes,
+                callback_on_step_end=advance,
+            ).images
+            out.append(images.clamp(-1, 1).cpu())
     return torch.cat(out)

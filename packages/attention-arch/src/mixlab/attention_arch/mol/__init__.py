@@ -31,6 +31,8 @@ _MODULE_OF = {
     "answer_hits": "training",
     "ToySpec": "toy",
     "toy_llava": "toy",
+    "toy_folder": "toy",
+    "load_toy": "toy",
     "save_toy": "toy",
     "make_vqa": "tasks",
 }

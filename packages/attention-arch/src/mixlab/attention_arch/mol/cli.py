@@ -53,9 +53,8 @@ def _load(model: str):
     torch.set_flush_denormal(True)
     if model == "toy":
         from mixlab.attention_arch.mol.toy import toy_llava
-        from mixlab.shared import cache_dir
 
-        llava, processor, _ = toy_llava(cache_dir=cache_dir("mol"), log=typer.echo)
+        llava, processor, _ = toy_llava(log=typer.echo)
     else:
         check_input_folder(Path(model), "--model", containing=("config.json",))
         kind = json.loads((Path(model) / "config.json").read_text()).get("model_type")
@@ -94,10 +93,9 @@ def toy(
 ) -> None:
     """Train (once, into the cache) and write the toy LLaVA as a transformers folder."""
     from mixlab.attention_arch.mol.toy import save_toy, toy_llava
-    from mixlab.shared import cache_dir
 
     check_output_folder(out, "--out")
-    llava, processor, info = toy_llava(cache_dir=cache_dir("mol"), log=typer.echo)
+    llava, processor, info = toy_llava(log=typer.echo)
     save_toy(llava, processor, info, out)
     typer.echo(f"wrote {out} (encoder accuracy {info['encoder_accuracy']:.3f})")
 

@@ -2,7 +2,8 @@
 mixture on procedural VQA (``mixlab run mol``; issue 23).
 
 The toy LLaVA (:mod:`.toy`) is trained once into the cache; its frozen encoder's states of every
-layer are cached per split. Every system wraps a fresh copy of the base in :class:`~.llava.MoLLlava`
+layer are cached per split (``cache_dir("mol")/states-<split>-<digest>/states.pt``, keyed by the
+toy's spec, the split's size and seed, and the toy's code). Every system wraps a fresh copy of the base in :class:`~.llava.MoLLlava`
 and fine-tunes its mixer, projector and language model with the same batches (one generator per
 seed) and steps; the score is the exact match of the greedy answer on the test split.
 
@@ -18,8 +19,11 @@ untested when they fail.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +40,8 @@ from mixlab.attention_arch.mol.config import (
     system_mixer,
 )  # fmt: skip
 from mixlab.attention_arch.mol.tasks import FINE_TASKS, QUESTION_TYPES, TASK_OF, TASKS
-from mixlab.shared import Claim, Result, cache_dir, line_plot, mean_std, run_cells, seed_everything
+from mixlab.shared import Claim, Result, line_plot, mean_std, progress, run_cells, seed_everything
+from mixlab.shared.cache import cached
 from mixlab.shared.files import write_json_atomic
 from mixlab.shared.plotting import save_figure
 
@@ -58,32 +63,35 @@ def toy_spec(config: Config):
     )  # fmt: skip
 
 
-def _folder(config: Config) -> Path:
-    return cache_dir("mol") / f"toy-{toy_spec(config).key()}"
-
-
-def prepare(config: Config) -> dict[str, Any]:
+def prepare(config: Config) -> tuple[dict[str, Any], dict[str, Path]]:
     """The base (trained into the cache the first time) and every split's cached vision states;
-    returns the toy's info (encoder accuracy, one-time seconds)."""
+    returns the toy's info (encoder accuracy, one-time seconds) and the cache folders the cells
+    read: ``"toy"`` (the base) and one per split (its ``states.pt``)."""
+    from mixlab.attention_arch.mol.toy import TOY_CODE, load_toy, toy_folder
+
+    spec = toy_spec(config)
+    folders = {"toy": toy_folder(spec)}
+    llava, _, info = load_toy(folders["toy"])
+    for split in SPLIT_SEEDS:
+        n, seed = _split_size(config, split), _split_seed(config, split)
+        key = {"toy": dataclasses.asdict(spec), "n": n, "seed": seed}
+        build = functools.partial(_write_states, config, llava, n, seed)
+        folders[split] = cached("mol", f"states-{split}", key, build, code=TOY_CODE)
+    return info, folders
+
+
+def _write_states(config: Config, llava, n: int, seed: int, folder: Path) -> None:
+    """The frozen encoder's states of every layer for one split's VQA, with its questions."""
     from mixlab.attention_arch.mol.layers import FixedLayer
     from mixlab.attention_arch.mol.llava import MoLLlava
     from mixlab.attention_arch.mol.tasks import make_vqa
-    from mixlab.attention_arch.mol.toy import toy_llava, vision_states_of
+    from mixlab.attention_arch.mol.toy import vision_states_of
 
-    llava, _, info = toy_llava(toy_spec(config), cache_dir("mol"))
     model = MoLLlava(llava, FixedLayer(config.vision_width, -2, config.vision_depth))
-    for split in SPLIT_SEEDS:
-        path = _states_path(config, split)
-        if not path.is_file():
-            data = make_vqa(
-                _split_size(config, split), size=config.size, seed=_split_seed(config, split)
-            )
-            states = vision_states_of(model, data.images)
-            tmp = path.with_suffix(".tmp")
-            torch.save({"states": states, "questions": data.questions, "answers": data.answers,
-                        "question_types": data.question_types}, tmp)  # fmt: skip
-            tmp.rename(path)
-    return info
+    data = make_vqa(n, size=config.size, seed=seed)
+    states = vision_states_of(model, data.images)
+    torch.save({"states": states, "questions": data.questions, "answers": data.answers,
+                "question_types": data.question_types}, folder / "states.pt")  # fmt: skip
 
 
 def _split_size(config: Config, split: str) -> int:
@@ -94,14 +102,9 @@ def _split_seed(config: Config, split: str) -> int:
     return config.seed + SPLIT_SEEDS[split]
 
 
-def _states_path(config: Config, split: str) -> Path:
-    n, seed = _split_size(config, split), _split_seed(config, split)
-    return _folder(config) / f"states-{split}-{n}-{seed}.pt"
-
-
-def _split(config: Config, split: str):
+def _split(folders: dict[str, Path], split: str):
     """(batch function, n, question types) of a split, from the cache."""
-    return _load_split(_states_path(config, split), _folder(config))
+    return _load_split(folders[split] / "states.pt", folders["toy"])
 
 
 @functools.cache
@@ -119,10 +122,10 @@ def _load_split(states: Path, folder: Path):
     return cached_batches(saved["states"], prompts), len(saved["answers"]), saved["question_types"]
 
 
-def _base(config: Config):
+def _base(folders: dict[str, Path]):
     from transformers import LlavaForConditionalGeneration
 
-    return LlavaForConditionalGeneration.from_pretrained(_folder(config)).eval()
+    return LlavaForConditionalGeneration.from_pretrained(folders["toy"]).eval()
 
 
 def build_system(config: Config, system: str, llava):
@@ -156,12 +159,12 @@ def task_scores(per_question: dict[str, float]) -> dict[str, float]:
     return {**tasks, "fine": float(np.mean([tasks[t] for t in FINE_TASKS]))}
 
 
-def _reference(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
+def _reference(config: Config, folders: dict[str, Path], cell: dict[str, Any]) -> dict[str, Any]:
     if cell["system"] == "probe":
-        return {**cell, "probe": colour_probe(config)}
+        return {**cell, "probe": colour_probe(config, folders)}
     # the base as trained, with and without its image (the blind model)
-    batch_of, n, types = _split(config, "test")
-    model = build_system(config, PENULTIMATE, _base(config))
+    batch_of, n, types = _split(folders, "test")
+    model = build_system(config, PENULTIMATE, _base(folders))
     from mixlab.attention_arch.mol.training import answer_hits
 
     out = dict(cell)
@@ -190,51 +193,55 @@ class _AttentionProbe(torch.nn.Module):
         return self.out((weights * states).sum(1))
 
 
-def colour_probe(config: Config) -> list[float]:
+def colour_probe(config: Config, folders: dict[str, Path]) -> list[float]:
     """Per layer of the frozen encoder: the test accuracy of an attention probe trained on the
-    train split's colour questions (the V*-like attribute) to name the small object's colour."""
+    train split's colour questions (the V*-like attribute) to name the small object's colour
+    (``folders`` from :func:`prepare`)."""
     data = {}
     for split in SPLIT_SEEDS:
-        saved = torch.load(_states_path(config, split))
+        saved = torch.load(folders[split] / "states.pt")
         picked = [i for i, q in enumerate(saved["question_types"]) if q == "colour"]
         data[split] = ([s[picked] for s in saved["states"]], [saved["answers"][i] for i in picked])
     names = sorted(set(data["train"][1]) | set(data["test"][1]))
     labels = {s: torch.tensor([names.index(a) for a in data[s][1]]) for s in data}
     accuracies = []
-    for layer in range(len(data["train"][0])):
-        torch.manual_seed(config.seed)
-        probe = _AttentionProbe(config.vision_width, len(names))
-        optimizer = torch.optim.Adam(probe.parameters(), lr=3e-3)
-        train_states = data["train"][0][layer].float()
-        generator = torch.Generator().manual_seed(config.seed)
-        for _ in range(PROBE_STEPS):
-            index = torch.randint(len(train_states), (128,), generator=generator)
-            loss = torch.nn.functional.cross_entropy(
-                probe(train_states[index]), labels["train"][index]
-            )
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-        with torch.no_grad():
-            predicted = probe(data["test"][0][layer].float()).argmax(-1)
-        accuracies.append(float((predicted == labels["test"]).float().mean()))
+    layers = len(data["train"][0])
+    with progress(layers * PROBE_STEPS, "colour probe (steps over all layers)") as bar:
+        for layer in range(layers):
+            torch.manual_seed(config.seed)
+            probe = _AttentionProbe(config.vision_width, len(names))
+            optimizer = torch.optim.Adam(probe.parameters(), lr=3e-3)
+            train_states = data["train"][0][layer].float()
+            generator = torch.Generator().manual_seed(config.seed)
+            for _ in range(PROBE_STEPS):
+                index = torch.randint(len(train_states), (128,), generator=generator)
+                loss = torch.nn.functional.cross_entropy(
+                    probe(train_states[index]), labels["train"][index]
+                )
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                bar.advance(loss=loss.item())
+            with torch.no_grad():
+                predicted = probe(data["test"][0][layer].float()).argmax(-1)
+            accuracies.append(float((predicted == labels["test"]).float().mean()))
     return accuracies
 
 
-def _train_cell(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
+def _train_cell(config: Config, folders: dict[str, Path], cell: dict[str, Any]) -> dict[str, Any]:
     from mixlab.attention_arch.mol.training import TrainSpec, answer_hits, train
 
     seed = cell["seed"]
     seed_everything(seed)
-    model = build_system(config, cell["system"], _base(config))
-    train_batches, n_train, _ = _split(config, "train")
+    model = build_system(config, cell["system"], _base(folders))
+    train_batches, n_train, _ = _split(folders, "train")
     spec = TrainSpec(steps=config.steps, batch_size=config.batch_size, lr=config.lr,
                      balance_weight=config.balance_weight, trainable="all", seed=seed,
                      release_steps=max(1, config.steps // 3))  # fmt: skip
     started = time.perf_counter()
     history = train(model, train_batches, n_train, spec)
     train_s = time.perf_counter() - started
-    test_batches, n_test, types = _split(config, "test")
+    test_batches, n_test, types = _split(folders, "test")
     hits, weights = answer_hits(model, test_batches, n_test)
     layers = torch.tensor(model.mol.layers, dtype=torch.float32)
     out = {**cell, "accuracy": _per_question(hits, types), "train_s": train_s,
@@ -248,23 +255,40 @@ def _train_cell(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _run_cell(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
+def _run_cell(config: Config, folders: dict[str, Path], cell: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(1)  # many small ops: one thread is as fast, and safe beside a worker
     torch.set_flush_denormal(True)
-    if "seed" not in cell:
-        return _reference(config, cell)
-    return _train_cell(config, cell)
+    with _quiet_transformers():
+        if "seed" not in cell:
+            return _reference(config, folders, cell)
+        return _train_cell(config, folders, cell)
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """Without transformers' own bars for loading and saving the toy (the run's progress shows
+    what runs; they would print one per cell)."""
+    from transformers.utils import logging
+
+    shown = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            logging.enable_progress_bar()
 
 
 def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     torch.set_flush_denormal(True)
     started = time.perf_counter()
-    info = prepare(config)
+    with _quiet_transformers():
+        info, folders = prepare(config)
     prepare_s = time.perf_counter() - started
     seeds = [config.seed + s for s in range(config.n_seeds)]
     cells: list[dict[str, Any]] = [{"system": "probe"}, {"system": "base"}]
     cells += [{"system": s, "seed": seed} for seed in seeds for s in config.systems]
-    run_cell = functools.partial(_run_cell, config)
+    run_cell = functools.partial(_run_cell, config, folders)
     done = run_cells(out_dir, config, cells, run_cell, resume=resume, label="mol",
                      workers=config.workers)  # fmt: skip
     write_json_atomic(out_dir / "cells.json", done, indent=1)

@@ -8,7 +8,8 @@
    ``vision_feature_layer = -2``) over every VQA question type.
 
 Every system of the experiment starts from this base. :func:`toy_llava` returns it (training it
-into ``cache_dir`` the first time); :func:`save_toy` writes it as a transformers folder with its
+into the mixlab cache the first time: :func:`toy_folder`, keyed by the :class:`ToySpec` and the
+source of :data:`TOY_CODE`); :func:`save_toy` writes it as a transformers folder with its
 processor, which ``LlavaForConditionalGeneration.from_pretrained`` and the CLI load.
 """
 
@@ -31,9 +32,26 @@ from mixlab.attention_arch.mol.tasks import (
     make_vqa,
     question_words,
 )
-from mixlab.shared import is_count, require
+from mixlab.shared import is_count, progress, require
+from mixlab.shared.cache import cached
 
-__all__ = ["SPECIALS", "ToySpec", "save_toy", "toy_llava", "toy_tokenizer", "vision_states_of"]
+__all__ = [
+    "SPECIALS",
+    "TOY_CODE",
+    "ToySpec",
+    "load_toy",
+    "save_toy",
+    "toy_folder",
+    "toy_llava",
+    "toy_tokenizer",
+    "vision_states_of",
+]
+
+TOY_CODE = tuple(
+    f"mixlab.attention_arch.mol.{name}"
+    for name in ("toy", "tasks", "data", "training", "layers", "llava")
+)
+"""the modules whose source makes the cached toy (and the vision states cached from it)"""
 
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>", "<image>")
 
@@ -64,13 +82,6 @@ class ToySpec:
                 require(is_count(value), field.name, "an integer >= 1", value)
         require(self.size % self.patch_size == 0, "patch_size", f"a divisor of size={self.size}",
                 self.patch_size)  # fmt: skip
-
-    def key(self) -> str:
-        import hashlib
-
-        return hashlib.sha256(
-            json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
-        ).hexdigest()[:12]
 
 
 def toy_tokenizer():
@@ -140,13 +151,15 @@ def pretrain_encoder(tower, spec: ToySpec) -> float:
     optimizer = torch.optim.AdamW(params, lr=spec.encoder_lr, weight_decay=0.05)
     generator = torch.Generator().manual_seed(spec.seed)
     tower.train()
-    for _ in range(spec.encoder_steps):
-        index = torch.randint(len(labels), (spec.batch_size,), generator=generator)
-        logits = head(tower(pixel_values=images[index]).pooler_output)
-        loss = torch.nn.functional.cross_entropy(logits, labels[index])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+    with progress(spec.encoder_steps, "toy MLLM: pre-train the vision encoder") as bar:
+        for _ in range(spec.encoder_steps):
+            index = torch.randint(len(labels), (spec.batch_size,), generator=generator)
+            logits = head(tower(pixel_values=images[index]).pooler_output)
+            loss = torch.nn.functional.cross_entropy(logits, labels[index])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            bar.advance(loss=loss.item())
     tower.eval()
     test_images, test_labels = encoder_labels(1000, size=spec.size, seed=spec.seed + 2)
     with torch.no_grad():
@@ -157,9 +170,11 @@ def pretrain_encoder(tower, spec: ToySpec) -> float:
 @torch.no_grad()
 def vision_states_of(model, images: torch.Tensor, batch_size: int = 500) -> list[torch.Tensor]:
     """Every layer's frozen states (CLS dropped) of ``images``, in float16 ``[n, tokens, d]``."""
-    parts = [
-        model.vision_states(images[i : i + batch_size]) for i in range(0, len(images), batch_size)
-    ]
+    parts = []
+    with progress(-(-len(images) // batch_size), "vision states (batches)") as bar:
+        for i in range(0, len(images), batch_size):
+            parts.append(model.vision_states(images[i : i + batch_size]))
+            bar.advance()
     return [torch.cat([p[layer] for p in parts]).half() for layer in range(len(parts[0]))]
 
 
@@ -182,8 +197,8 @@ def _train_base(llava, tokenizer, spec: ToySpec) -> dict[str, Any]:
         batches[split] = (cached_batches(vision_states_of(model, data.images), prompts), len(data))
         types = data.question_types
     train(model, *batches["train"], TrainSpec(steps=spec.base_steps, batch_size=spec.batch_size,
-                                              lr=spec.base_lr, trainable="all",
-                                              seed=spec.seed))  # fmt: skip
+                                              lr=spec.base_lr, trainable="all", seed=spec.seed),
+          description="toy MLLM: stage 1 on layer -2")  # fmt: skip
     hits, _ = answer_hits(model, *batches["test"])
     for question in dict.fromkeys(types):
         picked = torch.tensor([t == question for t in types])
@@ -191,47 +206,70 @@ def _train_base(llava, tokenizer, spec: ToySpec) -> dict[str, Any]:
     return out
 
 
-def toy_llava(spec: ToySpec | None = None, cache_dir: str | Path | None = None, *, log=print):
-    """The trained toy ``(llava, processor, info)``: loaded from ``cache_dir/toy-<key>`` when it
-    is there, else trained (encoder pre-training, then stage 1) and saved there. ``info`` holds
-    the encoder's accuracy and the one-time training seconds."""
+def toy_llava(spec: ToySpec | None = None, *, cache: bool = True, log=None):
+    """The trained toy ``(llava, processor, info)``: with ``cache`` from :func:`toy_folder` (trained
+    into the mixlab cache the first time), else trained here (encoder pre-training, then stage 1).
+    ``info`` holds the encoder's accuracy and the one-time training seconds; ``log`` (a function
+    of one line, optional) is told when each training stage starts."""
+    spec = spec or ToySpec()
+    if cache:
+        return load_toy(toy_folder(spec, log=log))
+    llava, processor, info = _train_toy(spec, log)
+    return llava.eval(), processor, info
+
+
+def toy_folder(spec: ToySpec | None = None, *, log=None) -> Path:
+    """The cache entry of the toy of ``spec`` (``cache_dir("mol")/toy-<digest>``, a transformers
+    folder with ``toy.json``), trained into it by :func:`mixlab.shared.cache.cached` when absent;
+    keyed by ``spec`` and the source of :data:`TOY_CODE`."""
+    spec = spec or ToySpec()
+
+    def build(folder: Path) -> None:
+        _write_toy(*_train_toy(spec, log), folder)
+
+    return cached("mol", "toy", dataclasses.asdict(spec), build, code=TOY_CODE)
+
+
+def load_toy(folder: str | Path):
+    """``(llava, processor, info)`` of a toy folder (:func:`toy_folder` or :func:`save_toy`)."""
+    from transformers import AutoProcessor, LlavaForConditionalGeneration
+
+    folder = Path(folder)
+    llava = LlavaForConditionalGeneration.from_pretrained(folder)
+    info = json.loads((folder / "toy.json").read_text())
+    return llava.eval(), AutoProcessor.from_pretrained(folder), info
+
+
+def _train_toy(spec: ToySpec, log=None):
     from transformers import LlavaForConditionalGeneration
 
-    spec = spec or ToySpec()
-    folder = None if cache_dir is None else Path(cache_dir) / f"toy-{spec.key()}"
-    if folder is not None and (folder / "toy.json").is_file():
-        llava = LlavaForConditionalGeneration.from_pretrained(folder)
-        from transformers import AutoProcessor
-
-        return (
-            llava.eval(),
-            AutoProcessor.from_pretrained(folder),
-            json.loads((folder / "toy.json").read_text()),
-        )
     torch.manual_seed(spec.seed)
     tokenizer = toy_tokenizer()
     llava = LlavaForConditionalGeneration(toy_config(spec, tokenizer))
     started = time.perf_counter()
-    log(f"toy MLLM: pre-training the vision encoder ({spec.encoder_steps} steps)")
+    if log is not None:
+        log(f"toy MLLM: pre-training the vision encoder ({spec.encoder_steps} steps)")
     info: dict[str, Any] = {"encoder_accuracy": pretrain_encoder(llava.model.vision_tower, spec)}
     info["encoder_s"] = time.perf_counter() - started
-    log(f"toy MLLM: stage 1 on layer -2 ({spec.base_steps} steps)")
+    if log is not None:
+        log(f"toy MLLM: stage 1 on layer -2 ({spec.base_steps} steps)")
     info.update(_train_base(llava, tokenizer, spec))
     info["train_s"] = time.perf_counter() - started
     info["spec"] = dataclasses.asdict(spec)
-    processor = toy_processor(tokenizer, spec)
-    if folder is not None:
-        save_toy(llava, processor, info, folder)
-    return llava.eval(), processor, info
+    return llava, toy_processor(tokenizer, spec), info
+
+
+def _write_toy(llava, processor, info: dict[str, Any], folder: Path) -> None:
+    llava.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    (folder / "toy.json").write_text(json.dumps(info, indent=1))
 
 
 def save_toy(llava, processor, info: dict[str, Any], folder: str | Path) -> Path:
     """The toy as a transformers folder (model, processor) plus ``toy.json`` (how it was made)."""
     folder = Path(folder)
     tmp = folder.with_name(folder.name + ".tmp")
-    llava.save_pretrained(tmp)
-    processor.save_pretrained(tmp)
-    (tmp / "toy.json").write_text(json.dumps(info, indent=1))
+    _write_toy(llava, processor, info, tmp)
     if folder.exists():
         import shutil
 

@@ -17,7 +17,14 @@ import torch
 
 from mixlab.attention_arch.mol.data import EncodedPrompts
 from mixlab.attention_arch.mol.llava import MoLLlava
-from mixlab.shared import Checkpointer, capture_rng_state, is_count, require, restore_rng_state
+from mixlab.shared import (
+    Checkpointer,
+    capture_rng_state,
+    is_count,
+    progress,
+    require,
+    restore_rng_state,
+)
 from mixlab.shared.optim import warmup_cosine
 
 __all__ = ["TRAINABLE", "BatchFn", "TrainSpec", "answer_hits", "cached_batches", "train"]
@@ -83,10 +90,12 @@ def train(
     *,
     out_dir: str | Path | None = None,
     resume: bool = False,
+    description: str = "train",
 ) -> list[dict[str, Any]]:
     """``spec.steps`` AdamW steps on batches drawn with ``spec.seed``; returns the loss history.
     With ``out_dir`` and ``spec.checkpoint_every`` it checkpoints the trained weights, the
-    optimiser and the generators, and ``resume`` continues a killed run exactly."""
+    optimiser and the generators, and ``resume`` continues a killed run exactly. The steps show
+    as :func:`mixlab.shared.progress` named ``description``."""
     params = trainable_parameters(model, spec.trainable)
     optimizer = torch.optim.AdamW(params, lr=spec.lr, weight_decay=spec.weight_decay)
     schedule = warmup_cosine(optimizer, spec.steps)
@@ -108,30 +117,32 @@ def train(
             history = state["history"]
     model.train()
     release = getattr(model.mol, "release", None)
-    for step in range(start, spec.steps):
-        if release is not None and spec.release_steps:
-            release(step / spec.release_steps)
-        index = torch.randint(n_examples, (spec.batch_size,), generator=generator)
-        states, prompts = batch_of(index)
-        out = model(prompts.input_ids, prompts.attention_mask, vision_states=states,
-                    labels=prompts.labels)  # fmt: skip
-        loss = out.loss + spec.balance_weight * out.routing.balance_loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-        if step % 50 == 0 or step == spec.steps - 1:
-            history.append({"step": step, "loss": float(out.loss.detach())})
-        if (
-            checkpoints is not None
-            and (step + 1) % spec.checkpoint_every == 0
-            and step + 1 < spec.steps
-        ):
-            checkpoints.save(step + 1, {
-                "weights": {n: p.detach().clone() for n, p in named.items()},
-                "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
-                "generator": generator.get_state(), "rng": capture_rng_state(), "history": history,
-            })  # fmt: skip
+    with progress(spec.steps, description, completed=start) as bar:
+        for step in range(start, spec.steps):
+            if release is not None and spec.release_steps:
+                release(step / spec.release_steps)
+            index = torch.randint(n_examples, (spec.batch_size,), generator=generator)
+            states, prompts = batch_of(index)
+            out = model(prompts.input_ids, prompts.attention_mask, vision_states=states,
+                        labels=prompts.labels)  # fmt: skip
+            loss = out.loss + spec.balance_weight * out.routing.balance_loss
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            bar.advance(loss=float(out.loss.detach()))
+            if step % 50 == 0 or step == spec.steps - 1:
+                history.append({"step": step, "loss": float(out.loss.detach())})
+            if (
+                checkpoints is not None
+                and (step + 1) % spec.checkpoint_every == 0
+                and step + 1 < spec.steps
+            ):
+                checkpoints.save(step + 1, {
+                    "weights": {n: p.detach().clone() for n, p in named.items()},
+                    "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
+                    "generator": generator.get_state(), "rng": capture_rng_state(), "history": history,
+                })  # fmt: skip
     if release is not None and spec.release_steps:
         release(spec.steps / spec.release_steps)
     model.eval()
