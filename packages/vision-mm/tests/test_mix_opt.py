@@ -519,7 +519,12 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
     config = Config(**TINY_BASE)
     assert config.model_spec.channels == (8, 16)
     assert METHOD.load_run() is run
-    result = run(config, tmp_path / "run")
+    result = METHOD.execute(config, tmp_path / "run")
+    assert result.cache["state"] == "cold"  # the tiny base UNet and evaluation nets were trained
+    assert {e["entry"].split("/")[1].rsplit("-", 1)[0] for e in result.cache["entries"]} == {
+        "shapes-unet",
+        "eval-nets",
+    }
     assert set(result.metrics) == {"base", "bp_high", "bp_low", "zo_high", "random", "mix_opt"}
     assert len(result.claims) == 4
     assert [c.key for c in result.claims] == [spec.key for spec in Config.CLAIMS]
@@ -554,6 +559,9 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
     cells = json.loads((tmp_path / "run" / "cells.json").read_text())
     assert any(c["part"] == "memory" for c in cells)
     # only the tiny base model was pre-trained into the (empty) cache
-    assert len(list((cache / "mix_opt").glob("shapes-unet-*.json"))) == 1
-    again = run(config, tmp_path / "run", resume=True)
+    assert len(list((cache / "mix_opt").glob("shapes-unet-*"))) == 1
+    assert not list((cache / "mix_opt").glob(".*"))  # no checkpoint or partial entry left
+    again = METHOD.execute(config, tmp_path / "run", resume=True)
     assert again.metrics == result.metrics
+    assert again.cache["state"] == "cold"  # a resumed run counts what its first part built
+    assert METHOD.execute(config, tmp_path / "warm").cache["state"] == "warm"

@@ -453,30 +453,35 @@ def test_trainer_refuses_a_checkpoint_that_does_not_fit(run_folder):
 @pytest.mark.parametrize("damage", ["truncated", "foreign", "edited"])
 def test_damaged_cached_base_model_is_one_line_exit_2(damage, tmp_path, monkeypatch, capsys):
     from mixlab.vision_mm.cli import main
-    from mixlab.vision_mm.mix_opt.model import CaptionEncoder, ModelSpec, cached_model_path
+    from mixlab.vision_mm.mix_opt import model
+    from mixlab.vision_mm.mix_opt.model import ModelSpec
 
     monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
     spec = ModelSpec(steps=7)  # what `sample --pretrain-steps 7` loads
-    path = cached_model_path(spec)
     key = json.dumps(dataclasses.asdict(spec))
-    unet = build_unet(spec.size, spec.channels, spec.text_dim)
-    encoder = CaptionEncoder(spec.text_dim)
+    monkeypatch.setattr(model, "_pretrain", lambda *args: None)  # the entry, untrained
+    model.pretrained_model(spec)
+    (folder,) = (tmp_path / "cache" / "mix_opt").glob("shapes-unet-*")
+    path = folder / "model"
     if damage == "foreign":  # intact files of another model
+        encoder = model.CaptionEncoder(spec.text_dim)
         state = {"unet": {"w": torch.zeros(2)}, "encoder": encoder.state_dict(), "key": key}
-    else:
-        state = {"unet": unet.state_dict(), "encoder": encoder.state_dict(), "key": key}
-    save_state(state, path)
-    if damage == "truncated":
+        save_state(state, path)
+    elif damage == "truncated":
         _truncate(path.with_suffix(".safetensors"))
     elif damage == "edited":
         data = json.loads(path.with_suffix(".json").read_text())
         data["state"]["key"] = key.replace('"steps": 7', '"steps": 8')
         path.with_suffix(".json").write_text(json.dumps(data))
+
+    def pretrains(*args):
+        raise AssertionError("a damaged entry must not be trained again")
+
+    monkeypatch.setattr(model, "_pretrain", pretrains)
     argv = ["mix-opt", "sample", "--out", str(tmp_path / "g.png"), "--pretrain-steps", "7"]
     assert main(argv) == 2
-    one_line(capsys.readouterr().err, path.name)
+    one_line(capsys.readouterr().err, folder.name, "delete the folder")
     assert not (tmp_path / "g.png").exists()
-    assert not list(path.parent.glob("*-partial"))  # it did not pre-train again
 
 
 def test_personalize_then_sample_on_a_tiny_base(tmp_path, monkeypatch, capsys):

@@ -16,9 +16,12 @@ TINY = dict(n_seeds=2, one_phase_seeds=1, size=16, clip_width=16, clip_layers=1,
 
 
 def test_experiment_runs_and_gates_claims_on_the_regime(cache):
-    from mixlab.vision_mm.moa3cir.experiment import run
+    from mixlab.vision_mm.moa3cir.config import METHOD
 
-    result = run(Config(**TINY), cache / "run")
+    result = METHOD.execute(Config(**TINY), cache / "run")
+    assert result.cache["state"] == "cold"  # an empty cache: the towers were trained
+    assert len(result.cache["entries"]) == 5  # the towers and four feature sets
+    assert not list((cache / "cache" / "moa3cir").glob(".*"))  # no checkpoint or partial left
     rows = result.metrics
     assert set(Config().systems) | {"towers/phase-1"} == set(rows)
     assert len({tuple(sorted(r)) for r in rows.values()}) == 1  # every row has the same keys
@@ -63,7 +66,8 @@ def test_killed_mid_training_resumes_to_the_same_numbers(cache, monkeypatch):
         cache / "killed" / "training" / "combiner-0" / "checkpoints" / "step_00000002.json"
     ).is_file()
     monkeypatch.setattr(training, "_rows", real)
-    resumed = experiment.run(config, cache / "killed", resume=True)
+    resumed = experiment.METHOD.execute(config, cache / "killed", resume=True)
+    assert resumed.cache["state"] == "warm"  # the first run's towers and features
     assert json.dumps(resumed.metrics, sort_keys=True) == json.dumps(whole.metrics, sort_keys=True)
 
 

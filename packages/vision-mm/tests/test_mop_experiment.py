@@ -16,9 +16,13 @@ TINY = dict(n_seeds=2, systems=("unimodal", "dropout", "resampler", "mop-nodis",
 
 
 def test_experiment_runs_and_gates_claims_on_the_regime(cache):
-    from mixlab.vision_mm.mop.experiment import run
+    from mixlab.vision_mm.mop.config import METHOD
 
-    result = run(Config(**TINY), cache / "run")
+    result = METHOD.execute(Config(**TINY), cache / "run")
+    assert result.cache["state"] == "cold"  # an empty cache: the bases were trained
+    assert {e["entry"].split("/")[1].rsplit("-", 1)[0] for e in result.cache["entries"]} == {
+        "encoder-32px", "llama", "features-train", "features-test", "information"
+    }  # fmt: skip
     rows = result.metrics
     assert {"rgb/unimodal", "depth/unimodal", "rgb/mop-x", "text/blind", "rgb/information"} <= set(
         rows
@@ -57,7 +61,8 @@ def test_killed_mid_training_resumes_to_the_same_numbers(cache, monkeypatch):
         experiment.run(config, cache / "killed")
     assert (cache / "killed" / "training" / "unimodal-rgb-0" / "step.txt").read_text() == "2"
     monkeypatch.setattr(training, "paired_batches", real)
-    resumed = experiment.run(config, cache / "killed", resume=True)
+    resumed = experiment.METHOD.execute(config, cache / "killed", resume=True)
+    assert resumed.cache["state"] == "warm"  # the bases and features of the first run
     assert json.dumps(resumed.metrics, sort_keys=True) == json.dumps(whole.metrics, sort_keys=True)
 
 

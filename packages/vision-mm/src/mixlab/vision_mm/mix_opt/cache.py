@@ -20,7 +20,7 @@ def load_cached(
     file (delete it and the next run makes it again), never a traceback from deep in torch.
     """
     json_file = path.with_suffix(".json")
-    hint = f" (delete {path.name}.json and .safetensors to make it again)"
+    hint = f" (delete the folder {path.parent} to make it again)"
     try:
         state = load_state(path)
         with checkpoint_errors(json_file, what):

@@ -12,9 +12,8 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,7 +22,8 @@ from skimage.feature import canny
 from skimage.metrics import structural_similarity
 from torch import nn
 
-from mixlab.shared import cache_dir, save_state
+from mixlab.shared import progress, save_state
+from mixlab.shared.cache import cached
 from mixlab.vision_mm.mix_opt.cache import load_cached
 from mixlab.vision_mm.mix_opt.data import BACKGROUNDS, COLOURS, PATTERNS, SHAPES, captioned_shapes
 
@@ -67,44 +67,61 @@ class EvalSpec:
     seed: int = 1234
 
 
-def evaluation_nets(spec: EvalSpec = EvalSpec()) -> tuple[ShapeNet, ShapeNet]:
-    """(feature net: shape + fill heads, attribute net: background head), trained on captioned
-    shapes with solid, striped and checked fills (a disjoint seed from the diffusion data) and
-    cached; about a minute the first time."""
-    key = json.dumps(spec.__dict__)
-    path = cache_dir("mix_opt") / f"eval-nets-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+EVAL_CODE = ("mixlab.vision_mm.mix_opt.metrics", "mixlab.vision_mm.mix_opt.data",
+             "mixlab.shared.shapes")  # fmt: skip
+"""the code that trains the evaluation networks: part of their cache key"""
+
+
+def _nets(spec: EvalSpec) -> tuple[ShapeNet, ShapeNet]:
     torch.manual_seed(spec.seed)
     fills = len(PATTERNS) * len(COLOURS)
     feature_net = ShapeNet({"shape": len(SHAPES), "fill": fills}, spec.widths)
     attribute_net = ShapeNet({"background": len(BACKGROUNDS)}, spec.widths)
-    if not path.with_suffix(".json").exists():
+    return feature_net, attribute_net
+
+
+def evaluation_nets(spec: EvalSpec = EvalSpec()) -> tuple[ShapeNet, ShapeNet]:
+    """(feature net: shape + fill heads, attribute net: background head), trained on captioned
+    shapes with solid, striped and checked fills (a disjoint seed from the diffusion data) and
+    cached; about a minute the first time."""
+
+    def build(folder: Path) -> None:
+        feature_net, attribute_net = _nets(spec)
         data = captioned_shapes(spec.train_size, seed=spec.seed, patterns=True)
-        _fit(feature_net, data, spec)
-        _fit(attribute_net, data, spec)
+        _fit(feature_net, data, spec, "evaluation feature net")
+        _fit(attribute_net, data, spec, "evaluation background net")
         save_state(
-            {"feature": feature_net.state_dict(), "attribute": attribute_net.state_dict()}, path
+            {"feature": feature_net.state_dict(), "attribute": attribute_net.state_dict()},
+            folder / "nets",
         )
+
+    folder = cached("mix_opt", "eval-nets", asdict(spec), build, code=EVAL_CODE)
+    feature_net, attribute_net = _nets(spec)
     load_cached(
-        path, "cached evaluation networks", {"feature": feature_net, "attribute": attribute_net}
+        folder / "nets",
+        "cached evaluation networks",
+        {"feature": feature_net, "attribute": attribute_net},
     )
     return feature_net.eval().requires_grad_(False), attribute_net.eval().requires_grad_(False)
 
 
-def _fit(net: ShapeNet, data, spec: EvalSpec) -> None:
+def _fit(net: ShapeNet, data, spec: EvalSpec, description: str) -> None:
     generator = torch.Generator().manual_seed(spec.seed)
     optimizer = torch.optim.AdamW(net.parameters(), lr=spec.lr, weight_decay=1e-4)
     lr_schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, spec.lr, total_steps=spec.steps)
     net.train()
-    for _ in range(spec.steps):
-        index = torch.randint(len(data), (spec.batch_size,), generator=generator)
-        images = data.images[index]
-        images = images + 0.05 * torch.randn(images.shape, generator=generator)  # sample noise
-        outputs = net(images)
-        loss = sum(F.cross_entropy(outputs[h], getattr(data, h)[index]) for h in outputs)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        lr_schedule.step()
+    with progress(spec.steps, description) as bar:
+        for _ in range(spec.steps):
+            index = torch.randint(len(data), (spec.batch_size,), generator=generator)
+            images = data.images[index]
+            images = images + 0.05 * torch.randn(images.shape, generator=generator)  # sample noise
+            outputs = net(images)
+            loss = sum(F.cross_entropy(outputs[h], getattr(data, h)[index]) for h in outputs)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            lr_schedule.step()
+            bar.advance(loss=loss.item())
     net.eval()
 
 

@@ -6,7 +6,8 @@
   three-token captions; frozen while personalizing, like CLIP's in DreamBooth-LoRA.
 - :func:`pretrained_model`: both, trained on :func:`captioned_shapes` (centred layout) with
   v-prediction, 10 % caption dropout (for classifier-free guidance) and an EMA of the UNet, cached under the mixlab cache
-  (``mix_opt/``) keyed by every setting; a killed pre-training resumes from its last checkpoint.
+  (``mix_opt/``) keyed by every setting and the code that trains it (:data:`MODEL_CODE`); a
+  killed pre-training resumes from its last checkpoint.
 - :func:`sample`: DDIM sampling with classifier-free guidance, for any ``UNet2DConditionModel``;
   :func:`save_grid` writes samples as one PNG.
 """
@@ -14,7 +15,6 @@
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import os
 import shutil
@@ -28,13 +28,13 @@ from torch import nn
 
 from mixlab.shared import (
     Checkpointer,
-    cache_dir,
     capture_rng_state,
     progress,
     restore_rng_state,
     save_state,
     warmup_cosine,
 )
+from mixlab.shared.cache import cached, resume_folder
 from mixlab.shared.files import CheckpointError, checkpoint_errors
 from mixlab.shared.plotting import image_grid
 from mixlab.vision_mm.mix_opt.cache import load_cached
@@ -106,11 +106,30 @@ def null_captions(n: int, length: int = 3) -> torch.Tensor:
     return torch.full((n, length), TOKEN_ID[NULL_TOKEN], dtype=torch.long)
 
 
-def cached_model_path(spec: ModelSpec = ModelSpec()) -> Path:
-    """Where :func:`pretrained_model` caches the model of ``spec`` (``<path>.safetensors`` and
-    ``<path>.json``), keyed by every setting."""
-    digest = hashlib.sha256(json.dumps(asdict(spec)).encode()).hexdigest()[:16]
-    return cache_dir("mix_opt") / f"shapes-unet-{digest}"
+MODEL_CODE = ("mixlab.vision_mm.mix_opt.model", "mixlab.vision_mm.mix_opt.data",
+              "mixlab.vision_mm.mix_opt.trainer", "mixlab.shared.shapes")  # fmt: skip
+"""the code that pre-trains the shapes UNet (model, captioned shapes, diffusion loss): part of
+its cache key"""
+
+
+def _pretrained_folder(spec: ModelSpec) -> Path:
+    """The cache entry of ``spec``'s pre-trained UNet and caption encoder (``model.safetensors``
+    and ``model.json``), trained on first use. A killed pre-training resumes from its
+    checkpoints, kept beside the entries under the same key until it ends."""
+    key = asdict(spec)
+
+    def build(folder: Path) -> None:
+        checkpoints = resume_folder(folder)  # the same for this entry after a kill
+        torch.manual_seed(spec.seed)
+        unet = build_unet(spec.size, spec.channels, spec.text_dim)
+        encoder = CaptionEncoder(spec.text_dim)
+        _pretrain(unet, encoder, spec, Checkpointer(checkpoints, resume=True))
+        state = {"unet": unet.state_dict(), "encoder": encoder.state_dict(),
+                 "key": json.dumps(key)}  # fmt: skip
+        save_state(state, folder / "model")
+        shutil.rmtree(checkpoints, ignore_errors=True)
+
+    return cached("mix_opt", "shapes-unet", key, build, code=MODEL_CODE)
 
 
 def pretrained_model(
@@ -118,19 +137,13 @@ def pretrained_model(
 ) -> tuple[UNet2DConditionModel, CaptionEncoder]:
     """The (EMA) UNet and caption encoder pre-trained on captioned shapes, from the cache when
     there (seconds) or trained now (about 10 minutes on 2 idle CPU cores for the default spec)."""
-    path = cached_model_path(spec)
-    key, folder = json.dumps(asdict(spec)), path.parent
     with torch.random.fork_rng():  # the caller's random stream stays as it was
+        folder = _pretrained_folder(spec)
         torch.manual_seed(spec.seed)
         unet = build_unet(spec.size, spec.channels, spec.text_dim)
         encoder = CaptionEncoder(spec.text_dim)
-        if not path.with_suffix(".json").exists():
-            partial = folder / f"{path.name}-partial"
-            _pretrain(unet, encoder, spec, Checkpointer(partial, resume=True))
-            state = {"unet": unet.state_dict(), "encoder": encoder.state_dict(), "key": key}
-            save_state(state, path)
-            shutil.rmtree(partial, ignore_errors=True)
-    load_cached(path, "cached shapes UNet", {"unet": unet, "encoder": encoder}, key=key)
+    load_cached(folder / "model", "cached shapes UNet", {"unet": unet, "encoder": encoder},
+                key=json.dumps(asdict(spec)))  # fmt: skip
     for module in (unet, encoder):
         module.requires_grad_(False).eval()
     return unet.to(device), encoder.to(device)
@@ -228,13 +241,15 @@ def sample(
     x = x.to(device)
     guided = unconditional is not None and guidance != 1.0
     context = torch.cat([unconditional, conditioning]) if guided else conditioning
-    for t in ddim.timesteps:
-        batch = torch.cat([x, x]) if guided else x
-        out = unet(batch, t.to(device), encoder_hidden_states=context).sample
-        if guided:
-            out_uncond, out_cond = out.chunk(2)
-            out = out_uncond + guidance * (out_cond - out_uncond)
-        x = ddim.step(out, t, x).prev_sample
+    with progress(len(ddim.timesteps), f"sampling {len(x)} images") as bar:
+        for t in ddim.timesteps:
+            batch = torch.cat([x, x]) if guided else x
+            out = unet(batch, t.to(device), encoder_hidden_states=context).sample
+            if guided:
+                out_uncond, out_cond = out.chunk(2)
+                out = out_uncond + guidance * (out_cond - out_uncond)
+            x = ddim.step(out, t, x).prev_sample
+            bar.advance()
     return x.clamp(-1, 1)
 
 

@@ -93,8 +93,15 @@ def profile_modes(specs: list[dict[str, Any]], *, timeout: float = 1800) -> list
     kernels never serve the next). Every spec is checked here first (:func:`check_spec`)."""
     for spec in specs:
         check_spec(spec)
+    from mixlab.shared.progress_report import progress
+
     module = "mixlab.vision_mm.mix_opt.profile"
-    return [measure_in_fresh_process(module, [spec], timeout=timeout)[0] for spec in specs]
+    measured = []
+    with progress(len(specs), "memory probe (a process per mode)") as bar:
+        for spec in specs:
+            measured.append(measure_in_fresh_process(module, [spec], timeout=timeout)[0])
+            bar.advance()
+    return measured
 
 
 def _probe(spec: dict[str, Any]) -> dict[str, float]:

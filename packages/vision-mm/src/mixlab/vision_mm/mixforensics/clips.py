@@ -34,6 +34,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from mixlab.shared import progress
 from mixlab.vision_mm.mixforensics.blend import gaussian_blur, high_pass
 
 SEEN = ("A", "B", "C")
@@ -280,10 +281,12 @@ def make_set(
     ``sources``: the picture of each (real) clip."""
     torch.set_flush_denormal(True)
     out = torch.empty((len(kinds), frames, 3, size, size), dtype=torch.uint8)
-    for i, kind in enumerate(kinds):
-        rng = np.random.default_rng([seed, i])
-        source = None if sources is None else sources[i]
-        out[i] = make_clip(
-            kind, rng, frames=frames, size=size, split=split, traces=traces, source=source
-        )
+    with progress(len(kinds), f"{split} clips") as bar:
+        for i, kind in enumerate(kinds):
+            rng = np.random.default_rng([seed, i])
+            source = None if sources is None else sources[i]
+            out[i] = make_clip(
+                kind, rng, frames=frames, size=size, split=split, traces=traces, source=source
+            )
+            bar.advance()
     return out

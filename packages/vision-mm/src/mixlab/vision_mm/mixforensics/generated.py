@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from mixlab.shared import progress
 from mixlab.vision_mm.mixforensics.clips import Traces, camera_move, sensor_noise, to_uint8
 from mixlab.vision_mm.mixforensics.video import resize
 
@@ -58,15 +59,17 @@ def shape_clips(
     shapes = captioned_shapes(count, size=native, seed=seed)
     conditioning = encoder(shapes.captions)
     real, fake = [], []
-    for i in range(count):
-        rng = np.random.default_rng([seed, i])
-        canvas = torch.nn.functional.interpolate(
-            (shapes.images[i : i + 1] + 1) / 2, scale_factor=4, mode="bilinear"
-        )
-        clip = camera_move(canvas[0], rng, frames, native)
-        noisy = clip + sensor_noise(rng, clip.shape, rng.uniform(*traces.sensor))
-        regenerated = sdedit(unet, conditioning[i : i + 1].expand(frames, -1, -1), clip * 2 - 1, strength=strength,
-                             seed=seed * 100_003 + i)  # fmt: skip
-        for target, frames_01 in ((real, noisy), (fake, (regenerated + 1) / 2)):
-            target.append(resize(to_uint8(frames_01), size))
+    with progress(count, "family F clips (SDEdit)") as bar:
+        for i in range(count):
+            rng = np.random.default_rng([seed, i])
+            canvas = torch.nn.functional.interpolate(
+                (shapes.images[i : i + 1] + 1) / 2, scale_factor=4, mode="bilinear"
+            )
+            clip = camera_move(canvas[0], rng, frames, native)
+            noisy = clip + sensor_noise(rng, clip.shape, rng.uniform(*traces.sensor))
+            regenerated = sdedit(unet, conditioning[i : i + 1].expand(frames, -1, -1), clip * 2 - 1,
+                                 strength=strength, seed=seed * 100_003 + i)  # fmt: skip
+            for target, frames_01 in ((real, noisy), (fake, (regenerated + 1) / 2)):
+                target.append(resize(to_uint8(frames_01), size))
+            bar.advance()
     return torch.stack(real), torch.stack(fake)

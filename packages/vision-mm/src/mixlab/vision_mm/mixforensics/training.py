@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mixlab.shared import progress
 from mixlab.shared.checks import check_count, check_number
 from mixlab.shared.device import resolve_device
 from mixlab.vision_mm.mixforensics.blend import BlendInvarianceLoss
@@ -58,19 +59,21 @@ def train_detector(
         done = int(marker.read_text())
     labels = torch.as_tensor(labels).float()
     detector.train()
-    for step in range(done, steps):
-        rows = batch_rows(len(clips), batch_size, seed, step)
-        video = unit_range(clips[rows].to(accelerator.device))
-        rng = np.random.default_rng([seed, step])  # the blends, frames and differences drawn
-        logits, embeddings = accelerator.unwrap_model(detector).training_logits(video, rng)
-        value, logs = loss(logits, labels[rows].to(logits.device), embeddings)
-        optimizer.zero_grad(set_to_none=True)
-        accelerator.backward(value)
-        optimizer.step()
-        schedule.step()
-        history.append({"loss": float(value.detach()), **logs})
-        if marker is not None and ((step + 1) % checkpoint_every == 0 or step + 1 == steps):
-            _save(accelerator, Path(checkpoint), step + 1)
+    with progress(steps, "detector steps", completed=done) as bar:
+        for step in range(done, steps):
+            rows = batch_rows(len(clips), batch_size, seed, step)
+            video = unit_range(clips[rows].to(accelerator.device))
+            rng = np.random.default_rng([seed, step])  # the blends, frames and differences drawn
+            logits, embeddings = accelerator.unwrap_model(detector).training_logits(video, rng)
+            value, logs = loss(logits, labels[rows].to(logits.device), embeddings)
+            optimizer.zero_grad(set_to_none=True)
+            accelerator.backward(value)
+            optimizer.step()
+            schedule.step()
+            history.append({"loss": float(value.detach()), **logs})
+            bar.advance(loss=history[-1]["loss"])
+            if marker is not None and ((step + 1) % checkpoint_every == 0 or step + 1 == steps):
+                _save(accelerator, Path(checkpoint), step + 1)
     detector.eval()
     return history
 

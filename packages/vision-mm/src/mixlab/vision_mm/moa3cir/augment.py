@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mixlab.shared import progress
 from mixlab.vision_mm.moa3cir.catalogue import ATTRIBUTES, VISIBLE, Triplets, make_triplets, render
 
 __all__ = ["AttributeClassifier", "controlled_edits", "train_attribute_classifier"]
@@ -57,13 +58,15 @@ def train_attribute_classifier(
     labels = torch.as_tensor(items[:, : len(VISIBLE)], dtype=torch.long)
     generator = torch.Generator().manual_seed(seed)
     model.train()
-    for _ in range(steps):
-        rows = torch.randint(len(images), (batch_size,), generator=generator)
-        logits = model(images[rows])
-        loss = sum(F.cross_entropy(logits[n], labels[rows, k]) for k, n in enumerate(VISIBLE))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+    with progress(steps, "attribute classifier") as bar:
+        for _ in range(steps):
+            rows = torch.randint(len(images), (batch_size,), generator=generator)
+            logits = model(images[rows])
+            loss = sum(F.cross_entropy(logits[n], labels[rows, k]) for k, n in enumerate(VISIBLE))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            bar.advance(loss=loss.item())
     return model.eval()
 
 

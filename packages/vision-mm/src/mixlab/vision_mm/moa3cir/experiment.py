@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -40,8 +41,9 @@ import numpy as np
 import torch
 
 from mixlab.shared import Claim, Result, cells_by_system, checkpoint_spacing, mean_std, run_cells
+from mixlab.shared.cache import cached, resume_folder
 from mixlab.shared.files import write_json_atomic
-from mixlab.shared.paths import cache_dir, key_digest
+from mixlab.vision_mm.moa3cir import bases
 from mixlab.vision_mm.moa3cir.config import (
     BEATS_COMBINER,
     LEVEL_WITH_COMBINER,
@@ -50,7 +52,6 @@ from mixlab.vision_mm.moa3cir.config import (
     Config,
 )
 
-TEST_SEED = 2026
 DESCRIBED = ("sum-5tower", "moa3-dense", "moa3cir", "moa3cir-noaug", "one-phase")
 """the systems that read descriptions (the ECCIR-like setting)"""
 SIMPLE = {"image-only": "image", "text-only": "text", "sum": "sum", "sum-5tower": "sum"}
@@ -59,73 +60,39 @@ __all__ = ["METHOD", "Config", "claims", "regime", "run", "summarise", "towers"]
 
 
 # ------------------------------------------------------------------------------------ towers
-def _clip_config(config: Config) -> dict[str, Any]:
-    return {"embed_dim": config.embed_dim, "width": config.clip_width, "layers": config.clip_layers,
-            "heads": config.clip_heads, "image_size": config.size, "patch_size": config.patch,
-            "context_length": config.context_length}  # fmt: skip
+TOWER_CODE = ("mixlab.vision_mm.moa3cir.bases", "mixlab.vision_mm.moa3cir.towers",
+              "mixlab.vision_mm.moa3cir.training", "mixlab.vision_mm.moa3cir.catalogue",
+              "mixlab.vision_mm.moa3cir.augment")  # fmt: skip
+"""the code that draws the data, trains the towers and the classifier and encodes the splits:
+part of every cache entry's key"""
 
 
 def _tower_key(config: Config) -> dict[str, Any]:
-    return {"clip": _clip_config(config), "items": config.tower_items, "triplets": config.tower_triplets,
+    return {"clip": bases.clip_config(config), "items": config.tower_items, "triplets": config.tower_triplets,
             "steps": config.tower_steps, "lr": config.tower_lr, "batch": config.batch_size,
             "classifier": config.classifier_steps, "confound": config.confound, "noise": config.noise,
-            "seed": config.seed, "version": 3}  # fmt: skip
+            "seed": config.seed}  # fmt: skip
 
 
-def _folder(config: Config) -> Path:
-    return cache_dir("moa3cir", "towers") / f"{config.size}px-{key_digest(_tower_key(config))}"
+def _towers_folder(config: Config) -> Path:
+    """The cache entry of the phase-1 towers and the attribute classifier (``towers.safetensors``,
+    ``classifier.safetensors``, ``facts.json``), trained on first use. A killed tower training
+    resumes from its checkpoints, kept beside the entries under the same key until it ends."""
+    from safetensors.torch import save_model
 
-
-def _new_towers(config: Config, seed: int):
-    from mixlab.vision_mm.moa3cir.towers import ClipTowers, tiny_clip
-
-    torch.manual_seed(seed)
-    return ClipTowers(tiny_clip(**_clip_config(config)))
-
-
-def _phase1_data(config: Config):
-    """Items (images, descriptions) and sum-fusion triplets, no held-out pair."""
-    from mixlab.vision_mm.moa3cir.catalogue import (
-        all_items,
-        describe,
-        is_held_out,
-        make_triplets,
-        render,
-    )  # fmt: skip
-    from mixlab.vision_mm.moa3cir.training import TripletData
-
-    rng = np.random.default_rng(config.seed + 101)
-    pool = all_items()[~is_held_out(all_items())]
-    items = pool[rng.integers(len(pool), size=config.tower_items)]
-    images = torch.from_numpy(render(items, rng, config.size))
-    descriptions = describe(items, rng, config.noise)
-    references = pool[rng.integers(len(pool), size=config.tower_triplets)]
-    triplets = make_triplets(
-        references, rng, confound=config.confound, allowed=~is_held_out(all_items())
-    )
-    data = TripletData(torch.from_numpy(render(triplets.reference, rng, config.size)),
-                       torch.from_numpy(render(triplets.target, rng, config.size)), triplets.texts,
-                       describe(triplets.reference, rng, config.noise),
-                       describe(triplets.target, rng, config.noise))  # fmt: skip
-    return items, images, descriptions, data
-
-
-def towers(config: Config):
-    """(frozen towers, attribute classifier, facts): trained on the first call, cached after."""
-    from safetensors.torch import load_model, save_model
-
-    from mixlab.vision_mm.moa3cir.augment import AttributeClassifier, train_attribute_classifier
+    from mixlab.vision_mm.moa3cir.augment import train_attribute_classifier
     from mixlab.vision_mm.moa3cir.training import train_towers
 
-    folder = _folder(config)
-    model = _new_towers(config, config.seed)
-    classifier = AttributeClassifier(config.size)
-    if not (folder / "facts.json").is_file():
+    key, name = _tower_key(config), f"towers-{config.size}px"
+
+    def build(folder: Path) -> None:
+        checkpoint = resume_folder(folder)  # the same for this entry after a kill
         started = time.perf_counter()
-        items, images, descriptions, data = _phase1_data(config)
+        model = bases.new_towers(config, config.seed)
+        items, images, descriptions, data = bases.phase1_data(config)
         losses = train_towers(model, images, descriptions, data, config.tower_steps,
                               batch_size=config.batch_size, lr=config.tower_lr, seed=config.seed,
-                              checkpoint=folder / "training")  # fmt: skip
+                              checkpoint=checkpoint)  # fmt: skip
         tower_seconds = time.perf_counter() - started
         classifier = train_attribute_classifier(
             images, items, config.classifier_steps, seed=config.seed
@@ -134,7 +101,21 @@ def towers(config: Config):
         save_model(classifier, str(folder / "classifier.safetensors"))
         facts = {"tower_seconds": tower_seconds, "classifier_seconds": time.perf_counter() - started - tower_seconds,
                  "tower_final_loss": float(np.mean(losses[-50:]))}  # fmt: skip
-        write_json_atomic(folder / "facts.json", facts)  # last: marks the towers done
+        write_json_atomic(folder / "facts.json", facts)
+        shutil.rmtree(checkpoint, ignore_errors=True)
+
+    return cached("moa3cir", name, key, build, code=TOWER_CODE)
+
+
+def towers(config: Config):
+    """(frozen towers, attribute classifier, facts): trained on the first call, cached after."""
+    from safetensors.torch import load_model
+
+    from mixlab.vision_mm.moa3cir.augment import AttributeClassifier
+
+    folder = _towers_folder(config)
+    model = bases.new_towers(config, config.seed)
+    classifier = AttributeClassifier(config.size)
     load_model(model, str(folder / "towers.safetensors"))
     load_model(classifier, str(folder / "classifier.safetensors"))
     model.requires_grad_(False).eval()
@@ -142,132 +123,42 @@ def towers(config: Config):
 
 
 # -------------------------------------------------------------------------------------- data
-def _save_features(features, path: Path) -> None:
-    from safetensors.torch import save_file
-
-    tensors = {"target_image": features.target_image}
-    if features.target_description is not None:
-        tensors["target_description"] = features.target_description
-    for name in ("image", "text", "description"):
-        part = getattr(features.query, name)
-        if part is None:
-            continue
-        tensors[f"{name}.pooled"], tensors[f"{name}.tokens"] = part.pooled, part.tokens
-        if part.padding is not None:
-            tensors[f"{name}.padding"] = part.padding
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path))
-
-
-def _load_features(path: Path):
-    from safetensors.torch import load_file
-
-    from mixlab.vision_mm.moa3cir.model import QueryFeatures
-    from mixlab.vision_mm.moa3cir.towers import Encoded
-    from mixlab.vision_mm.moa3cir.training import TripletFeatures
-
-    t = load_file(str(path))
-
-    def part(name: str) -> Encoded | None:
-        if f"{name}.pooled" not in t:
-            return None
-        return Encoded(t[f"{name}.pooled"], t[f"{name}.tokens"], t.get(f"{name}.padding"))
-
-    query = QueryFeatures(part("image"), part("text"), part("description"))
-    return TripletFeatures(query, t["target_image"], t.get("target_description"))
-
-
-def _make_split(config: Config, split: str, model, classifier) -> tuple[Any, dict[str, Any]]:
-    """Raw triplets of ``split`` (``natural``, ``augment``, ``validation`` or ``test``) and their
-    facts; validation is drawn like the test queries from another seed (for pilots: the test
-    split is not looked at while the design changes)."""
-    from mixlab.vision_mm.moa3cir.augment import controlled_edits
-    from mixlab.vision_mm.moa3cir.catalogue import (
-        all_items,
-        describe,
-        is_held_out,
-        item_index,
-        make_triplets,
-        render,
-    )  # fmt: skip
-    from mixlab.vision_mm.moa3cir.training import TripletData
-
-    allowed = ~is_held_out(all_items())
-    pool = all_items()[allowed]
-    seeds = {"natural": 202, "augment": 303, "validation": 505, "test": TEST_SEED}
-    rng = np.random.default_rng(config.seed + seeds[split])
-    facts: dict[str, Any] = {}
-    if split == "augment":
-        references = pool[rng.integers(len(pool), size=config.augment)]
-        triplets, ref_images, target_images, kept = controlled_edits(references, rng, classifier,
-                                                                     size=config.size, allowed=allowed)  # fmt: skip
-        facts["kept"] = kept
-    else:
-        source = pool if split == "natural" else all_items()
-        references = source[rng.integers(len(source), size=config.train_triplets if split == "natural"
-                                         else config.test_queries)]  # fmt: skip
-        triplets = make_triplets(references, rng, confound=config.confound if split == "natural" else 0.0,
-                                 allowed=allowed if split == "natural" else None)  # fmt: skip
-        ref_images = render(triplets.reference, rng, config.size)
-        target_images = render(triplets.target, rng, config.size)
-    data = TripletData(torch.from_numpy(ref_images), torch.from_numpy(target_images), triplets.texts,
-                       describe(triplets.reference, rng, config.noise),
-                       describe(triplets.target, rng, config.noise))  # fmt: skip
-    facts.update({"count": len(triplets), "stated": [list(s) for s in triplets.stated],
-                  "target": item_index(triplets.target).tolist(),
-                  "held_out": is_held_out(triplets.target).tolist()})  # fmt: skip
-    return data, facts
-
-
-def _gallery(config: Config) -> tuple[torch.Tensor, list[str]]:
-    from mixlab.vision_mm.moa3cir.catalogue import all_items, describe, render
-
-    rng = np.random.default_rng(config.seed + TEST_SEED + 1)
-    items = all_items()
-    return torch.from_numpy(render(items, rng, config.size)), describe(items, rng, config.noise)
+def _split_key(config: Config, name: str) -> dict[str, Any]:
+    """What the features of split ``name`` depend on: the towers and the split's own size."""
+    size = {"natural": config.train_triplets, "augment": config.augment,
+            "validation": config.test_queries, "test": config.test_queries, "gallery": None}[name]  # fmt: skip
+    return {"towers": _tower_key(config), "split": name, "count": size}
 
 
 def split(config: Config, name: str):
     """(features, facts) of ``natural``, ``augment``, ``test`` or ``gallery``: the frozen
-    towers' outputs, computed once and cached beside the towers."""
+    towers' outputs, computed once and cached."""
     from mixlab.vision_mm.moa3cir.training import TripletFeatures
 
-    folder = _folder(config) / f"features-{name}-v1"
-    if not (folder / "facts.json").is_file():
+    def build(folder: Path) -> None:
         model, classifier, _ = towers(config)
-        folder.mkdir(parents=True, exist_ok=True)
         if name == "gallery":
-            images, descriptions = _gallery(config)
-            features, facts = _gallery_features(model, images, descriptions), {"count": len(images)}
+            images, descriptions = bases.gallery(config)
+            features = bases.gallery_features(model, images, descriptions)
+            facts = {"count": len(images)}
         else:
             from mixlab.vision_mm.moa3cir.training import encode_triplets
 
-            data, facts = _make_split(config, name, model, classifier)
+            data, facts = bases.make_split(config, name, model, classifier)
             features = encode_triplets(model, data, dtype=torch.float16) if len(data) else None
         if features is not None:  # None: the classifier kept no controlled edit
-            _save_features(features, folder / "features.safetensors")
+            bases.save_features(features, folder / "features.safetensors")
         write_json_atomic(folder / "facts.json", facts)
+
+    folder = cached(
+        "moa3cir", f"features-{name}-{config.size}px", _split_key(config, name), build,
+        code=TOWER_CODE,
+    )  # fmt: skip
     facts = json.loads((folder / "facts.json").read_text())
     features: TripletFeatures | None = None
     if facts["count"]:
-        features = _load_features(folder / "features.safetensors")
+        features = bases.load_features(folder / "features.safetensors")
     return features, facts
-
-
-@torch.no_grad()
-def _gallery_features(model, images: torch.Tensor, descriptions: list[str]):
-    """The gallery as target features (pooled image and description; no query side)."""
-    from mixlab.vision_mm.moa3cir.model import QueryFeatures
-    from mixlab.vision_mm.moa3cir.towers import Encoded
-    from mixlab.vision_mm.moa3cir.training import TripletFeatures
-
-    image, description = [], []
-    for start in range(0, len(images), 256):
-        rows = slice(start, start + 256)
-        image.append(model.image(images[rows], "target_image").pooled)
-        ids = model.tokenize(descriptions[rows])
-        description.append(model.text(ids, "target_description").pooled)
-    empty = Encoded(torch.zeros(0), torch.zeros(0))
-    return TripletFeatures(QueryFeatures(empty, empty), torch.cat(image), torch.cat(description))
 
 
 # ------------------------------------------------------------------------------------- cells
@@ -312,18 +203,18 @@ def _one_phase(config: Config, seed: int, out_dir: Path):
     from mixlab.vision_mm.moa3cir.model import CIRModel
     from mixlab.vision_mm.moa3cir.training import encode_triplets, train_end_to_end
 
-    _, images, descriptions, _ = _phase1_data(config)
-    model_towers = _new_towers(config, config.seed)
+    _, images, descriptions, _ = bases.phase1_data(config)
+    model_towers = bases.new_towers(config, config.seed)
     torch.manual_seed(seed)
     model = CIRModel(model_towers, make_head(config, "moa3cir"))
-    natural, _ = _make_split(config, "natural", None, None)
+    natural, _ = bases.make_split(config, "natural", None, None)
     train_end_to_end(model, images, descriptions, natural, config.tower_steps + config.steps,
                      batch_size=config.batch_size, lr=config.tower_lr, seed=seed, balance=config.balance,
                      checkpoint=out_dir / "training" / f"one-phase-{seed}",
                      checkpoint_every=checkpoint_spacing(config.tower_steps + config.steps))  # fmt: skip
-    test, _ = _make_split(config, "test", None, None)
-    gallery_images, gallery_descriptions = _gallery(config)
-    return (encode_triplets(model.towers, test), _gallery_features(model.towers, gallery_images, gallery_descriptions),
+    test, _ = bases.make_split(config, "test", None, None)
+    gallery_images, gallery_descriptions = bases.gallery(config)
+    return (encode_triplets(model.towers, test), bases.gallery_features(model.towers, gallery_images, gallery_descriptions),
             model.head)  # fmt: skip
 
 

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mixlab.shared import Checkpointer, warmup_cosine
+from mixlab.shared import Checkpointer, progress, warmup_cosine
 from mixlab.vision_mm.moa3cir.attention import balance_loss
 from mixlab.vision_mm.moa3cir.model import CIRModel, QueryFeatures, check_same_count
 from mixlab.vision_mm.moa3cir.towers import ClipTowers, Encoded
@@ -78,9 +78,11 @@ def _loop(
     checkpoint: Path | None,
     every: int = 100,
     weight_decay: float = 0.01,
+    description: str = "steps",
 ) -> list[float]:
     """AdamW with warm-up and cosine decay over ``module``'s trainable parameters; resumes from
-    ``checkpoint`` (the module, optimiser and schedule) when it holds a state."""
+    ``checkpoint`` (the module, optimiser and schedule) when it holds a state; its progress
+    shows as ``description``."""
     parameters = [p for p in module.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=weight_decay)
     schedule = warmup_cosine(optimizer, steps)
@@ -94,16 +96,18 @@ def _loop(
         schedule.load_state_dict(state["schedule"])
         losses = list(state["losses"])
     module.train()
-    for step in range(start, steps):
-        loss = loss_of_step(step)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-        losses.append(float(loss.detach()))
-        if keeper is not None and ((step + 1) % every == 0 or step + 1 == steps):
-            keeper.save(step + 1, {"module": module.state_dict(), "optimizer": optimizer.state_dict(),
-                                   "schedule": schedule.state_dict(), "losses": losses})  # fmt: skip
+    with progress(steps, description, completed=start) as bar:
+        for step in range(start, steps):
+            loss = loss_of_step(step)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            losses.append(float(loss.detach()))
+            bar.advance(loss=losses[-1])
+            if keeper is not None and ((step + 1) % every == 0 or step + 1 == steps):
+                keeper.save(step + 1, {"module": module.state_dict(), "optimizer": optimizer.state_dict(),
+                                       "schedule": schedule.state_dict(), "losses": losses})  # fmt: skip
     module.eval()
     return losses
 
@@ -191,6 +195,7 @@ def train_towers(
         checkpoint=checkpoint,
         every=checkpoint_every,
         weight_decay=0.1,
+        description="phase 1: towers",
     )
 
 
@@ -330,7 +335,8 @@ def train_head(
     def loss_of_step(step: int) -> torch.Tensor:
         return _cir_loss(head, features.rows(_rows(len(features), batch_size, seed, step)), balance)
 
-    return _loop(head, loss_of_step, steps, lr=lr, checkpoint=checkpoint, every=checkpoint_every)
+    return _loop(head, loss_of_step, steps, lr=lr, checkpoint=checkpoint, every=checkpoint_every,
+                 description="phase 2: head")  # fmt: skip
 
 
 def train_end_to_end(
@@ -368,4 +374,5 @@ def train_end_to_end(
         checkpoint=checkpoint,
         every=checkpoint_every,
         weight_decay=0.1,
+        description="one phase: towers and head",
     )

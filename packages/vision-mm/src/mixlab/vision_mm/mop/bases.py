@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mixlab.shared import progress
 from mixlab.vision_mm.mop.encoder import SharedEncoder, toy_trunk
 from mixlab.vision_mm.mop.scenes import MODALITY_CHANNELS, SHAPES, make_scenes
 
@@ -76,16 +77,18 @@ def pretrain_encoder(spec: EncoderSpec) -> tuple[SharedEncoder, dict[str, float]
     )
     generator = torch.Generator().manual_seed(spec.seed)
     modalities = list(data)
-    for step in range(spec.steps):
-        modality = modalities[step % len(modalities)]
-        images, labels = data[modality]
-        rows = torch.randint(len(labels), (spec.batch_size,), generator=generator)
-        logits = head(encoder.hidden_states(modality, images[rows])[-1][:, 1:])
-        loss = F.cross_entropy(logits.flatten(0, 1), labels[rows].flatten())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        schedule.step()
+    with progress(spec.steps, "pre-training the shared encoder") as bar:
+        for step in range(spec.steps):
+            modality = modalities[step % len(modalities)]
+            images, labels = data[modality]
+            rows = torch.randint(len(labels), (spec.batch_size,), generator=generator)
+            logits = head(encoder.hidden_states(modality, images[rows])[-1][:, 1:])
+            loss = F.cross_entropy(logits.flatten(0, 1), labels[rows].flatten())
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            bar.advance(loss=loss.item())
     accuracy = {}
     with torch.no_grad():
         for k, modality in enumerate(modalities):
@@ -144,14 +147,16 @@ def pretrain_lm(spec: LMSpec) -> tuple[torch.nn.Module, object, float]:
     optimizer = torch.optim.AdamW(lm.parameters(), lr=spec.lr, weight_decay=0.01)
     generator = torch.Generator().manual_seed(spec.seed)
     lm.train()
-    for _ in range(spec.steps):
-        rows = encoded.rows(torch.randint(len(train), (spec.batch_size,), generator=generator))
-        loss = lm(
-            input_ids=rows.input_ids, attention_mask=rows.attention_mask, labels=rows.labels
-        ).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+    with progress(spec.steps, "pre-training the toy Llama") as bar:
+        for _ in range(spec.steps):
+            rows = encoded.rows(torch.randint(len(train), (spec.batch_size,), generator=generator))
+            loss = lm(
+                input_ids=rows.input_ids, attention_mask=rows.attention_mask, labels=rows.labels
+            ).loss
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            bar.advance(loss=loss.item())
     lm.eval()
     test = make_scenes(400, 20_000)
     held = encode_qa(tokenizer, test.questions, test.answers)
@@ -181,12 +186,14 @@ def depth_order_cnn(
     )  # fmt: skip
     optimizer = torch.optim.Adam(net.parameters(), 1e-3)
     generator = torch.Generator().manual_seed(seed)
-    for _ in range(steps):
-        rows = torch.randint(len(y), (batch_size,), generator=generator)
-        loss = F.binary_cross_entropy_with_logits(net(x[rows])[:, 0], y[rows])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+    with progress(steps, "information CNN") as bar:
+        for _ in range(steps):
+            rows = torch.randint(len(y), (batch_size,), generator=generator)
+            loss = F.binary_cross_entropy_with_logits(net(x[rows])[:, 0], y[rows])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            bar.advance(loss=loss.item())
     with torch.no_grad():
         predicted = torch.cat([net(xt[i : i + 256])[:, 0] for i in range(0, len(xt), 256)]) > 0
     return float((predicted.numpy() == yt).mean())

@@ -40,8 +40,8 @@ import numpy as np
 import torch
 
 from mixlab.shared import Claim, Result, mean_std, run_cells
+from mixlab.shared.cache import cached
 from mixlab.shared.files import write_json_atomic
-from mixlab.shared.paths import cache_dir, key_digest
 from mixlab.vision_mm.mop.config import (
     BEATS_BASELINES,
     BEATS_FINAL_LAYER,
@@ -78,67 +78,90 @@ def _lm_spec(config: Config):
     )
 
 
+ENCODER_CODE = ("mixlab.vision_mm.mop.bases", "mixlab.vision_mm.mop.encoder",
+                "mixlab.vision_mm.mop.scenes", "mixlab.shared.shapes")  # fmt: skip
+"""the code that pre-trains the shared encoder (and draws its scenes): part of its cache key"""
+LM_CODE = ("mixlab.vision_mm.mop.bases", "mixlab.vision_mm.mop.text", "mixlab.vision_mm.mop.scenes",
+           "mixlab.shared.shapes")  # fmt: skip
+"""the code that pre-trains the toy Llama and its tokenizer"""
+
+
 def _encoder_folder(config: Config) -> Path:
-    digest = key_digest(asdict(_encoder_spec(config)))
-    return cache_dir("mop", "encoders") / f"{config.size}px-v2-{digest}"  # v2: no aliased modules
+    """The cache entry of the pre-trained encoder (``encoder.safetensors``, ``facts.json``),
+    trained on first use."""
+    from safetensors.torch import save_model
+
+    from mixlab.vision_mm.mop.bases import pretrain_encoder
+
+    spec = _encoder_spec(config)
+
+    def build(folder: Path) -> None:
+        started = time.perf_counter()
+        encoder, patch_accuracy = pretrain_encoder(spec)
+        save_model(encoder, folder / "encoder.safetensors")
+        facts = {"patch_accuracy": patch_accuracy, "encoder_seconds": time.perf_counter() - started}
+        write_json_atomic(folder / "facts.json", facts)
+
+    return cached("mop", f"encoder-{config.size}px", asdict(spec), build, code=ENCODER_CODE)
 
 
 def _lm_folder(config: Config) -> Path:
-    return cache_dir("mop", "lms") / f"llama-{key_digest(asdict(_lm_spec(config)))}"
+    """The cache entry of the pre-trained toy Llama and its tokenizer (``facts.json`` beside)."""
+    from mixlab.vision_mm.mop.bases import pretrain_lm
+
+    spec = _lm_spec(config)
+
+    def build(folder: Path) -> None:
+        started = time.perf_counter()
+        lm, tokenizer, blind = pretrain_lm(spec)
+        lm.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        facts = {"lm_blind_accuracy": blind, "lm_seconds": time.perf_counter() - started}
+        write_json_atomic(folder / "facts.json", facts)
+
+    return cached("mop", "llama", asdict(spec), build, code=LM_CODE)
+
+
+def _load_encoder(config: Config, folder: Path):
+    from safetensors.torch import load_model
+
+    encoder = _encoder_spec(config).build()
+    load_model(encoder, folder / "encoder.safetensors")
+    return encoder.requires_grad_(False)
 
 
 def bases(config: Config) -> tuple[Any, Any, Any, dict[str, Any]]:
     """(encoder, LM, tokenizer, facts), each base trained on the first call and cached after
     (apart, so changing one keeps the other); facts hold the encoder's held-out per-patch
     accuracy, the blind LM's accuracy and both trainings' seconds."""
-    from safetensors.torch import load_model, save_model
     from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-    from mixlab.vision_mm.mop.bases import pretrain_encoder, pretrain_lm
-
-    spec = _encoder_spec(config)
     encoder_folder, lm_folder = _encoder_folder(config), _lm_folder(config)
-    if not (encoder_folder / "facts.json").is_file():
-        started = time.perf_counter()
-        encoder, patch_accuracy = pretrain_encoder(spec)
-        encoder_folder.mkdir(parents=True, exist_ok=True)
-        save_model(encoder, encoder_folder / "encoder.safetensors")
-        facts = {"patch_accuracy": patch_accuracy, "encoder_seconds": time.perf_counter() - started}
-        write_json_atomic(encoder_folder / "facts.json", facts)  # last: marks the base done
-    if not (lm_folder / "facts.json").is_file():
-        started = time.perf_counter()
-        lm, tokenizer, blind = pretrain_lm(_lm_spec(config))
-        lm.save_pretrained(lm_folder)
-        tokenizer.save_pretrained(lm_folder)
-        facts = {"lm_blind_accuracy": blind, "lm_seconds": time.perf_counter() - started}
-        write_json_atomic(lm_folder / "facts.json", facts)
     facts = {**json.loads((encoder_folder / "facts.json").read_text()),
              **json.loads((lm_folder / "facts.json").read_text())}  # fmt: skip
-    encoder = spec.build()
-    load_model(encoder, encoder_folder / "encoder.safetensors")
-    encoder.requires_grad_(False)
+    encoder = _load_encoder(config, encoder_folder)
     lm = LlamaForCausalLM.from_pretrained(lm_folder)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(lm_folder)
     return encoder, lm, tokenizer, facts
 
 
-def _split(config: Config, split: str) -> dict[str, Any]:
-    """The train or test scenes as the frozen encoder's hidden states per modality (float16,
-    cached beside the bases), the questions' token ids and their types."""
+def _features_folder(config: Config, split: str) -> Path:
+    """The cache entry of the train or test scenes as the frozen encoder's hidden states per
+    modality (``<modality>.npy``, float16) and their questions (``questions.json``)."""
     from mixlab.vision_mm.mop.scenes import make_scenes
-    from mixlab.vision_mm.mop.text import encode_qa
 
     count, seed = (
         (config.train_scenes, TRAIN_SEED) if split == "train" else (config.test_scenes, TEST_SEED)
     )
-    folder = _encoder_folder(config) / f"{split}-{count}-seed{seed + config.seed}"
-    encoder, _, tokenizer, _ = bases(config)
-    if not (folder / "questions.json").is_file():
+    key = {"encoder": asdict(_encoder_spec(config)), "split": split, "scenes": count,
+           "seed": seed + config.seed}  # fmt: skip
+
+    def build(folder: Path) -> None:
+        encoder = _load_encoder(config, _encoder_folder(config))
         # training scenes carry a question of every type; test scenes one each, in turn
         scenes = make_scenes(
             count, seed + config.seed, size=config.size, every_type=split == "train"
         )
-        folder.mkdir(parents=True, exist_ok=True)
         with torch.no_grad():
             for modality in config.modalities:
                 states = encoder.stacked_states(modality, torch.tensor(scenes.images[modality]))
@@ -150,6 +173,19 @@ def _split(config: Config, split: str) -> dict[str, Any]:
             "scene": scenes.scene.tolist(),
         }
         write_json_atomic(folder / "questions.json", questions)
+
+    return cached("mop", f"features-{split}", key, build, code=ENCODER_CODE)
+
+
+def _split(config: Config, split: str) -> dict[str, Any]:
+    """The train or test scenes as the frozen encoder's hidden states per modality (float16,
+    cached), the questions' token ids and their types."""
+    from transformers import PreTrainedTokenizerFast
+
+    from mixlab.vision_mm.mop.text import encode_qa
+
+    folder = _features_folder(config, split)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(_lm_folder(config))
     qa = json.loads((folder / "questions.json").read_text())
     features = {
         m: torch.from_numpy(np.load(folder / f"{m}.npy")).float() for m in config.modalities
@@ -250,16 +286,21 @@ def _information_cell(config: Config, cell: dict[str, Any], out_dir: Path) -> di
     from mixlab.vision_mm.mop.bases import depth_order_cnn
 
     count = config.information_scale * config.train_scenes
-    folder = cache_dir("mop", "information")
-    path = (
-        folder / f"{config.size}px-{count}-steps{config.information_steps}-seed{config.seed}.json"
-    )
-    if not path.is_file():
+    key = {"size": config.size, "scenes": count, "test_scenes": config.test_scenes,
+           "test_seed": TEST_SEED, "steps": config.information_steps, "seed": config.seed}  # fmt: skip
+
+    def build(folder: Path) -> None:
         started = time.perf_counter()
         accuracy = depth_order_cnn(count, config.test_scenes, size=config.size, seed=config.seed,
                                    steps=config.information_steps, test_seed=TEST_SEED)  # fmt: skip
-        write_json_atomic(path, {"accuracy": accuracy, "seconds": time.perf_counter() - started})
-    return json.loads(path.read_text())
+        write_json_atomic(
+            folder / "information.json",
+            {"accuracy": accuracy, "seconds": time.perf_counter() - started},
+        )
+
+    folder = cached("mop", "information", key, build, code=("mixlab.vision_mm.mop.bases",
+                    "mixlab.vision_mm.mop.scenes", "mixlab.shared.shapes"))  # fmt: skip
+    return json.loads((folder / "information.json").read_text())
 
 
 def _blind(config: Config) -> dict[str, float]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from mixlab.shared import progress
 from mixlab.shared.checks import check_count, check_number
 from mixlab.vision_mm.mop.losses import MoPXLoss
 from mixlab.vision_mm.mop.model import PrivilegedMLLM
@@ -207,28 +208,32 @@ def fit(
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     model, optimizer, schedule = accelerator.prepare(model, optimizer, schedule)
     done = 0
-    progress = None if checkpoint is None else Path(checkpoint) / "step.txt"
-    if progress is not None and progress.is_file():
+    marker = None if checkpoint is None else Path(checkpoint) / "step.txt"
+    if marker is not None and marker.is_file():
         accelerator.load_state(checkpoint)
-        done = int(progress.read_text())
+        done = int(marker.read_text())
     history = []
     model.train()
-    for step in range(done, steps):
-        generator = torch.Generator().manual_seed(
-            seed * 1_000_003 + step
-        )  # modality dropout's draw
-        loss, logs = training_loss(model, batches(step), spec, generator=generator, teacher=teacher)
-        optimizer.zero_grad(set_to_none=True)
-        accelerator.backward(loss)
-        optimizer.step()
-        schedule.step()
-        history.append({"loss": float(loss.detach()), **logs})
-        if callback is not None:
-            callback(step, model)
-            model.train()
-        if progress is not None and ((step + 1) % checkpoint_every == 0 or step + 1 == steps):
-            accelerator.save_state(checkpoint)
-            progress.write_text(str(step + 1))
+    with progress(steps, f"{spec.name} steps", completed=done) as bar:
+        for step in range(done, steps):
+            generator = torch.Generator().manual_seed(
+                seed * 1_000_003 + step
+            )  # modality dropout's draw
+            loss, logs = training_loss(
+                model, batches(step), spec, generator=generator, teacher=teacher
+            )
+            optimizer.zero_grad(set_to_none=True)
+            accelerator.backward(loss)
+            optimizer.step()
+            schedule.step()
+            history.append({"loss": float(loss.detach()), **logs})
+            bar.advance(loss=history[-1]["loss"])
+            if callback is not None:
+                callback(step, model)
+                model.train()
+            if marker is not None and ((step + 1) % checkpoint_every == 0 or step + 1 == steps):
+                accelerator.save_state(checkpoint)
+                marker.write_text(str(step + 1))
     return history
 
 
