@@ -127,17 +127,19 @@ def test_every_method_names_a_headline_plot() -> None:
         assert method.headline_plot.endswith(".png"), method.name
 
 
-def test_readme_is_rendered_from_the_committed_results() -> None:
+def test_readme_and_results_md_are_rendered_from_the_committed_files() -> None:
+    """RESULTS.md's results, the README's "measured" column (from benchmarks/results) and its
+    dependency table (from the members' pyproject.toml) are what the render script writes."""
     root = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(root / "benchmarks"))
     try:
-        from render_readme import render
+        from render_results import rendered
     finally:
         sys.path.pop(0)
-    readme = (root / "README.md").read_text()
-    assert render(readme, root / "benchmarks" / "results") == readme, (
-        "README.md is out of date with benchmarks/results: run `uv run python benchmarks/render_readme.py`"
-    )
+    for path, text in rendered(root).items():
+        assert path.read_text() == text, (
+            f"{path.name} is out of date: run `uv run python benchmarks/render_results.py`"
+        )
 
 
 @pytest.mark.parametrize("name", sorted(METHODS))
