@@ -34,7 +34,6 @@ from mixlab.rl.mixroute.norms import BatchNorm, InstanceNorm, LayerNormRL4CO, Mi
 from mixlab.rl.mixroute.reference import pyvrp_solve
 from mixlab.rl.mixroute.solver import solve
 from mixlab.shared import Claim
-from mixlab.shared.paths import cache_dir
 from mixlab.shared.result import write_benchmark
 
 SLOWDOWN_LIMIT = 4.0
@@ -86,7 +85,7 @@ def norm_times(dim: int, rounds: int, repeats: int) -> dict[str, float]:
 def solve_rows(config: Config) -> dict[str, dict[str, float]]:
     """Seconds for the 100 instances and mean gap (%) against PyVRP at 1 s, per solver."""
     instances = test_instances(config, "cvrp", config.n, "uniform")
-    reference = pyvrp_solve(instances, seconds=1.0, cache_dir=cache_dir("mixroute", "pyvrp"))
+    reference = pyvrp_solve(instances, seconds=1.0, cache=True)
     model, _ = trained_policy(config, "cvrp", "mixnorm", config.seed)
     rows = {}
     for name, run in (

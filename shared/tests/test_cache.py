@@ -57,7 +57,7 @@ def test_a_killed_build_leaves_nothing_a_later_run_reads(empty_cache: Path) -> N
 
     with pytest.raises(KeyboardInterrupt):
         cached("toy", "model", {"width": 4}, crash)
-    assert list((empty_cache / "toy").iterdir()) == []
+    assert [p.name for p in (empty_cache / "toy").iterdir() if not p.name.endswith(".lock")] == []
     folder = cached("toy", "model", {"width": 4}, _write)
     assert (folder / "cache.json").is_file()
 
@@ -122,7 +122,7 @@ def test_result_json_says_whether_the_run_was_cold_and_what_a_cold_run_takes(
     (reference / "toy" / "experiment-quick").mkdir(parents=True)
     (reference / "toy" / "experiment-quick" / "result.json").write_text(json.dumps(data))
     assert "its cache is here" in expected_time(reference, "toy", "quick")
-    for entry in (tmp_path / "cache" / "toy").iterdir():
+    for entry in (tmp_path / "cache" / "toy").glob("model-*"):
         (entry / "cache.json").unlink()  # an empty cache, as on a fresh machine
     assert "with the cache empty, one-time work included" in expected_time(
         reference, "toy", "quick"
@@ -149,3 +149,19 @@ def test_a_long_build_resumes_in_the_same_folder_after_a_kill(empty_cache: Path)
         cached("toy", "model", {"width": 4}, killed)
     cached("toy", "model", {"width": 4}, resumed)
     assert seen[0] == seen[1]
+
+
+def test_a_resumable_build_continues_from_what_a_killed_one_left(empty_cache: Path) -> None:
+    def killed(folder: Path) -> None:
+        (folder / "checkpoint").write_text("step 3")
+        raise KeyboardInterrupt
+
+    def resumed(folder: Path) -> None:
+        assert (folder / "checkpoint").read_text() == "step 3"
+        (folder / "checkpoint").unlink()
+        _write(folder)
+
+    with pytest.raises(KeyboardInterrupt):
+        cached("toy", "model", {"width": 4}, killed, resumable=True)
+    folder = cached("toy", "model", {"width": 4}, resumed, resumable=True)
+    assert sorted(p.name for p in folder.iterdir()) == ["cache.json", "weights.txt"]

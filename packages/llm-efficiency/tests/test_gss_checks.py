@@ -168,7 +168,8 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
 
     monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
     config = Config(**TINY)
-    result = experiment.run(config, tmp_path / "full")
+    result = experiment.METHOD.execute(config, tmp_path / "full")  # records its cache uses
+    assert result.cache["state"] == "cold"  # its models trained into the empty cache
     assert set(result.metrics) == set(experiment.SYSTEMS)
     assert result.metrics["gss"]["picked_layer"] == 0.0
     assert {c.text.split(":")[0] for c in result.regime}  # three checks
@@ -193,7 +194,8 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         experiment.run(config, tmp_path / "killed")
     monkeypatch.setattr(experiment, "_mitigation", real)
-    resumed = experiment.run(config, tmp_path / "killed", resume=True)
+    resumed = experiment.METHOD.execute(config, tmp_path / "killed", resume=True)
+    assert resumed.cache["state"] == "warm"  # every model found in the cache
     assert _without_time(resumed.metrics) == _without_time(result.metrics)
 
 

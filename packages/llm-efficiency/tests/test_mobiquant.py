@@ -424,14 +424,15 @@ def test_cli_quantizes_and_evaluates_a_local_model(tmp_path, capsys):
 
 
 def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
-    from mixlab.llm_efficiency.mobiquant.experiment import Config, run
+    from mixlab.llm_efficiency.mobiquant.experiment import METHOD, Config, run
 
     monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
     config = Config(
         hidden_size=64, layers=2, intermediate_size=128, seq_len=32, lm_steps=3, lm_batch=4,
         calib_sequences=8, calib_steps=4, eval_tokens=512,
     )  # fmt: skip
-    result = run(config, tmp_path / "run")
+    result = METHOD.execute(config, tmp_path / "run")  # records its cache uses
+    assert result.cache["state"] == "cold"  # the tiny LM trained into the empty cache
     systems = {"fp", "rtn", "hqq", "gptq", "matryoshka", "anyprec", "clip_rtn", "nested"}
     assert set(result.metrics) == {*systems, "mobiquant"}
     assert len(result.claims) == 8

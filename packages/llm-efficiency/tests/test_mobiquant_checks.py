@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -351,21 +350,32 @@ def test_damaged_hugging_face_folder_gives_one_line(folders, capsys):
     assert "perplexity" in capsys.readouterr().out
 
 
-def test_lab_model_folder_is_checked_against_its_marker(folders, tmp_path, monkeypatch):
-    """A model this lab trained (marker with SHA-256s): an edited file is refused, and the cached
-    tiny LM names the folder to delete."""
+def test_cached_tiny_lm_is_found_again_and_checked_against_its_marker(
+    folders, tmp_path, monkeypatch
+):
+    """The tiny LM is trained once into its cache entry (keyed by config, corpus and the code
+    that trains it) and found there next time; an edited file is refused, and the cached tiny
+    LM names the folder to delete."""
     from mixlab.llm_efficiency import lm
-    from mixlab.shared.files import CheckpointError, write_sidecar
+    from mixlab.shared.files import CheckpointError
 
-    config = lm.LMConfig(hidden_size=64, layers=2, heads=2, intermediate_size=128, seq_len=64)
+    config = lm.LMConfig(hidden_size=32, layers=1, heads=1, intermediate_size=64, seq_len=32,
+                         steps=2, batch_size=2)  # fmt: skip
     monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
-    cached = tmp_path / "cache" / "llm_efficiency" / f"tiny-llama-{config.key()}"
-    shutil.copytree(folders / "hf", cached)
-    legacy = {"tokenizer": "bytes", "config": asdict(config), "corpus_sha256": "0" * 64}
-    (cached / lm.MARKER).write_text(json.dumps(legacy))  # as written before markers had checksums
-    assert lm.pretrained_lm(config) is not None  # upgraded in place, once
-    assert "integrity" in json.loads((cached / lm.MARKER).read_text())
-    write_sidecar(cached / lm.MARKER, legacy, covers=lm._model_files(cached))
+    cached = lm.tiny_lm_folder(config)
+    assert cached.parent == tmp_path / "cache" / "llm_efficiency"
+    assert cached.name.startswith("tiny-llama-")
+    record = json.loads((cached / "cache.json").read_text())
+    assert record["code"] == list(lm.LM_CODE)
+    assert record["key"]["steps"] == 2
+    assert len(record["key"]["corpus_sha256"]) == 64
+
+    def trains_again(*args, **kwargs):
+        raise AssertionError("the cached tiny LM was trained again")
+
+    monkeypatch.setattr(lm, "train_lm", trains_again)
+    assert lm.tiny_lm_folder(config) == cached
+    assert lm.pretrained_lm(config) is not None
     _edit_json(cached / "config.json", lambda d: d.update(rms_norm_eps=1e-5))
     with pytest.raises(CheckpointError, match="delete .* to train it again"):
         lm.pretrained_lm(config)

@@ -37,7 +37,8 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
 
     monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
     config = Config(**TINY)
-    result = experiment.run(config, tmp_path / "full")
+    result = experiment.METHOD.execute(config, tmp_path / "full")  # records its cache uses
+    assert result.cache["state"] == "cold"  # its models trained into the empty cache
     assert {"sft", "untrained", "no KL", "prompt KL 0.1", "swap reference prompt"} <= set(
         result.metrics
     )
@@ -64,7 +65,8 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         experiment.run(config, tmp_path / "killed")
     monkeypatch.setattr(experiment, "evaluate_policy", real)
-    resumed = experiment.run(config, tmp_path / "killed", resume=True)
+    resumed = experiment.METHOD.execute(config, tmp_path / "killed", resume=True)
+    assert resumed.cache["state"] == "warm"  # every model found in the cache
     assert _measured(resumed.metrics) == _measured(result.metrics)
 
 

@@ -353,4 +353,3 @@ def test_reasoning_lm_config_is_validated():
         ReasoningLMConfig(n_traces=0)
     with pytest.raises(ValueError, match="^lm must be"):
         ReasoningLMConfig(lm={"hidden_size": 8})
-    assert ReasoningLMConfig().key() != TINY_LM.key()

@@ -33,7 +33,8 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
 
     monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
     config = Config(**TINY)
-    result = experiment.run(config, tmp_path / "full")
+    result = experiment.METHOD.execute(config, tmp_path / "full")  # records its cache uses
+    assert result.cache["state"] == "cold"  # its models trained into the empty cache
     assert set(result.metrics) == set(experiment.SYSTEMS)
     assert all(row["seeds"] == 2 for row in result.metrics.values())
     assert result.metrics["rpdi"]["window"] == 4
@@ -60,7 +61,8 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         experiment.run(config, tmp_path / "killed")
     monkeypatch.setattr(experiment, "generate_all", real)
-    resumed = experiment.run(config, tmp_path / "killed", resume=True)
+    resumed = experiment.METHOD.execute(config, tmp_path / "killed", resume=True)
+    assert resumed.cache["state"] == "warm"  # every model found in the cache
     assert _without_time(resumed.metrics) == _without_time(result.metrics)
 
 
@@ -142,7 +144,7 @@ def test_config_refuses_bad_values(field, value, match):
 def test_quick_config_is_the_default_reasoning_lm():
     from mixlab.llm_efficiency.reasoning import ReasoningLMConfig
 
-    assert Config().lm_config().key() == ReasoningLMConfig().key()  # the same cached toy
+    assert Config().lm_config() == ReasoningLMConfig()  # the same cached toy
 
 
 # ------------------------------------------------------------------------------------------------

@@ -261,10 +261,19 @@ def _tiny_config(**changes) -> Config:
     )  # fmt: skip
 
 
-def test_quick_experiment_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_quick_experiment_smoke(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = _tiny_config()
+    monkeypatch.setenv("MIXLAB_PROGRESS", "lines")
+    monkeypatch.setenv("MIXLAB_PROGRESS_EVERY", "0")
     result = METHOD.execute(config, tmp_path)
+    shown = capsys.readouterr().err  # each loop's counter, named after the cell that runs it
+    assert "stream p=0.5 seed=0 · stream batches: 25/25" in shown
+    assert "stream p=0.5 seed=0 · contraction sweep batches: 10/10" in shown
+    assert "routing seed=0 · routing sweep rates: 2/2" in shown
     data = json.loads((tmp_path / "result.json").read_text())
+    assert data["cache"]["state"] == "none"  # MoSAIC caches nothing
     assert set(data["metrics"]) == {*system_names(config)["all"], *REFERENCES}
     assert len({tuple(row) for row in data["metrics"].values()}) == 1  # every row has the same keys
     assert len(data["claims"]) == 8

@@ -205,6 +205,19 @@ def test_seeded_sessions_are_deterministic_on_any_thread_count():
     assert not np.array_equal(first.q[0], first.q[1])
 
 
+def test_compiled_sessions_show_their_progress_and_play_alike_without_it(monkeypatch, capsys):
+    env, learner = RepeatedMarketEnv(), QLearner(beta=1e-4, stable_periods=2000)
+    monkeypatch.setenv("MIXLAB_PROGRESS", "lines")
+    monkeypatch.setenv("MIXLAB_PROGRESS_EVERY", "0")
+    shown = train_sessions(env, learner, 3, seed=7)  # in a worker thread, counted from here
+    assert "q-learning sessions: 3/3" in capsys.readouterr().err
+    monkeypatch.setenv("MIXLAB_PROGRESS", "0")
+    quiet = train_sessions(env, learner, 3, seed=7)  # in this thread, nothing shown
+    assert capsys.readouterr().err == ""
+    np.testing.assert_array_equal(shown.q, quiet.q)
+    np.testing.assert_array_equal(shown.periods, quiet.periods)
+
+
 def test_convergence_rule_and_cap():
     capped = train_sessions(RepeatedMarketEnv(), QLearner(max_periods=500), 2)
     assert capped.periods.tolist() == [500, 500]
@@ -527,6 +540,7 @@ def test_experiment_runs_and_resumes(tmp_path):
 
     config = Config(n_sessions=2, dqn_steps=300, dqn_seeds=1, beta=2e-5)
     result = METHOD.execute(config, tmp_path)  # refuses a claim not judged from Config.CLAIMS
+    assert result.cache["state"] == "none"  # nothing one-time to reuse
     assert {"bertrand/q-learning", "cournot/curb", "bertrand/dqn", "bertrand/curb-dqn"} <= set(
         result.metrics
     )

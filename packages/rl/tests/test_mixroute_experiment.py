@@ -51,9 +51,17 @@ def test_killed_experiment_resumes_to_the_same_result(tmp_path, monkeypatch):
     assert len(whole.regime) == 1
     assert len(whole.env["cvrp6/mixnorm/weights"]) == 2  # two MixNorms in the one layer
     assert (tmp_path / "whole" / "gaps.png").is_file()
-    cached = sorted(p.name for p in (tmp_path / "cache" / "mixroute" / "policies").iterdir())
-    assert len(cached) == 6
-    assert all("steps3" in name for name in cached)
+    cache = tmp_path / "cache" / "mixroute"
+    policies = sorted(p.name for p in cache.glob("policy-*"))
+    assert len(policies) == 6
+    assert all("steps3" in name for name in policies)
+    assert len(list(cache.glob("pyvrp-*/costs.npy"))) == 1 + len(shifted)
+    assert not list(cache.glob(".*.resume"))  # resume checkpoints go once cached
+    assert whole.cache["state"] == "cold"
+    assert len(whole.cache["entries"]) == 6 + 1 + len(shifted)
+    again = experiment.METHOD.execute(config, tmp_path / "again")  # every entry found
+    assert (again.cache["state"], again.cache["build_s"]) == ("warm", 0.0)
+    assert again.metrics == whole.metrics
 
     calls = []
     real = experiment.run_cell

@@ -68,11 +68,12 @@ def test_pyvrp_matches_brute_force_on_eight_customers():
     )
 
 
-def test_pyvrp_keeps_time_windows_and_caches(tmp_path):
+def test_pyvrp_keeps_time_windows_and_caches(tmp_path, monkeypatch):
+    monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path))
     instances = generate("vrptw", "uniform+windows:length=0.5", 2, 10, np.random.default_rng(2))
-    costs = pyvrp_solve(instances, seconds=0.1, cache_dir=tmp_path)  # check_routes inside
-    assert len(list(tmp_path.glob("pyvrp-*.npy"))) == 1
-    np.testing.assert_array_equal(pyvrp_solve(instances, seconds=0.1, cache_dir=tmp_path), costs)
+    costs = pyvrp_solve(instances, seconds=0.1, cache=True)  # check_routes inside
+    assert len(list(tmp_path.glob("mixroute/pyvrp-vrptw10-*/costs.npy"))) == 1
+    np.testing.assert_array_equal(pyvrp_solve(instances, seconds=0.1, cache=True), costs)
     relaxed = RoutingInstances(
         instances.locs, instances.depot, instances.demand, instances.capacity
     )

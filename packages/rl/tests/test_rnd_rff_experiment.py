@@ -35,6 +35,7 @@ def test_killed_experiment_resumes_to_the_same_result(tmp_path, monkeypatch):
 
     config = Config(**TINY)
     whole = experiment.METHOD.execute(config, tmp_path / "whole")  # refuses undeclared claims
+    assert whole.cache["state"] == "none"  # nothing one-time to reuse
     assert {
         "probe/rnd",
         "probe/drnd",

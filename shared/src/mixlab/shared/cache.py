@@ -10,7 +10,8 @@ instead of reusing a model the current code would not make (a result made with i
 reproduced on a fresh machine). On a miss ``build(folder)`` fills a temporary folder that is
 renamed into place when complete, beside a ``cache.json`` recording the key, the code digest and
 the seconds the build took; a killed build leaves nothing a later run would read (a long build
-may keep its own checkpoints in :func:`resume_folder` to resume there). A result memoised in the
+resumes with ``resumable=True``, keeping its checkpoints in the folder it builds in, or keeps
+them in :func:`resume_folder`). One process at a time builds an entry; another waits for it. A result memoised in the
 process instead of read through ``cached`` again is not in the run's ledger: call ``cached``
 on every run.
 
@@ -28,7 +29,8 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -63,55 +65,83 @@ def cached(
     build: Callable[[Path], None],
     *,
     code: Iterable[str] = (),
+    resumable: bool = False,
 ) -> Path:
     """The folder of the cache entry ``name`` for ``key`` and the source of ``code``, built by
-    ``build(folder)`` when absent (see the module docstring)."""
+    ``build(folder)`` when absent (see the module docstring). One process builds an entry at a
+    time (a lock beside it); another waits and then finds it. ``resumable``: ``build`` resumes
+    from what a killed build left in its folder (its own checkpoints), so that folder is kept
+    across kills instead of emptied."""
     code = list(code)
     source = code_digest(code) if code else None
     digest = key_digest({"key": dict(key), "code": source})
     root = cache_dir(namespace)
     folder = root / f"{name}-{digest}"
     record = folder / "cache.json"
-    if record.is_file():
-        try:
-            seconds = float(json.loads(record.read_text())["build_s"])
-        except (ValueError, KeyError, TypeError):
-            seconds = None
-        _log(namespace, folder.name, hit=True, build_s=seconds)
-        return folder
-    partial = root / f".{folder.name}.partial-{os.getpid()}"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
+    if not record.is_file():
+        with _locked(root / f".{folder.name}.lock"):
+            if not record.is_file():  # not built by another process while this one waited
+                seconds = _build(folder, build, key, code, source, resumable)
+                _log(namespace, folder.name, hit=False, build_s=seconds)
+                return folder
+    try:
+        seconds = float(json.loads(record.read_text())["build_s"])
+    except (ValueError, KeyError, TypeError):
+        seconds = None
+    _log(namespace, folder.name, hit=True, build_s=seconds)
+    return folder
+
+
+def _build(
+    folder: Path,
+    build: Callable[[Path], None],
+    key: Mapping[str, Any],
+    code: list[str],
+    source: str | None,
+    resumable: bool,
+) -> float:
+    partial = folder.parent / f".{folder.name}.partial"
+    if not resumable:
+        shutil.rmtree(partial, ignore_errors=True)  # what a killed build left: start clean
+    partial.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     try:
         build(partial)
     except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
+        if not resumable:
+            shutil.rmtree(partial, ignore_errors=True)
         raise
     seconds = round(time.perf_counter() - started, 1)
     write_json_atomic(
         partial / "cache.json",
-        {
-            "format": CACHE_FORMAT,
-            "key": dict(key),
-            "code": code,
-            "code_digest": source,
-            "build_s": seconds,
-        },
-    )
+        {"format": CACHE_FORMAT, "key": dict(key), "code": code, "code_digest": source,
+         "build_s": seconds},
+    )  # fmt: skip
+    partial.rename(folder)
+    return seconds
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` (POSIX ``flock``; none where that does not exist)."""
     try:
-        partial.rename(folder)
-    except OSError:  # another process finished the same entry first: keep theirs
-        shutil.rmtree(partial, ignore_errors=True)
-    _log(namespace, folder.name, hit=False, build_s=seconds)
-    return folder
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def resume_folder(building: Path) -> Path:
     """A folder where a long ``build`` keeps its own checkpoints, stable across processes: the
     same entry gets the same folder, so a build killed part-way resumes in the next run. Pass the
     folder ``build`` was given; delete the returned one when the build is done."""
-    entry = building.name.lstrip(".").split(".partial-")[0]
+    entry = building.name.lstrip(".").removesuffix(".partial")
     folder = building.parent / f".{entry}.resume"
     folder.mkdir(parents=True, exist_ok=True)
     return folder

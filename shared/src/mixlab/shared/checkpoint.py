@@ -396,7 +396,8 @@ def run_cells(
             for key, cell in pending:
                 name = cell_name(cell)
                 bar.describe(f"{label} [{name}]")
-                bar.note(f"{label}: cell {len(done) + 1}/{len(planned)} starts: {name}")
+                number = sum(k in done for k in keys) + 1  # done may hold another call's cells
+                bar.note(f"{label}: cell {number}/{len(planned)} starts: {name}")
                 finished(key, _run_named(run_cell, name, cell))
         else:
             context = multiprocessing.get_context("spawn")  # no forked torch or thread state

@@ -7,7 +7,9 @@
 - Tokenizer: bytes (vocabulary 256), so any text file can be scored without a trained vocabulary.
 - Model: a Hugging Face ``LlamaForCausalLM`` (:func:`llama_config`), trained with ``accelerate``
   by :func:`train_lm` (AdamW, warm-up + cosine; checkpoints every ``save_every`` steps and resumes
-  after a kill), cached by config in the mixlab cache folder by :func:`pretrained_lm`.
+  after a kill); :func:`pretrained_lm` trains it once into the mixlab cache
+  (:func:`mixlab.shared.cache.cached`, keyed by its config, the corpus digest and the source of
+  the code that trains it: :data:`LM_CODE`).
 - Evaluation: :func:`token_nll` (per-token negative log-likelihood) and :func:`perplexity` of any
   causal LM on any token stream; :func:`encode_file` tokenizes with the model folder's own
   tokenizer when it has one (a real Hugging Face model), else as bytes.
@@ -22,7 +24,7 @@ import math
 import numbers
 import shutil
 import sysconfig
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -32,15 +34,14 @@ import torch.nn.functional as F
 
 from mixlab.shared import (
     Checkpointer,
-    cache_dir,
     capture_rng_state,
     progress,
     require,
     restore_rng_state,
     warmup_cosine,
 )
+from mixlab.shared.cache import cached
 from mixlab.shared.files import (
-    SIDECAR_KEY,
     CheckpointError,
     checkpoint_errors,
     read_sidecar,
@@ -48,19 +49,23 @@ from mixlab.shared.files import (
 )
 
 __all__ = [
+    "LM_CODE",
     "LMConfig",
+    "cached_lm_folder",
     "check_model_folder",
     "corpus_split",
     "decoder_blocks",
     "encode_file",
     "fit_lm",
     "llama_config",
+    "load_cached_lm",
     "load_generator",
     "load_lm",
     "perplexity",
     "perplexity_of",
     "pretrained_lm",
     "text_encoder",
+    "tiny_lm_folder",
     "token_nll",
     "train_lm",
 ]
@@ -69,6 +74,9 @@ MARKER = "mixlab_lm.json"
 """written last next to a model this lab trained: its config, tokenizer and the SHA-256 of the
 model's files (a sidecar, :func:`mixlab.shared.files.write_sidecar`)"""
 _MARKER_TYPES = {"tokenizer": str, "config": dict, "corpus_sha256": str}
+LM_CODE = ("mixlab.llm_efficiency.lm", "mixlab.shared.optim")
+"""the modules whose source trains every cached model of this package (the Llama config, the
+training loop of :func:`fit_lm`, its learning-rate schedule): part of each cache key"""
 
 
 @dataclass(frozen=True)
@@ -120,9 +128,6 @@ class LMConfig:
         require(
             self.train_bytes > self.seq_len, "train_bytes", "more than seq_len", self.train_bytes
         )
-
-    def key(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
 
     def resized(self, hidden_size: int, layers: int, steps: int) -> LMConfig:
         """This config at another width, depth and step count: one attention head per 32
@@ -276,7 +281,8 @@ def fit_lm(
                 }
                 checkpoints.save(step + 1, state)
     model = accelerator.unwrap_model(model).eval()
-    model.save_pretrained(out_dir)
+    with _quiet_transformers():  # no stray bar of its shard writing beside the training's
+        model.save_pretrained(out_dir)
     write_sidecar(out_dir / MARKER, marker, covers=_model_files(out_dir))
     shutil.rmtree(checkpoints.directory, ignore_errors=True)
     return model
@@ -291,38 +297,49 @@ def _model_files(folder: Path) -> list[Path]:
     )
 
 
-def _upgrade_marker(folder: Path, config: LMConfig) -> None:
-    """A cached model trained before markers carried checksums: add them, once, when the old
-    marker is the one this lab wrote for ``config``."""
-    marker = folder / MARKER
-    try:
-        data = json.loads(marker.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return  # read_sidecar reports it
-    if (
-        isinstance(data, dict)
-        and SIDECAR_KEY not in data
-        and data.get("tokenizer") == "bytes"
-        and data.get("config") == asdict(config)
-        and (folder / "model.safetensors").is_file()
-    ):
-        write_sidecar(marker, data, covers=_model_files(folder))
+def cached_lm_folder(
+    name: str,
+    key: Mapping[str, Any],
+    build: Callable[[Path], Any],
+    *,
+    code: Iterable[str] = (),
+) -> Path:
+    """The folder of the cached model ``name`` for ``key`` (what shapes it: its configs, a
+    digest of its data), trained there first by ``build(folder)`` when absent. The key covers
+    the source of :data:`LM_CODE` and of ``code`` (the modules that make its data), so a change
+    to the code that trains a model trains it again (:func:`mixlab.shared.cache.cached`). The
+    build is resumable: a training killed part-way resumes from its last checkpoint (every 50
+    steps, in the folder it trains in) in the next run."""
+    return cached("llm_efficiency", name, key, build, code=[*LM_CODE, *code], resumable=True)
 
 
-def pretrained_lm(config: LMConfig = LMConfig(), device: torch.device | str = "cpu") -> Any:
-    """The tiny Llama of ``config``, from the cache when there (seconds), else trained now (and
-    resumed from its checkpoints if an earlier training was killed). A damaged cached model
-    raises :class:`CheckpointError` naming the folder to delete."""
-    folder = cache_dir("llm_efficiency", f"tiny-llama-{config.key()}")
-    if not (folder / MARKER).exists():
-        train_lm(config, folder, resume=True)
-    _upgrade_marker(folder, config)
+def load_cached_lm(folder: Path, device: torch.device | str = "cpu", what: str = "model") -> Any:
+    """:func:`load_lm` of a cache entry; a damaged one raises :class:`CheckpointError` naming
+    the folder to delete."""
     try:
         return load_lm(folder, device)
     except CheckpointError as error:
         raise CheckpointError(
-            f"{error}; the cached tiny LM is damaged: delete {folder} to train it again"
+            f"{error}; the cached {what} is damaged: delete {folder} to train it again"
         ) from error
+
+
+def tiny_lm_folder(config: LMConfig = LMConfig()) -> Path:
+    """The cache folder of the tiny Llama of ``config`` (cache entry ``tiny-llama``, keyed by
+    the config and the corpus digest), trained there first when absent."""
+    _, corpus_sha256 = corpus_split()
+    return cached_lm_folder(
+        "tiny-llama",
+        {**asdict(config), "corpus_sha256": corpus_sha256},
+        lambda folder: train_lm(config, folder, resume=True),
+    )
+
+
+def pretrained_lm(config: LMConfig = LMConfig(), device: torch.device | str = "cpu") -> Any:
+    """The tiny Llama of ``config``, from the cache when there (seconds), else trained now
+    (:func:`tiny_lm_folder`). A damaged cached model raises :class:`CheckpointError` naming the
+    folder to delete."""
+    return load_cached_lm(tiny_lm_folder(config), device, "tiny LM")
 
 
 @contextlib.contextmanager

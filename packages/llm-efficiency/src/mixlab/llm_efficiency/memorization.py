@@ -39,7 +39,6 @@ the teacher-forced accuracy on the digits after the prefix of held-out clean seq
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import numbers
 from dataclasses import asdict, dataclass, field, replace
@@ -51,15 +50,14 @@ import torch
 import torch.nn.functional as F
 
 from mixlab.llm_efficiency.lm import (
-    MARKER,
     LMConfig,
+    cached_lm_folder,
     corpus_split,
     fit_lm,
     llama_config,
-    load_lm,
+    load_cached_lm,
 )
-from mixlab.shared import cache_dir, is_count, require
-from mixlab.shared.files import CheckpointError
+from mixlab.shared import is_count, require
 
 __all__ = [
     "CanaryTaskConfig",
@@ -154,10 +152,6 @@ class MathTaskConfig:
     @property
     def window_chars(self) -> int:
         return self.window_numbers * (self.digits + 1)
-
-    def key(self) -> str:
-        data = {"format": 1, **asdict(self)}  # bump format with the generator
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -325,10 +319,6 @@ class CanaryTaskConfig:
         )
         require(is_count(self.seed, 0), "seed", "an integer >= 0", self.seed)
 
-    def key(self) -> str:
-        data = {"format": 1, **asdict(self)}
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-
 
 def canary_data(config: CanaryTaskConfig = CanaryTaskConfig()) -> MemorizationData:
     """The stdlib train split (its first ``train_bytes``) cut into lines, with the canaries
@@ -444,7 +434,7 @@ def digit_accuracy(
 
 
 # ------------------------------------------------------------------------------------------------
-# the memorizing models: trained once, cached by config
+# the memorizing models: trained once, cached by config, data and code
 
 
 @dataclass(frozen=True)
@@ -498,15 +488,6 @@ class MemorizationLMConfig:
         """The LMConfig the ``"base"`` or ``"reference"`` model is trained with."""
         return self.lm if role == "base" else replace(self.lm, steps=self.reference_steps)
 
-    def key(self, role: str) -> str:
-        data = {
-            "lm": asdict(self.role_lm(role)),
-            "task": type(self.task).__name__,
-            "task_key": self.task.key(),
-            "role": role,
-        }
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-
 
 def _train(config: MemorizationLMConfig, texts: list[str], out_dir: Path, role: str) -> None:
     lm = config.role_lm(role)
@@ -532,18 +513,24 @@ def pretrained_memorization_lms(
     config: MemorizationLMConfig = MemorizationLMConfig(), device: torch.device | str = "cpu"
 ) -> tuple[Any, Any, MemorizationData]:
     """``(base, reference, data)``: the model trained with the memorized sequences, the one
-    trained on the clean texts alone, and the task's data; from the mixlab cache when there,
-    else trained now (a killed training resumes)."""
+    trained on the clean texts alone, and the task's data; from the mixlab cache (entries
+    ``memorization-base`` and ``memorization-reference``, keyed by the role's LM config, the
+    task's config and a digest of the training texts) when there, else trained now."""
     data = config.data()
     models = []
     for role, texts in (("base", data.train), ("reference", data.train_clean)):
-        folder = cache_dir("llm_efficiency", f"memorization-{role}-{config.key(role)}")
-        if not (folder / MARKER).exists():
-            _train(config, texts, folder, role)
-        try:
-            models.append(load_lm(folder, device))
-        except CheckpointError as error:
-            raise CheckpointError(
-                f"{error}; the cached {role} model is damaged: delete {folder} to train it again"
-            ) from error
+        key = {
+            "lm": asdict(config.role_lm(role)),
+            "task": type(config.task).__name__,
+            "task_config": asdict(config.task),
+            "role": role,
+            "texts_sha256": hashlib.sha256("".join(texts).encode()).hexdigest(),
+        }
+        folder = cached_lm_folder(
+            f"memorization-{role}",
+            key,
+            lambda folder, role=role, texts=texts: _train(config, texts, folder, role),
+            code=["mixlab.llm_efficiency.memorization"],
+        )
+        models.append(load_cached_lm(folder, device, f"{role} model"))
     return models[0], models[1], data

@@ -42,10 +42,10 @@ misread the prompt in a pilot: first-answer accuracy 0.36 instead of 0.82).
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import numbers
 import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,9 +53,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from mixlab.llm_efficiency.lm import MARKER, LMConfig, fit_lm, llama_config, load_lm
-from mixlab.shared import cache_dir, require
-from mixlab.shared.files import CheckpointError
+from mixlab.llm_efficiency.lm import (
+    LMConfig,
+    cached_lm_folder,
+    fit_lm,
+    llama_config,
+    load_cached_lm,
+)
+from mixlab.shared import require
 
 __all__ = [
     "EOS",
@@ -213,11 +218,6 @@ class TraceConfig:
             "a non-empty tuple of lowercase words (a-z)",
             self.transitions,
         )
-
-    def key(self) -> str:
-        """A digest of the config (with the trace format's version) for cache keys."""
-        data = {"format": 6, "ops": OPS, **asdict(self)}  # bump format with the generator
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -405,7 +405,7 @@ def pack_traces(traces: list[Trace] | list[str], tokenizer: Any, seq_len: int) -
 
 
 # ------------------------------------------------------------------------------------------------
-# the reasoning LM: trained once on generated traces, cached by config
+# the reasoning LM: trained once on generated traces, cached by config and code
 
 
 @dataclass(frozen=True)
@@ -440,11 +440,6 @@ class ReasoningLMConfig:
             "an integer >= 1",
             self.n_traces,
         )  # fmt: skip
-
-    def key(self) -> str:
-        """A digest of the model, the trace generator (its format version included) and the count."""
-        data = {"lm": asdict(self.lm), "traces": self.traces.key(), "n_traces": self.n_traces}
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def train_reasoning_lm(
@@ -537,31 +532,33 @@ def fit_text_lm(
 
 
 def cached_text_lm(
-    name: str, train: Any, device: torch.device | str = "cpu", tokenizer: Any = None
+    name: str,
+    key: Mapping[str, Any],
+    train: Callable[[Path], Any],
+    *,
+    code: Iterable[str] = (),
+    device: torch.device | str = "cpu",
+    tokenizer: Any = None,
 ) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` from the mixlab cache folder ``name``, trained there first by
-    ``train(folder)`` when absent (a killed training resumes); ``tokenizer`` defaults to
-    :func:`reasoning_tokenizer`. A damaged cached model raises
-    :class:`CheckpointError` naming the folder to delete."""
-    folder = cache_dir("llm_efficiency", name)
-    if not (folder / MARKER).exists():
-        train(folder)
-    try:
-        model = load_lm(folder, device)
-    except CheckpointError as error:
-        raise CheckpointError(
-            f"{error}; the cached model is damaged: delete {folder} to train it again"
-        ) from error
+    """``(model, tokenizer)`` of the mixlab cache entry ``name`` for ``key`` (the configs that
+    shape it), trained there first by ``train(folder)`` when absent; the entry is also keyed by
+    the source of this module, of :data:`~mixlab.llm_efficiency.lm.LM_CODE` and of ``code`` (the
+    modules that write its texts). ``tokenizer`` defaults to :func:`reasoning_tokenizer`. A
+    damaged cached model raises :class:`~mixlab.shared.files.CheckpointError` naming the folder
+    to delete."""
+    folder = cached_lm_folder(name, key, train, code=[__name__, *code])
+    model = load_cached_lm(folder, device)
     return model, reasoning_tokenizer() if tokenizer is None else tokenizer
 
 
 def pretrained_reasoning_lm(
     config: ReasoningLMConfig = ReasoningLMConfig(), device: torch.device | str = "cpu"
 ) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` of ``config``, from the mixlab cache when there, else trained now
-    (resuming a killed training)."""
+    """``(model, tokenizer)`` of ``config``, from the mixlab cache (entry ``reasoning-llama``)
+    when there, else trained now."""
     return cached_text_lm(
-        f"reasoning-llama-{config.key()}",
+        "reasoning-llama",
+        asdict(config),
         lambda folder: train_reasoning_lm(config, folder, resume=True),
-        device,
+        device=device,
     )

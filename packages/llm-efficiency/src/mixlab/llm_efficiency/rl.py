@@ -1,16 +1,18 @@
 """What the GRPO methods of this package share: the training arguments the experiments and CLIs
-train with, and seeded sampling of completions for evaluation."""
+train with, a training run that reports its steps (:func:`train_reporting`), and seeded sampling
+of completions for evaluation."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from mixlab.shared import require
+from mixlab.shared import progress, require
 
-__all__ = ["grpo_options", "sample_completions"]
+__all__ = ["grpo_options", "sample_completions", "train_reporting"]
 
 
 def grpo_options(
@@ -49,6 +51,37 @@ def grpo_options(
         "disable_tqdm": True,
         "report_to": [],
     }
+
+
+def train_reporting(trainer: Any, description: str, *, resume: bool = False) -> Any:
+    """``trainer.train()`` (resumed from the latest checkpoint in its output folder when
+    ``resume``) with its optimiser steps shown by :func:`mixlab.shared.progress` and the latest
+    logged loss and reward beside them. Returns what ``train`` returns."""
+    from transformers import TrainerCallback
+
+    done = 0
+    if resume:
+        names = [p.name for p in Path(trainer.args.output_dir).glob("checkpoint-*")]
+        done = max((int(n.split("-")[1]) for n in names if n.split("-")[1].isdigit()), default=0)
+    shown: dict[str, float] = {}
+
+    with progress(trainer.args.max_steps, description, completed=done) as bar:
+
+        class Report(TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):
+                bar.advance(max(0, state.global_step - bar.done), **shown)
+
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                logs = logs or {}
+                shown.update({k: float(logs[k]) for k in ("loss", "reward") if k in logs})
+                bar.advance(0, **shown)  # the step's numbers, logged after its end
+
+        report = Report()
+        trainer.add_callback(report)
+        try:
+            return trainer.train(resume_from_checkpoint=True if resume else None)
+        finally:
+            trainer.remove_callback(report)
 
 
 @torch.no_grad()

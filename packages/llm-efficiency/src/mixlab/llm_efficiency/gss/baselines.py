@@ -35,6 +35,7 @@ from mixlab.llm_efficiency.gss.steer import (
     memorized_activations,
 )
 from mixlab.llm_efficiency.lm import decoder_blocks
+from mixlab.shared import progress
 
 __all__ = [
     "GSS",
@@ -211,23 +212,25 @@ class _Optimised:
         optimizer = torch.optim.AdamW(parameters, lr=self.lr, weight_decay=0.0)
         seconds += time.perf_counter() - start
         steps, reached = 0, False
-        while steps < self.max_steps:
-            start = time.perf_counter()
-            edited.train()
-            pick = torch.randint(len(data.general), (self.general_batch,), generator=generator)
-            gen = next(_batches([data.general[i] for i in pick.tolist()], self.general_batch))
-            loss = self.loss(edited, mem, tuple(t.to(device) for t in gen))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            steps += 1
-            edited.eval()
-            seconds += time.perf_counter() - start
-            if data.stop is not None and steps % self.check_every == 0:
-                with torch.no_grad():
-                    reached = bool(data.stop(edited))
-                if reached:
-                    break
+        with progress(self.max_steps, f"{type(self).__name__} steps") as bar:
+            while steps < self.max_steps:
+                start = time.perf_counter()
+                edited.train()
+                pick = torch.randint(len(data.general), (self.general_batch,), generator=generator)
+                gen = next(_batches([data.general[i] for i in pick.tolist()], self.general_batch))
+                loss = self.loss(edited, mem, tuple(t.to(device) for t in gen))
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                steps += 1
+                edited.eval()
+                seconds += time.perf_counter() - start
+                bar.advance(loss=loss.item())  # not timed, as the stop checks
+                if data.stop is not None and steps % self.check_every == 0:
+                    with torch.no_grad():
+                        reached = bool(data.stop(edited))
+                    if reached:
+                        break
         return Mitigated(edited, seconds, steps=steps, reached=reached)
 
 

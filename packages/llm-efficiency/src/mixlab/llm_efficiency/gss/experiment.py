@@ -73,7 +73,7 @@ from mixlab.llm_efficiency.memorization import (
     extraction_rate,
     pretrained_memorization_lms,
 )
-from mixlab.shared import Claim, Result, line_plot, mean_std, run_cells
+from mixlab.shared import Claim, Result, line_plot, mean_std, progress, run_cells
 from mixlab.shared.files import write_json_atomic
 
 __all__ = [
@@ -199,11 +199,22 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     def task_split(task: str, seed: int) -> _Task:
         return _Task(labs[task][2], seed, task != "canaries")
 
+    def ungated_strengths() -> list[float]:
+        return sorted({*config.strengths, *(s / 4 for s in config.strengths)})
+
     def validate(cell: dict[str, Any]) -> dict[str, Any]:
+        per_layer = len(config.ranks) * len(config.deltas) * len(ALPHA_MODES)
+        per_layer = per_layer * len(config.strengths) + 2 * len(config.caa_strengths)
+        measures = 1 + len(config.steer_layers) * per_layer + len(ungated_strengths())
+        with progress(measures, "validation grid") as bar:
+            return validate_grid(cell, bar)
+
+    def validate_grid(cell: dict[str, Any], bar: Any) -> dict[str, Any]:
         base, reference, _ = labs[cell["task"]]
         task = task_split(cell["task"], cell["seed"])
         data = replace(task.mitigation_data, reference=reference)
         base_val = task.measure(base, "val")
+        bar.advance()
         omega = torch.cat(memorization_signal(base, data.memorized, reference))
         logprob = torch.cat(memorization_signal(base, data.memorized))  # the heavy tail's control
         grid, caa_grid = [], []
@@ -218,6 +229,7 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
                             steer = mitigated.steer.replace(alpha_mode=mode, strength=strength)
                             with steer:
                                 row = task.measure(base, "val")
+                            bar.advance(memorization=row["memorization"])
                             params = {
                                 "layer": layer,
                                 "rank": rank,
@@ -233,6 +245,7 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
                 for strength in config.caa_strengths:
                     with fitted.steer.replace(strength=strength):
                         row = task.measure(base, "val")
+                    bar.advance(memorization=row["memorization"])
                     params = {"layer": layer, "strength": strength, "gated": gated}
                     caa_grid.append({**row, "params": params})
         best = _pick(grid, base_val["accuracy"] or 0.0, config.max_accuracy_drop)
@@ -243,9 +256,10 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
         )
         steer = refit.mitigate(base, data).steer
         ungated = []
-        for strength in sorted({*config.strengths, *(s / 4 for s in config.strengths)}):
+        for strength in ungated_strengths():
             with steer.replace(gated=False, strength=strength):
                 ungated.append({**task.measure(base, "val"), "strength": strength})
+            bar.advance(memorization=ungated[-1]["memorization"])
         reaching = [r for r in ungated if r["memorization"] <= best["memorization"]]
         ungated_pick = (
             min(reaching, key=lambda r: r["strength"])

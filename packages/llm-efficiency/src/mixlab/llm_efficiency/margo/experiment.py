@@ -48,8 +48,8 @@ from mixlab.llm_efficiency.margo.world import (
     World,
     questions,
 )
-from mixlab.llm_efficiency.rl import grpo_options
-from mixlab.shared import Claim, Result, judge, line_plot, mean_std, run_cells
+from mixlab.llm_efficiency.rl import grpo_options, train_reporting
+from mixlab.shared import Claim, Result, judge, line_plot, mean_std, progress, run_cells
 from mixlab.shared.files import write_json_atomic
 
 __all__ = [
@@ -96,18 +96,20 @@ def evaluate(model: Any, tokenizer: Any, tests: dict[str, list[Question]], *, sa
     """Both modes on every kind of held-out question, flattened (``thinking_1hop``,
     ``overturn_1hop``, ...), plus ``thinking_qa``: thinking accuracy over 1-hop and 2-hop."""
     out: dict[str, float | None] = {}
-    for kind, qs in tests.items():
-        measured = evaluate_modes(
-            model, tokenizer, qs, samples=samples, seed=seed, max_new_tokens=max_new_tokens
-        )
-        out |= {
-            f"thinking_{kind}": measured["thinking_accuracy"],
-            f"direct_{kind}": measured["direct_accuracy"],
-            f"overturn_{kind}": measured["overturn_rate"],
-            f"think_length_{kind}": measured["think_length"],
-        }
-        if kind == "1hop":
-            out["associate_share_1hop"] = measured["associate_share"]
+    with progress(len(tests), "held-out evaluation") as bar:
+        for kind, qs in tests.items():
+            measured = evaluate_modes(
+                model, tokenizer, qs, samples=samples, seed=seed, max_new_tokens=max_new_tokens
+            )
+            out |= {
+                f"thinking_{kind}": measured["thinking_accuracy"],
+                f"direct_{kind}": measured["direct_accuracy"],
+                f"overturn_{kind}": measured["overturn_rate"],
+                f"think_length_{kind}": measured["think_length"],
+            }
+            if kind == "1hop":
+                out["associate_share_1hop"] = measured["associate_share"]
+            bar.advance()
     if "1hop" in tests and "2hop" in tests:
         n1, n2 = len(tests["1hop"]), len(tests["2hop"])
         out["thinking_qa"] = (out["thinking_1hop"] * n1 + out["thinking_2hop"] * n2) / (n1 + n2)
@@ -199,7 +201,7 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
         )
         trainer.remove_callback(PrinterCallback)  # the per-step logs go to the result
         has_checkpoint = any(run_dir.glob("checkpoint-*"))
-        trainer.train(resume_from_checkpoint=True if has_checkpoint else None)
+        train_reporting(trainer, "GRPO steps", resume=has_checkpoint)
         measured = evaluate(trainer.model.eval(), tokenizer, tests, seed=cell["seed"], **measure)
         return {**cell, **measured, "curves": _curves(trainer.state.log_history)}
 

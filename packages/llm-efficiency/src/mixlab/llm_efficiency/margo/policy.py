@@ -3,7 +3,6 @@ is scored in both modes."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -49,14 +48,11 @@ class PolicyConfig:
         require(isinstance(self.world, WorldConfig), "world", "a WorldConfig", self.world)
         require(isinstance(self.lm, LMConfig), "lm", "an LMConfig", self.lm)
 
-    def key(self) -> str:
-        data = {"world": self.world.key(), "lm": asdict(self.lm)}
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-
 
 def sft_policy(config: PolicyConfig, device: torch.device | str = "cpu") -> tuple[Any, Any, World]:
-    """``(model, tokenizer, world)``: the SFT model of ``config`` from the mixlab cache, trained
-    first when absent (a killed training resumes)."""
+    """``(model, tokenizer, world)``: the SFT model of ``config`` from the mixlab cache (entry
+    ``margo-sft``, keyed by the config and the source of the world's and this module's code),
+    trained first when absent."""
     world = World.build(config.world)
     tokenizer = world_tokenizer(world)
 
@@ -70,7 +66,14 @@ def sft_policy(config: PolicyConfig, device: torch.device | str = "cpu") -> tupl
             tokenizer=tokenizer,
         )
 
-    model, tokenizer = cached_text_lm(f"margo-sft-{config.key()}", train, device, tokenizer)
+    model, tokenizer = cached_text_lm(
+        "margo-sft",
+        asdict(config),
+        train,
+        code=["mixlab.llm_efficiency.margo.world", __name__],
+        device=device,
+        tokenizer=tokenizer,
+    )
     return model, tokenizer, world
 
 

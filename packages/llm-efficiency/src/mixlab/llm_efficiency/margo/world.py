@@ -30,11 +30,9 @@ added tokens that decoding keeps (as in Qwen3), ``<eos>`` doubles as the BOS.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import numbers
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -112,10 +110,6 @@ class WorldConfig:
                 value,
             )
         require(isinstance(self.seed, int) and self.seed >= 0, "seed", "an integer >= 0", self.seed)
-
-    def key(self) -> str:
-        data = {"format": 2, **asdict(self)}  # bump format with the text formats
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _names(rng: np.random.Generator, n: int, syllables: int, taken: set[str]) -> list[str]:

@@ -33,6 +33,7 @@ from mixlab.llm_efficiency.mobiquant.calibrate import (
 from mixlab.llm_efficiency.mobiquant.layer import as_out_in
 from mixlab.llm_efficiency.mobiquant.model import block_linears, decoder_blocks
 from mixlab.llm_efficiency.mobiquant.slices import group_view
+from mixlab.shared import progress
 
 __all__ = [
     "BASELINES",
@@ -300,20 +301,23 @@ def gptq_(
         )
     hidden, call = capture_block_inputs(model, calib)
     layers = block_linears(model)
-    for index, block in enumerate(decoder_blocks(model)):
-        targets = [(name, module) for i, name, module in layers if i == index]
-        hessians = _block_hessians(block, hidden, call, [module for _, module in targets])
-        with torch.no_grad():
-            for name, module in targets:
-                weight = as_out_in(module, name)
-                scales: list[torch.Tensor] = []
-                seed = gptq_weight(weight, hessians[id(module)], bits, group_size, damp=damp,
-                                   scales=scales)  # fmt: skip
-                if upscale_to is not None:
-                    step = torch.stack(scales, 1).repeat_interleave(group_size, 1)
-                    seed = upscale(weight.float(), seed, step, upscale_to - bits)
-                _set_out_in(module, seed.to(weight.dtype))
-        hidden = run_block_chunked(block, hidden, call)
+    blocks = decoder_blocks(model)
+    with progress(len(blocks), "GPTQ blocks") as bar:
+        for index, block in enumerate(blocks):
+            targets = [(name, module) for i, name, module in layers if i == index]
+            hessians = _block_hessians(block, hidden, call, [module for _, module in targets])
+            with torch.no_grad():
+                for name, module in targets:
+                    weight = as_out_in(module, name)
+                    scales: list[torch.Tensor] = []
+                    seed = gptq_weight(weight, hessians[id(module)], bits, group_size, damp=damp,
+                                       scales=scales)  # fmt: skip
+                    if upscale_to is not None:
+                        step = torch.stack(scales, 1).repeat_interleave(group_size, 1)
+                        seed = upscale(weight.float(), seed, step, upscale_to - bits)
+                    _set_out_in(module, seed.to(weight.dtype))
+            hidden = run_block_chunked(block, hidden, call)
+            bar.advance()
     return model
 
 

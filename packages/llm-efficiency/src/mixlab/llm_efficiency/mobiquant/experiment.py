@@ -65,6 +65,7 @@ from mixlab.shared import (
     Result,
     line_plot,
     mean_std,
+    progress,
     run_cells,
     seed_everything,
 )
@@ -138,13 +139,17 @@ def run_nested(
         _calibration(config, seed),
     )
     out: dict[str, Any] = {"budgets": {}, "depths": {}}
-    for budget in config.budgets:
-        set_budget(model, budget, seed=seed)
-        nll = _nll(model, config)  # average_bits below: over every test token, all batches
-        out["budgets"][f"{budget:g}"] = {"ppl": perplexity_of(nll), "bits": average_bits(model)}
-    for depth in range(1, config.slices + 1):
-        set_precision(model, depth)
-        out["depths"][str(depth)] = perplexity_of(_nll(model, config))
+    with progress(len(config.budgets) + config.slices, "test perplexity per budget") as bar:
+        for budget in config.budgets:
+            set_budget(model, budget, seed=seed)
+            nll = _nll(model, config)  # average_bits below: over every test token, all batches
+            ppl = perplexity_of(nll)
+            out["budgets"][f"{budget:g}"] = {"ppl": ppl, "bits": average_bits(model)}
+            bar.advance(ppl=ppl)
+        for depth in range(1, config.slices + 1):
+            set_precision(model, depth)
+            out["depths"][str(depth)] = perplexity_of(_nll(model, config))
+            bar.advance(ppl=out["depths"][str(depth)])
     out["storage"] = storage_bits(model)
     if system == "mobiquant" and seed == config.seed:
         folder = save_quantized(model, out_dir / "mobiquant_checkpoint")
@@ -156,11 +161,14 @@ def run_migration(config: Config, seed: int, fp: torch.nn.Module) -> dict[str, A
     """Clip-calibrated RTN run at 4 (and 3) bits, calibrated at its own and at the other precision."""
     calib = _calibration(config, seed)
     out = {}
-    for run_bits, calibrate_bits in ((4, 4), (4, 3), (3, 3), (3, 4)):
-        model = clip_rtn_(
-            copy.deepcopy(fp), run_bits, config.group_size, calib, calibrate_bits=calibrate_bits
-        )
-        out[f"calib{calibrate_bits}_run{run_bits}"] = perplexity_of(_nll(model, config))
+    runs = ((4, 4), (4, 3), (3, 3), (3, 4))
+    with progress(len(runs), "clip-calibrated RTN") as bar:
+        for run_bits, calibrate_bits in runs:
+            model = clip_rtn_(
+                copy.deepcopy(fp), run_bits, config.group_size, calib, calibrate_bits=calibrate_bits
+            )
+            out[f"calib{calibrate_bits}_run{run_bits}"] = perplexity_of(_nll(model, config))
+            bar.advance()
     return out
 
 

@@ -47,7 +47,8 @@ from mixlab.llm_efficiency.prompt_kl.diagnostics import (
 )
 from mixlab.llm_efficiency.prompt_kl.policy import evaluate_policy, grpo_config, sft_policy
 from mixlab.llm_efficiency.prompt_kl.tasks import ProxyReward, examples
-from mixlab.shared import Claim, Result, line_plot, mean_std, run_cells
+from mixlab.llm_efficiency.rl import train_reporting
+from mixlab.shared import Claim, Result, line_plot, mean_std, progress, run_cells
 from mixlab.shared.files import write_json_atomic
 
 __all__ = ["METHOD", "Config", "claims", "per_seed_values", "regime", "run", "summarise"]
@@ -141,7 +142,7 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
             PrinterCallback
         )  # the per-step logs go to the result, not the console
         has_checkpoint = any(run_dir.glob("checkpoint-*"))
-        trainer.train(resume_from_checkpoint=True if has_checkpoint else None)
+        train_reporting(trainer, "GRPO steps", resume=has_checkpoint)
         model = trainer.model.eval()
         measured = evaluate_policy(
             model, tokenizer, task, test_sets[task], **_eval_kwargs(config, seed)
@@ -163,28 +164,33 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
         prompts = [e.prompt for e in train_sets[task][:256]]
         direction = activation_difference(policy, reference, tokenizer, prompts, config.steer_layer)
         front = []
-        for where in ("prompt", "response"):
-            for alpha in (0.0, *config.steer_alphas):
-                with steer(policy, direction, alpha, config.steer_layer, where) as generate:
-                    point = evaluate_policy(
-                        policy, tokenizer, task, test_sets[task], generate=generate, **kwargs
-                    )
-                front.append({"where": where, "alpha": alpha, **point})
+        alphas = (0.0, *config.steer_alphas)
+        with progress(2 * len(alphas) + 2, "steering and swaps") as bar:
+            for where in ("prompt", "response"):
+                for alpha in alphas:
+                    with steer(policy, direction, alpha, config.steer_layer, where) as generate:
+                        point = evaluate_policy(
+                            policy, tokenizer, task, test_sets[task], generate=generate, **kwargs
+                        )
+                    front.append({"where": where, "alpha": alpha, **point})
+                    bar.advance()
 
-        def swapped(prompt_model: Any, response_model: Any) -> dict[str, float]:
-            def generate(ids: torch.Tensor, mask: torch.Tensor, **kw: Any) -> torch.Tensor:
-                return swap_generate(prompt_model, response_model, ids, mask, **kw)
+            def swapped(prompt_model: Any, response_model: Any) -> dict[str, float]:
+                def generate(ids: torch.Tensor, mask: torch.Tensor, **kw: Any) -> torch.Tensor:
+                    return swap_generate(prompt_model, response_model, ids, mask, **kw)
 
-            return evaluate_policy(
-                response_model, tokenizer, task, test_sets[task], generate=generate, **kwargs
-            )
+                measured = evaluate_policy(
+                    response_model, tokenizer, task, test_sets[task], generate=generate, **kwargs
+                )
+                bar.advance()
+                return measured
 
-        return {
-            **cell,
-            "front": front,
-            "swap_reference_prompt": swapped(reference, policy),
-            "swap_policy_prompt": swapped(policy, reference),
-        }
+            return {
+                **cell,
+                "front": front,
+                "swap_reference_prompt": swapped(reference, policy),
+                "swap_policy_prompt": swapped(policy, reference),
+            }
 
     def baseline(cell: dict[str, Any]) -> dict[str, Any]:
         from transformers import LlamaForCausalLM

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -58,13 +56,11 @@ class PolicyConfig:
     def digits(self) -> dict[str, int]:
         return {"min_digits": self.min_digits, "max_digits": self.max_digits}
 
-    def key(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
-
 
 def sft_policy(config: PolicyConfig, device: torch.device | str = "cpu") -> tuple[Any, Any]:
-    """``(model, tokenizer)``: the SFT policy of ``config`` from the mixlab cache, trained first
-    when absent (a killed training resumes)."""
+    """``(model, tokenizer)``: the SFT policy of ``config`` from the mixlab cache (entry
+    ``prompt-kl-sft``, keyed by the config and the source of the tasks' and this module's code),
+    trained first when absent."""
 
     def train(folder: Any) -> None:
         texts = sft_texts(
@@ -82,7 +78,13 @@ def sft_policy(config: PolicyConfig, device: torch.device | str = "cpu") -> tupl
             what=f"training the SFT policy ({config.task})",
         )
 
-    return cached_text_lm(f"prompt-kl-sft-{config.key()}", train, device)
+    return cached_text_lm(
+        "prompt-kl-sft",
+        asdict(config),
+        train,
+        code=["mixlab.llm_efficiency.prompt_kl.tasks", __name__],
+        device=device,
+    )
 
 
 def evaluate_policy(

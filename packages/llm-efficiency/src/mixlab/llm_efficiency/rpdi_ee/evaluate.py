@@ -27,6 +27,7 @@ from mixlab.llm_efficiency.rpdi_ee.processor import (
     ThinkExitProcessor,
     encode_text,
 )
+from mixlab.shared import progress
 
 METHODS = ("vanilla", "budget", "rpdi", "deer", "dynasor", "eat")
 """method names :func:`make_processor` knows"""
@@ -39,6 +40,24 @@ PARAMETERS = {
     "eat": ("interval", "threshold", "alpha", "min_probes"),
 }
 """the parameters each method takes (all optional but ``budget``'s)"""
+
+
+class _DecodingSteps:
+    """A ``generate`` streamer that advances ``bar`` at each decoding step (``generate`` hands
+    it the prompt first, then each step's new tokens)."""
+
+    def __init__(self, bar: Any) -> None:
+        self.bar, self.steps, self.prompt = bar, 0, True
+
+    def put(self, value: torch.Tensor) -> None:
+        if self.prompt:
+            self.prompt = False
+            return
+        self.steps += 1
+        self.bar.advance()
+
+    def end(self) -> None:
+        pass
 
 
 def make_processor(
@@ -126,44 +145,48 @@ def generate_all(
     if temperature == 0:
         sampling = {"do_sample": False}
     rows: list[dict[str, Any]] = []
+    batches = range(0, len(prompts), batch_size)
     try:
-        for start in range(0, len(prompts), batch_size):
-            batch = list(prompts[start : start + batch_size])
-            inputs = tokenizer(batch, return_tensors="pt", padding=True).to(device)
-            proc = processor()
-            torch.manual_seed(seed)
-            began = time.perf_counter()
-            try:
-                out = model.generate(
-                    **inputs,
-                    max_new_tokens=max_new_tokens,
-                    logits_processor=[] if proc is None else [proc],
-                    pad_token_id=pad,
-                    eos_token_id=eos,
-                    top_p=1.0,
-                    **sampling,
-                )
-            finally:
-                if hasattr(proc, "close"):
-                    proc.close()
-            seconds = (time.perf_counter() - began) / len(batch)
-            new = out[:, inputs["input_ids"].shape[1] :].tolist()
-            for b, ids in enumerate(new):
-                if eos in ids:  # keep the eos, drop the padding after it
-                    ids = ids[: ids.index(eos) + 1]
-                end = _first(ids, end_ids)
-                probe = proc.probe_tokens[b] if proc is not None else 0
-                rows.append(
-                    {
-                        "text": tokenizer.decode(ids, skip_special_tokens=False),
-                        "think_tokens": len(ids) if end is None else end,
-                        "generated_tokens": len(ids),
-                        "probe_tokens": probe,
-                        "forward_tokens": len(ids) + probe,
-                        "exit_step": proc.exit_steps[b] if proc is not None else None,
-                        "seconds": seconds,
-                    }
-                )
+        with progress(len(batches) * max_new_tokens, "decoding steps") as bar:
+            for start in batches:
+                batch = list(prompts[start : start + batch_size])
+                inputs = tokenizer(batch, return_tensors="pt", padding=True).to(device)
+                proc, steps = processor(), _DecodingSteps(bar)
+                torch.manual_seed(seed)
+                began = time.perf_counter()
+                try:
+                    out = model.generate(
+                        **inputs,
+                        max_new_tokens=max_new_tokens,
+                        logits_processor=[] if proc is None else [proc],
+                        pad_token_id=pad,
+                        eos_token_id=eos,
+                        top_p=1.0,
+                        streamer=steps,
+                        **sampling,
+                    )
+                finally:
+                    if hasattr(proc, "close"):
+                        proc.close()
+                seconds = (time.perf_counter() - began) / len(batch)
+                bar.advance(max_new_tokens - steps.steps)  # the steps skipped by an early end
+                new = out[:, inputs["input_ids"].shape[1] :].tolist()
+                for b, ids in enumerate(new):
+                    if eos in ids:  # keep the eos, drop the padding after it
+                        ids = ids[: ids.index(eos) + 1]
+                    end = _first(ids, end_ids)
+                    probe = proc.probe_tokens[b] if proc is not None else 0
+                    rows.append(
+                        {
+                            "text": tokenizer.decode(ids, skip_special_tokens=False),
+                            "think_tokens": len(ids) if end is None else end,
+                            "generated_tokens": len(ids),
+                            "probe_tokens": probe,
+                            "forward_tokens": len(ids) + probe,
+                            "exit_step": proc.exit_steps[b] if proc is not None else None,
+                            "seconds": seconds,
+                        }
+                    )
     finally:
         tokenizer.padding_side = side
     return rows

@@ -78,6 +78,7 @@ from mixlab.online.mosaic.stream import DriftingSubspaceStream, Epoch
 from mixlab.online.mosaic.subspace import RIDGE, route
 from mixlab.shared import Checkpointer, Claim, Result, progress, save_figure
 from mixlab.shared.claims import Comparison
+from mixlab.shared.progress_report import cell_name, current_cell
 
 __all__ = ["METHOD", "Config", "run", "system_names"]
 
@@ -221,12 +222,15 @@ def contraction_sweep(
     distances: dict[str, list[np.ndarray]] = {name: [] for name in systems}
     detections: dict[str, list[int]] = {name: [] for name in systems}
     X = stream.X
-    for index, start in enumerate(range(0, len(X), config.batch_size)):
-        for name, model in systems.items():
-            detections[name].extend(_learn(model, X[start : start + config.batch_size], start))
-            distances[name].append(
-                pairwise_subspace_distances(stream.snapshots[index], model.bases_).min(axis=1)
-            )
+    starts = range(0, len(X), config.batch_size)
+    with progress(len(starts), "contraction sweep batches") as bar:
+        for index, start in enumerate(starts):
+            for name, model in systems.items():
+                detections[name].extend(_learn(model, X[start : start + config.batch_size], start))
+                distances[name].append(
+                    pairwise_subspace_distances(stream.snapshots[index], model.bases_).min(axis=1)
+                )
+            bar.advance()
     switch = int(stream.epoch_starts[1])
     return {
         "contraction": {
@@ -277,31 +281,34 @@ def run_stream(config: Config, observed_fraction: float, seed: int) -> dict[str,
     epoch_starts = set(stream.epoch_starts.tolist())
     missing_energy = ((stream.X_full * ~stream.mask) ** 2).sum(axis=1)
 
-    for start in range(0, n_samples, config.batch_size):
-        batch = slice(start, start + config.batch_size)
-        X, mask, truth = observed_X[batch], stream.mask[batch], stream.X_full[batch]
-        if epoch_starts & set(range(start, start + config.batch_size)):
-            systems["mosaic_decreasing_oracle_resets"].reset_steps()
-        for name, model in systems.items():
-            started = hasattr(model, "n_features_in_")
-            completed = model.transform(X, mask=mask) if started else np.where(mask, X, 0.0)
-            if name == "windowed":  # routes of the batch with the experts it was completed with
-                routes[name][batch] = model.route(X, mask=mask)
-            if name == "oracle":
-                model.partial_fit(X, mask=mask, experts=oracle_expert[stream.labels[batch]])
-            elif name in detections:
-                detections[name].extend(_learn(model, X, start, mask=mask))
-            else:
-                model.partial_fit(X, mask=mask)
-            if name in routes and name != "windowed":
-                routes[name][batch] = model.last_routes_
-            squared_error[name][batch] = (((completed - truth) * ~mask) ** 2).sum(axis=1)
-        true_bases = stream.snapshots[np.searchsorted(stream.snapshot_times, start)]
-        for name in tracked:
-            pairwise = pairwise_subspace_distances(true_bases, systems[name].bases_)
-            distances[name].append(pairwise.min(axis=1))
-            if name == "mosaic_decreasing":
-                expert_distances.append(pairwise.min(axis=0))
+    starts = range(0, n_samples, config.batch_size)
+    with progress(len(starts), "stream batches") as bar:
+        for start in starts:
+            batch = slice(start, start + config.batch_size)
+            X, mask, truth = observed_X[batch], stream.mask[batch], stream.X_full[batch]
+            if epoch_starts & set(range(start, start + config.batch_size)):
+                systems["mosaic_decreasing_oracle_resets"].reset_steps()
+            for name, model in systems.items():
+                started = hasattr(model, "n_features_in_")
+                completed = model.transform(X, mask=mask) if started else np.where(mask, X, 0.0)
+                if name == "windowed":  # routes of the batch with the experts it was completed with
+                    routes[name][batch] = model.route(X, mask=mask)
+                if name == "oracle":
+                    model.partial_fit(X, mask=mask, experts=oracle_expert[stream.labels[batch]])
+                elif name in detections:
+                    detections[name].extend(_learn(model, X, start, mask=mask))
+                else:
+                    model.partial_fit(X, mask=mask)
+                if name in routes and name != "windowed":
+                    routes[name][batch] = model.last_routes_
+                squared_error[name][batch] = (((completed - truth) * ~mask) ** 2).sum(axis=1)
+            true_bases = stream.snapshots[np.searchsorted(stream.snapshot_times, start)]
+            for name in tracked:
+                pairwise = pairwise_subspace_distances(true_bases, systems[name].bases_)
+                distances[name].append(pairwise.min(axis=1))
+                if name == "mosaic_decreasing":
+                    expert_distances.append(pairwise.min(axis=0))
+            bar.advance()
 
     epoch_bounds = [*stream.epoch_starts.tolist(), n_samples]
     windows = list(itertools.pairwise(range(0, n_samples + 1, WINDOW)))
@@ -438,18 +445,21 @@ def routing_sweep(config: Config, seed: int) -> dict[str, Any]:
     detection with missing data, Balzano, Recht, Nowak 2010) and MoSAIC's experts pre-trained at
     that rate, on ``routing_samples`` stationary samples per rate."""
     cell: dict[str, Any] = {"kind": "routing", "seed": seed, "true_subspaces": {}, "mosaic": {}}
-    for rate in config.routing_fractions:
-        stream = replace(
-            config.stream(rate),
-            epochs=(Epoch("stationary", config.routing_samples),),
-            snapshot_every=config.routing_samples,
-        ).generate(seed)
-        X = np.where(stream.mask, stream.X_full, 0.0)
-        by_truth = route(stream.snapshots[0], X, stream.mask)[0]
-        by_experts = pretrain(config, stream.source_X_observed, seed).route(stream.X)
-        key = rate_key(rate)
-        cell["true_subspaces"][key] = routing_accuracy(by_truth, stream.labels, config.n_subspaces)
-        cell["mosaic"][key] = routing_accuracy(by_experts, stream.labels, config.n_subspaces)
+    with progress(len(config.routing_fractions), "routing sweep rates") as bar:
+        for rate in config.routing_fractions:
+            stream = replace(
+                config.stream(rate),
+                epochs=(Epoch("stationary", config.routing_samples),),
+                snapshot_every=config.routing_samples,
+            ).generate(seed)
+            X = np.where(stream.mask, stream.X_full, 0.0)
+            by_truth = route(stream.snapshots[0], X, stream.mask)[0]
+            by_experts = pretrain(config, stream.source_X_observed, seed).route(stream.X)
+            key = rate_key(rate)
+            truth_accuracy = routing_accuracy(by_truth, stream.labels, config.n_subspaces)
+            cell["true_subspaces"][key] = truth_accuracy
+            cell["mosaic"][key] = routing_accuracy(by_experts, stream.labels, config.n_subspaces)
+            bar.advance()
     return cell
 
 
@@ -504,12 +514,18 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
         for kind, rate, seed in planned:
             if (kind, rate, seed) in done:
                 continue
-            cell = (
-                routing_sweep(config, seed) if kind == "routing" else run_stream(config, rate, seed)
-            )
+            name = cell_name({"kind": kind, **({} if rate is None else {"p": rate}), "seed": seed})
+            bar.describe(f"mosaic cells [{name}]")
+            bar.note(f"mosaic cells: cell {len(done) + 1}/{len(planned)} starts: {name}")
+            with current_cell(name):  # the loops inside are named after it
+                cell = (
+                    routing_sweep(config, seed)
+                    if kind == "routing"
+                    else run_stream(config, rate, seed)
+                )
             done[(kind, rate, seed)] = cell
             checkpoints.save_run(len(done), config, cells=list(done.values()))
-            bar.advance(**({} if rate is None else {"p": rate}), seed=seed)
+            bar.advance(line=True, **({} if rate is None else {"p": rate}), seed=seed)
     streams = [done[key] for key in planned if key[0] == "stream"]
     sweeps = [done[key] for key in planned if key[0] == "routing"]
     metrics = summarise(streams, sweeps, config)

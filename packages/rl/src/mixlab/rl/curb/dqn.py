@@ -298,8 +298,8 @@ def train_dqn(
                 if updates % first.target_every == 0:
                     target.load_state_dict(online.state_dict())
                     v_target = target_values()
-            if (t + 1) % 1000 == 0:
-                bar.advance(1000)
+            if (t + 1) % 1000 == 0 or t + 1 == first.steps:
+                bar.advance(t + 1 - bar.done, **({"loss": loss.item()} if updates else {}))
     with torch.no_grad():
         agent_greedy = online(all_states.expand(members, -1, -1)).argmax(dim=-1).cpu().numpy()
     # Tabular encoding: state = firm 0's last action · m + firm 1's; firm 1's agent-centric
@@ -467,8 +467,8 @@ def _train_stepping(
                 updates += 1
                 if updates % first.target_every == 0:
                     target.load_state_dict(online.state_dict())
-            if (t + 1) % 1000 == 0:
-                bar.advance(1000)
+            if (t + 1) % 1000 == 0 or t + 1 == first.steps:
+                bar.advance(t + 1 - bar.done, **({"loss": loss.item()} if updates else {}))
     return DQNSessions(
         env=env,
         configs=list(configs),

@@ -36,6 +36,7 @@ through :class:`~mixlab.rl.curb.CurbShaping`).
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -47,7 +48,8 @@ from pettingzoo import ParallelEnv
 
 from mixlab.rl.curb.config import MAX_TABLE_BYTES, q_table_bytes
 from mixlab.rl.curb.env import discrete_actions, repeated_game
-from mixlab.shared import is_count, require
+from mixlab.shared import is_count, progress, require
+from mixlab.shared.progress_report import progress_mode
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -207,7 +209,7 @@ def _session(
     return t, stable >= stable_periods, state
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, nogil=True, cache=True)
 def _sessions(
     table,
     m,
@@ -499,15 +501,55 @@ def train_sessions(
         learner.max_periods,
     )
     if python:
-        for b in range(n_sessions):
-            q_b, greedy_b = q[b].tolist(), greedy[b].tolist()
-            periods[b], converged[b], last_state[b] = reference_session(
-                table.tolist(), *args[1:], int(seeds[b]), q_b, greedy_b
-            )
-            q[b], greedy[b] = q_b, greedy_b
+        with progress(n_sessions, "q-learning sessions (python)") as bar:
+            for b in range(n_sessions):
+                q_b, greedy_b = q[b].tolist(), greedy[b].tolist()
+                periods[b], converged[b], last_state[b] = reference_session(
+                    table.tolist(), *args[1:], int(seeds[b]), q_b, greedy_b
+                )
+                q[b], greedy[b] = q_b, greedy_b
+                bar.advance()
     else:
-        _sessions(*args, seeds, q, greedy, periods, converged, last_state)
+        _compiled_sessions(args, seeds, q, greedy, periods, converged, last_state)
     return Sessions(env, learner, seeds, q, greedy, periods, converged, last_state)
+
+
+def _compiled_sessions(
+    args: tuple,
+    seeds: np.ndarray,
+    q: np.ndarray,
+    greedy: np.ndarray,
+    periods: np.ndarray,
+    converged: np.ndarray,
+    last_state: np.ndarray,
+) -> None:
+    """``_sessions`` in place. With progress shown it runs in a worker thread (it releases the
+    GIL, under the caller's numba thread count, which numba keeps per thread) while this thread
+    counts the finished sessions: a session's ``periods`` is set (>= 1) when it ends."""
+    outputs = (seeds, q, greedy, periods, converged, last_state)
+    if progress_mode() == "off":
+        _sessions(*args, *outputs)
+        return
+    threads = numba.get_num_threads()
+    failed: list[BaseException] = []
+
+    def play() -> None:
+        try:
+            numba.set_num_threads(threads)
+            _sessions(*args, *outputs)
+        except BaseException as error:  # raised again in the caller's thread
+            failed.append(error)
+
+    worker = threading.Thread(target=play, name="q-learning sessions", daemon=True)
+    with progress(len(seeds), "q-learning sessions") as bar:
+        worker.start()
+        while True:
+            worker.join(0.25)
+            bar.advance(int(np.count_nonzero(periods)) - bar.done)
+            if not worker.is_alive():
+                break
+    if failed:
+        raise failed[0]
 
 
 def _check_table_bytes(table_bytes: int, parameter: str, value: object) -> None:
@@ -587,10 +629,12 @@ def _stepped_sessions(env: ParallelEnv, learner: QLearner, n_sessions: int, seed
     periods = np.zeros(n_sessions, np.int64)
     converged = np.zeros(n_sessions, np.bool_)
     last_state = np.zeros(n_sessions, np.int64)
-    for b in range(n_sessions):
-        periods[b], converged[b], last_state[b] = _env_session(
-            env, learner, int(seeds[b]), q[b], greedy[b], sizes, encoders
-        )
+    with progress(n_sessions, "q-learning sessions (stepped)") as bar:
+        for b in range(n_sessions):
+            periods[b], converged[b], last_state[b] = _env_session(
+                env, learner, int(seeds[b]), q[b], greedy[b], sizes, encoders
+            )
+            bar.advance()
     return Sessions(env, learner, seeds, q, greedy, periods, converged, last_state)
 
 

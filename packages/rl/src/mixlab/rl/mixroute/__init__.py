@@ -48,6 +48,7 @@ _MODULE_OF = {
     "save_model": "solver",
     "savings": "reference",
     "solve": "solver",
+    "train_policy": "training",
     "train_pomo": "training",
     "tsp": "instances",
     "vrptw": "instances",
@@ -80,6 +81,7 @@ __all__ = [
     "save_model",
     "savings",
     "solve",
+    "train_policy",
     "train_pomo",
     "tsp",
     "vrptw",
@@ -114,4 +116,4 @@ if TYPE_CHECKING:
         solve,
         write_vrplib,
     )
-    from mixlab.rl.mixroute.training import evaluate, train_pomo
+    from mixlab.rl.mixroute.training import evaluate, train_policy, train_pomo

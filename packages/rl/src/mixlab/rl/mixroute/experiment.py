@@ -4,9 +4,10 @@ Every normalisation is trained on uniform instances only, with the same steps, d
 seeds, then solves the same generated test instances: uniform and each shifted family of
 :func:`~.config.shift_families`. Cells:
 
-- ``policy``: per (problem, norm, seed), train (cached per problem, N, norm, seed, steps and
-  architecture, resumable mid-training) and record each test instance's cost at every evaluation
-  size; MixNorm's weights per layer, and the adaptive gate's mean weights per family;
+- ``policy``: per (problem, norm, seed), train (cached per problem, N, norm, seed, steps,
+  architecture and the source of the code that trains it, resumable mid-training) and record each
+  test instance's cost at every evaluation size; MixNorm's weights per layer, and the adaptive
+  gate's mean weights per family;
 - ``reference``: per (problem, size, family), PyVRP's cost of each instance (cached) and, for
   CVRP, Clarke–Wright savings';
 - ``untrained``: the same architecture (instance norm) before training, on uniform instances.
@@ -32,8 +33,8 @@ mixing weights leave their uniform start (some layer's weight at least 0.1 from 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
+import shutil
 import time
 import zlib
 from pathlib import Path
@@ -58,10 +59,10 @@ from mixlab.rl.mixroute.norms import SOURCES, MixNorm
 from mixlab.rl.mixroute.pomo import POMOModel, RoutingBatch
 from mixlab.rl.mixroute.reference import pyvrp_solve, savings
 from mixlab.rl.mixroute.solver import check_routes, load_model, save_model, solve
-from mixlab.rl.mixroute.training import train_pomo
-from mixlab.shared import Claim, Result, mean_std, run_cells
+from mixlab.rl.mixroute.training import train_policy
+from mixlab.shared import Claim, Result, mean_std, progress, run_cells
+from mixlab.shared.cache import cached, resume_folder
 from mixlab.shared.files import write_json_atomic
-from mixlab.shared.paths import cache_dir
 
 TEST_SEED = 2026
 """test instances are drawn from (TEST_SEED, problem, size, family), apart from any training seed"""
@@ -114,39 +115,43 @@ def _build(config: Config, problem: str, norm: str) -> POMOModel:
     return POMOModel(problem, config.dim, config.layers, config.heads, config.hidden, norm)
 
 
-def _policy_folder(config: Config, problem: str, system: str, seed: int) -> Path:
-    """The cache folder of one trained policy, keyed by everything its training depends on."""
-    recipe = {k: getattr(config, k) for k in ("n", "steps", "batch_size", "lr", "dim", "layers",
-                                               "heads", "hidden", "family_set")}  # fmt: skip
-    if system != MULTI:
-        recipe.pop("family_set")
-    digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:10]
-    name = f"{problem}{config.n}-{system}-seed{seed}-steps{config.steps}-{digest}"
-    return cache_dir("mixroute", "policies") / name
+POLICY_CODE = (
+    "mixlab.rl.mixroute.instances",
+    "mixlab.rl.mixroute.norms",
+    "mixlab.rl.mixroute.pomo",
+    "mixlab.rl.mixroute.training",
+)
+"""the modules whose source makes a cached policy: the instance generator, the model and its
+norms, and the training loop (:func:`~.training.train_policy`)"""
 
 
 def trained_policy(config: Config, problem: str, system: str, seed: int) -> tuple[POMOModel, float]:
     """The policy of (problem, system, seed), trained on the first call and cached after
-    (its ``train`` checkpoint lets a killed training resume); also its training seconds."""
-    folder = _policy_folder(config, problem, system, seed)
-    if (folder / "model.safetensors").is_file():
-        return load_model(folder), json.loads((folder / "config.json").read_text())["train_seconds"]
+    (:func:`~mixlab.shared.cache.cached`, keyed by what its training depends on and by the source
+    of :data:`POLICY_CODE`); also its training seconds. A killed training resumes from its
+    checkpoint (``mixroute/training/…``, removed once the policy is cached)."""
     norm = "instance" if system == MULTI else system
     families = (
         ("uniform", *shift_families(problem, config.family_set))
         if system == MULTI
         else ("uniform",)
     )
-    torch.manual_seed(seed)
-    model = _build(config, problem, norm)
-    started = time.perf_counter()
-    history = train_pomo(
-        model, config.steps, n=config.n, batch_size=config.batch_size, lr=config.lr,
-        families=families, seed=seed, checkpoint=folder / "train",
-    )  # fmt: skip
-    seconds = sum(h["seconds"] for h in history) or time.perf_counter() - started
-    save_model(model, folder, train_seconds=seconds, families=list(families), seed=seed)
-    return model.eval(), seconds
+    recipe = {k: getattr(config, k) for k in ("n", "steps", "batch_size", "lr", "dim", "layers",
+                                               "heads", "hidden")}  # fmt: skip
+    key = {"problem": problem, "system": system, "norm": norm, "families": list(families),
+           "seed": seed, **recipe}  # fmt: skip
+
+    def build(folder: Path) -> None:
+        resume = resume_folder(folder)  # where a killed training resumes, the same after a kill
+        model, seconds = train_policy(
+            problem, norm, families=families, seed=seed, checkpoint=resume / "train", **recipe
+        )
+        save_model(model, folder, train_seconds=seconds, families=list(families), seed=seed)
+        shutil.rmtree(resume, ignore_errors=True)
+
+    name = f"policy-{problem}{config.n}-{system}-seed{seed}-steps{config.steps}"
+    folder = cached("mixroute", name, key, build, code=POLICY_CODE)
+    return load_model(folder), json.loads((folder / "config.json").read_text())["train_seconds"]
 
 
 def _mix_weights(model: POMOModel, instances: RoutingInstances) -> list[list[float]]:
@@ -171,23 +176,24 @@ def _policy_cell(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
     problem = cell["problem"]
     model, train_seconds = trained_policy(config, problem, cell["system"], cell["seed"])
     costs, weights = {}, {}
-    for size in config.eval_sizes:
-        for family in ("uniform", *shift_families(problem, config.family_set)):
-            instances = test_instances(config, problem, size, family)
-            solved = solve(model, instances)
-            if not solved.feasible.all():
-                raise RuntimeError(f"{cell}: infeasible routes on {family} at N = {size}")
-            costs[f"{size}|{family}"] = solved.costs.tolist()
-            if cell["system"].startswith("mixnorm") and size == config.n:
-                weights[family] = _mix_weights(model, instances)
+    families = ("uniform", *shift_families(problem, config.family_set))
+    with progress(len(config.eval_sizes) * len(families), "evaluate families") as bar:
+        for size in config.eval_sizes:
+            for family in families:
+                instances = test_instances(config, problem, size, family)
+                solved = solve(model, instances)
+                if not solved.feasible.all():
+                    raise RuntimeError(f"{cell}: infeasible routes on {family} at N = {size}")
+                costs[f"{size}|{family}"] = solved.costs.tolist()
+                if cell["system"].startswith("mixnorm") and size == config.n:
+                    weights[family] = _mix_weights(model, instances)
+                bar.advance()
     return {"costs": costs, "weights": weights, "train_seconds": train_seconds}
 
 
 def _reference_cell(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
     instances = test_instances(config, cell["problem"], cell["n"], cell["family"])
-    reference = pyvrp_solve(
-        instances, seconds=config.reference_seconds, cache_dir=cache_dir("mixroute", "pyvrp")
-    )
+    reference = pyvrp_solve(instances, seconds=config.reference_seconds, cache=True)
     out: dict[str, Any] = {"pyvrp": reference.tolist(), "savings": None}
     if cell["problem"] == "cvrp":
         out["savings"] = [

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import math
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
 
 from mixlab.rl.mixroute.instances import RoutingInstances
 from mixlab.rl.mixroute.solver import check_routes
+from mixlab.shared import progress
+from mixlab.shared.cache import cached
 
 SCALE = 10_000
 
@@ -72,32 +75,54 @@ def pyvrp_solve(
     *,
     seconds: float = 1.0,
     seed: int = 0,
-    cache_dir: str | Path | None = None,
+    cache: bool = False,
 ) -> np.ndarray:
-    """The HGS cost of each instance (``seconds`` each), cached in ``cache_dir`` by a hash of
-    the instances, the time limit and the seed."""
-    path = None
-    if cache_dir is not None:
-        digest = hashlib.sha256(f"{seconds}|{seed}".encode())
-        for array in (instances.locs, instances.depot, instances.demand, instances.capacity,
-                      instances.windows, instances.service):  # fmt: skip
-            digest.update(b"-" if array is None else np.ascontiguousarray(array).tobytes())
-        path = Path(cache_dir) / f"pyvrp-{digest.hexdigest()[:24]}.npy"
-        if path.exists():
-            return np.load(path)
+    """The HGS cost of each instance (``seconds`` each). With ``cache`` the costs are kept in
+    the mixlab cache (:func:`~mixlab.shared.cache.cached`, ``mixroute/pyvrp-…``), keyed by the
+    instances' arrays, the time limit, the seed and PyVRP's version, and by the source of the
+    code that solves and costs them (this module and :mod:`~.solver`)."""
+    if not cache:
+        return _solve_each(instances, seconds, seed)
+    fingerprint = hashlib.sha256()  # the entry depends on the instances themselves
+    for array in (instances.locs, instances.depot, instances.demand, instances.capacity,
+                  instances.windows, instances.service):  # fmt: skip
+        fingerprint.update(b"-" if array is None else np.ascontiguousarray(array).tobytes())
+    key = {
+        "problem": instances.problem,
+        "n": instances.n,
+        "count": len(instances),
+        "instances_sha256": fingerprint.hexdigest(),
+        "seconds": seconds,
+        "seed": seed,
+        "pyvrp": version("pyvrp"),
+    }
+
+    def build(folder: Path) -> None:
+        np.save(folder / "costs.npy", _solve_each(instances, seconds, seed))
+
+    folder = cached(
+        "mixroute",
+        f"pyvrp-{instances.problem}{instances.n}",
+        key,
+        build,
+        code=["mixlab.rl.mixroute.reference", "mixlab.rl.mixroute.solver"],
+    )
+    return np.load(folder / "costs.npy")
+
+
+def _solve_each(instances: RoutingInstances, seconds: float, seed: int) -> np.ndarray:
+    """HGS on each instance in turn, its routes checked and costed on the real coordinates."""
     costs = []
-    for i in range(len(instances)):
-        cost, feasible = check_routes(
-            instances, i, pyvrp_routes(instances, i, seconds=seconds, seed=seed)
-        )
-        if not feasible:
-            raise RuntimeError(f"HGS routes of instance {i} fail the feasibility check")
-        costs.append(cost)
-    costs = np.asarray(costs)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        np.save(path, costs)
-    return costs
+    with progress(len(instances), "pyvrp instances") as bar:
+        for i in range(len(instances)):
+            cost, feasible = check_routes(
+                instances, i, pyvrp_routes(instances, i, seconds=seconds, seed=seed)
+            )
+            if not feasible:
+                raise RuntimeError(f"HGS routes of instance {i} fail the feasibility check")
+            costs.append(cost)
+            bar.advance()
+    return np.asarray(costs)
 
 
 def savings(instances: RoutingInstances, index: int) -> list[list[int]]:

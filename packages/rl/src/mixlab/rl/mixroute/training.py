@@ -12,10 +12,11 @@ import torch
 
 from mixlab.rl.mixroute.instances import RoutingInstances, generate
 from mixlab.rl.mixroute.pomo import POMOModel, RoutingBatch, augment_8, rollout
+from mixlab.shared import progress
 from mixlab.shared.checkpoint import load_state, save_state
 from mixlab.shared.checks import check_count
 
-__all__ = ["evaluate", "train_pomo"]
+__all__ = ["evaluate", "train_policy", "train_pomo"]
 
 
 def train_pomo(
@@ -54,30 +55,63 @@ def train_pomo(
         done = int(state["step"])
     history = []
     model.train()
-    for step in range(done, steps):
-        started = time.perf_counter()
-        instances = generate(model.problem, families[step % len(families)], batch_size, n, rng)
-        lengths, log_prob, _ = rollout(
-            model, RoutingBatch.from_instances(instances), greedy=False, generator=generator
-        )
-        advantage = lengths - lengths.mean(1, keepdim=True)  # shared baseline over the N starts
-        loss = (advantage.detach() * log_prob).mean()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        history.append({"length": float(lengths.mean()), "seconds": time.perf_counter() - started})
-        if checkpoint is not None and ((step + 1) % checkpoint_every == 0 or step + 1 == steps):
-            save_state(
-                {
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "numpy": rng.bit_generator.state,
-                    "torch": generator.get_state(),
-                    "step": step + 1,
-                },
-                checkpoint,
+    with progress(steps, "pomo train", completed=done) as bar:
+        for step in range(done, steps):
+            started = time.perf_counter()
+            instances = generate(model.problem, families[step % len(families)], batch_size, n, rng)
+            lengths, log_prob, _ = rollout(
+                model, RoutingBatch.from_instances(instances), greedy=False, generator=generator
             )
+            advantage = lengths - lengths.mean(1, keepdim=True)  # shared baseline over the N starts
+            loss = (advantage.detach() * log_prob).mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            length = float(lengths.mean())
+            history.append({"length": length, "seconds": time.perf_counter() - started})
+            if checkpoint is not None and ((step + 1) % checkpoint_every == 0 or step + 1 == steps):
+                save_state(
+                    {
+                        "model": model.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "numpy": rng.bit_generator.state,
+                        "torch": generator.get_state(),
+                        "step": step + 1,
+                    },
+                    checkpoint,
+                )
+            bar.advance(loss=loss.item(), length=length)
     return history
+
+
+def train_policy(
+    problem: str,
+    norm: str,
+    *,
+    dim: int,
+    layers: int,
+    heads: int,
+    hidden: int,
+    steps: int,
+    n: int,
+    batch_size: int,
+    lr: float,
+    families: Sequence[str] = ("uniform",),
+    seed: int = 0,
+    checkpoint: str | Path | None = None,
+) -> tuple[POMOModel, float]:
+    """A POMO policy of ``problem`` with ``norm`` in its encoder, initialised under
+    ``torch.manual_seed(seed)`` and trained by :func:`train_pomo` (``families`` in turn,
+    ``checkpoint`` to resume a killed training); also its training seconds (of this call's
+    steps). The experiment's cached policies are made here."""
+    torch.manual_seed(seed)
+    model = POMOModel(problem, dim, layers, heads, hidden, norm)
+    started = time.perf_counter()
+    history = train_pomo(
+        model, steps, n=n, batch_size=batch_size, lr=lr, families=families, seed=seed,
+        checkpoint=checkpoint,
+    )  # fmt: skip
+    return model.eval(), sum(h["seconds"] for h in history) or time.perf_counter() - started
 
 
 @torch.no_grad()

@@ -33,6 +33,7 @@ from mixlab.rl.rnd_rff.targets import (
     check_bandwidth,
     is_image,
 )
+from mixlab.shared import progress
 
 BONUS_KINDS = ("rnd", "rff", "rff-multiscale", "rff-laplace", "drnd", "count")
 """what :func:`make_bonus` builds; ``none`` (no bonus) is the learners' business"""
@@ -304,9 +305,10 @@ class NoveltyBonus(IntrinsicReward):
         x, size = self.normalize(data), batch_size or self.batch_size
         proportion, self.update_proportion = self.update_proportion, 1.0
         try:
-            for _ in range(steps):
-                pick = torch.as_tensor(self.generator.integers(len(x), size=min(size, len(x))))
-                self.train_step(x[pick.to(self.device)])
+            with progress(steps, "distill predictor") as bar:
+                for _ in range(steps):
+                    pick = torch.as_tensor(self.generator.integers(len(x), size=min(size, len(x))))
+                    bar.advance(loss=self.train_step(x[pick.to(self.device)]))
         finally:
             self.update_proportion = proportion
         return self

@@ -29,6 +29,7 @@ from torch.distributions import Categorical
 
 from mixlab.rl.rnd_rff.bonus import IntrinsicReward
 from mixlab.rl.rnd_rff.targets import conv_stack, conv_width, is_image, orthogonal_init
+from mixlab.shared import progress
 from mixlab.shared.config import is_count, require
 
 __all__ = ["Agent", "PPOConfig", "PPOLearner"]
@@ -229,13 +230,16 @@ class PPOLearner:
             if self.bonus is not None and self.global_step == 0:
                 self._init_normalization()
                 self._obs = self._reset()
-        while self.global_step < iterations * batch:
-            if config.anneal_lr:
-                done_share = self.global_step / (iterations * batch)
-                self.optimizer.param_groups[0]["lr"] = (1 - done_share) * config.learning_rate
-            self.history.append(self._iteration())
-            if callback is not None:
-                callback(self)
+        total = iterations * batch
+        with progress(total, "ppo env steps", completed=min(self.global_step, total)) as bar:
+            while self.global_step < total:
+                if config.anneal_lr:
+                    done_share = self.global_step / total
+                    self.optimizer.param_groups[0]["lr"] = (1 - done_share) * config.learning_rate
+                self.history.append(self._iteration())
+                if callback is not None:
+                    callback(self)
+                bar.advance(self.global_step - bar.done, cells=len(self.seen))
         return self.history
 
     @torch.no_grad()
