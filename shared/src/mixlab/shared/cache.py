@@ -79,7 +79,8 @@ def cached(
     folder = root / f"{name}-{digest}"
     record = folder / "cache.json"
     if not record.is_file():
-        with _locked(root / f".{folder.name}.lock"):
+        locks = cache_dir(".locks")  # apart from the entries: a lock file stays after its build
+        with _locked(locks / f"{namespace}-{folder.name}.lock"):
             if not record.is_file():  # not built by another process while this one waited
                 seconds = _build(folder, build, key, code, source, resumable)
                 _log(namespace, folder.name, hit=False, build_s=seconds)
