@@ -155,3 +155,17 @@ def test_a_scoped_regime_check_gates_only_its_claims(tmp_path: Path) -> None:
     assert Result.load(tmp_path).regime == [budget]
     with pytest.raises(ValueError, match="gates claims that are not here"):
         Result(metrics={"a": {"x": 1.0}}, claims=[theory], regime=[budget])
+
+
+def test_compare_reports_wall_times_apart_from_drift() -> None:
+    from mixlab.shared.compare import compare_results
+
+    committed = {"metrics": {"a": {"acc": 0.5, "seconds": 2.0, "train_s": 1.0}}, "claims": []}
+    fresh = {"metrics": {"a": {"acc": 0.5, "seconds": 6.0, "train_s": 1.0}}, "claims": []}
+    comparison = compare_results(committed, fresh, tolerance=1e-6)
+    assert comparison["drifted_metrics"] == []  # the run reproduces: only a wall time moved
+    assert [m["metric"] for m in comparison["moved_timings"]] == ["seconds"]
+    fresh["metrics"]["a"]["acc"] = 0.5 + 1e-5
+    assert [
+        m["metric"] for m in compare_results(committed, fresh, tolerance=1e-6)["drifted_metrics"]
+    ] == ["acc"]

@@ -306,7 +306,8 @@ def _compare_table(rows: list[dict[str, Any]]) -> Table:
         table.add_row(
             row["method"],
             changes or "none",
-            f"{drift or 'none'} of {comparison['compared_metrics']} (>{comparison['tolerance']:.2g})",
+            f"{drift or 'none'} of {comparison['compared_metrics']} (>{comparison['tolerance']:.2g}); "
+            f"{len(comparison.get('moved_timings', []))} wall-time metrics moved (not compared)",
         )
     return table
 
@@ -356,7 +357,8 @@ def _markdown(report: dict[str, Any], out: Path) -> str:
                 f"- against {comparison['committed']} (commit {comparison['committed_git']}): "
                 f"{len(changes)} verdict change(s), {len(comparison['drifted_metrics'])} of "
                 f"{comparison['compared_metrics']} metrics drifted by more than a relative "
-                f"{comparison['tolerance']:.2g}"
+                f"{comparison['tolerance']:.2g} (wall-time metrics apart: "
+                f"{len(comparison.get('moved_timings', []))} moved)"
             )
             lines += [f"  - {c['claim']}: {c['committed']} → {c['fresh']}" for c in changes]
         plot = out / row["method"] / row["headline_plot"] if row["headline_plot"] else None

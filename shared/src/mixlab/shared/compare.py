@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,9 @@ from mixlab.shared.progress_report import clock
 
 DRIFT_TOLERANCE = 0.05
 """a metric whose relative change exceeds this is listed as drifted"""
+TIMING = re.compile(r"(seconds|_s$|_s_|_time|time_|^time$)")
+"""metric names that measure wall time (``seconds``, ``train_s``, ``fit_time_vs_gss``): they move
+with the machine's load, so they are reported apart and never count as drift"""
 
 
 def committed_result(reference: Path, method: str, profile: str) -> Path:
@@ -78,7 +82,7 @@ def compare_results(
         for text in [*before, *(t for t in after if t not in before)]
         if before.get(text, "absent") != after.get(text, "absent")
     ]
-    drift = []
+    drift, timings = [], []
     for system, row in fresh.get("metrics", {}).items():
         old_row = committed.get("metrics", {}).get(system, {})
         for name, value in row.items():
@@ -86,7 +90,7 @@ def compare_results(
                 continue
             change = _relative_change(old_row[name], value)
             if change is None or abs(change) > tolerance:
-                drift.append(
+                (timings if TIMING.search(name) else drift).append(
                     {
                         "system": system,
                         "metric": name,
@@ -95,12 +99,14 @@ def compare_results(
                         "relative": change,
                     }
                 )
-    drift.sort(key=lambda d: -math.inf if d["relative"] is None else -abs(d["relative"]))
+    for moved in (drift, timings):
+        moved.sort(key=lambda d: -math.inf if d["relative"] is None else -abs(d["relative"]))
     return {
         "committed_git": committed.get("env", {}).get("git"),
         "tolerance": tolerance,
         "verdict_changes": verdicts,
         "drifted_metrics": drift,
+        "moved_timings": timings,
         "compared_metrics": sum(
             name in committed.get("metrics", {}).get(system, {})
             for system, row in fresh.get("metrics", {}).items()
