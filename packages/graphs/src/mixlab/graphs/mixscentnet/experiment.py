@@ -34,12 +34,10 @@ seed. The distance claims assume every neural fit stopped early before its step 
 from __future__ import annotations
 
 import copy
-import fcntl
 import functools
 import hashlib
 import json
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -82,11 +80,10 @@ from mixlab.graphs.mixscentnet.training import (
     median_r2,
     predict_distance,
 )
-from mixlab.shared import Claim, Result, cache_dir, mean_std, resolve_device, run_cells
+from mixlab.shared import Claim, Result, mean_std, resolve_device, run_cells
 from mixlab.shared.cache import cached
 from mixlab.shared.claims import where_run
 from mixlab.shared.files import write_json_atomic
-from mixlab.shared.paths import key_digest
 
 REGIME_PEARSON = 0.6
 REGIME_RMSE_RATIO = 0.85
@@ -118,17 +115,6 @@ def _mordred_smiles(labels: OdourLabels, pairs: MixturePairs) -> list[str]:
 def _encoder(config: Config, seed: int) -> MoleculeEncoder:
     torch.manual_seed(seed)
     return MoleculeEncoder(config.hidden, config.embedding, config.layers, config.encoder)
-
-
-@contextmanager
-def _locked(path: Path):
-    """An exclusive lock on ``path``: two workers never pretrain the same encoder twice."""
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 MORDRED_CODE = ("mixlab.graphs.mixscentnet.featurize",)
@@ -206,9 +192,8 @@ def pretrained_encoder(config: Config, kind: str) -> tuple[MoleculeEncoder, dict
         torch.save({k: v.cpu() for k, v in encoder.state_dict().items()}, folder / "encoder.pt")
         (folder / "score.json").write_text(json.dumps(score))
 
-    lock = cache_dir("mixscentnet") / f".encoder-{kind}-{key_digest(key)}.lock"
-    with _locked(lock):
-        folder = cached("mixscentnet", f"encoder-{kind}", key, build, code=ENCODER_CODE)
+    # one process builds it: a worker that asks meanwhile waits, then reads it (cached's lock)
+    folder = cached("mixscentnet", f"encoder-{kind}", key, build, code=ENCODER_CODE)
     encoder = _encoder(config, 0)
     state = torch.load(folder / "encoder.pt", map_location="cpu", weights_only=True)
     encoder.load_state_dict(state)
