@@ -27,7 +27,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from mixlab.shared.claims import CLAIM_STATES, claim_state, control_outcome
+from mixlab.shared.claims import CLAIM_STATES, claim_state, control_outcome, tally, tally_text
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "benchmarks/render_results.py"
@@ -36,7 +36,6 @@ METHODS_MARKERS = ("<!-- methods:begin -->", "<!-- methods:end -->")
 DEPENDENCIES_MARKERS = ("<!-- dependencies:begin -->", "<!-- dependencies:end -->")
 TABLE_RUNS = ("quick", "full")
 """the runs whose tally the README's methods table shows (RESULTS.md shows every run)"""
-STATE_WORD = {"holds": "hold", "fails": "fail", "untested": "untested", "vacuous": "vacuous"}
 PLATFORMS = {"linux": "Linux", "darwin": "macOS", "win32": "Windows"}
 
 Runs = dict[str, list[tuple[Path, dict[str, Any]]]]
@@ -53,8 +52,7 @@ def _run_label(folder: Path, result: dict[str, Any]) -> str:
 
 
 def _tally(result: dict[str, Any]) -> dict[str, int]:
-    states = [claim_state(claim) for claim in result["claims"]]
-    return {state: states.count(state) for state in CLAIM_STATES}
+    return tally(claim_state(claim) for claim in result["claims"])
 
 
 def load_runs(results: Path) -> Runs:
@@ -117,11 +115,7 @@ def render_summary(quick: dict[str, dict[str, Any]]) -> list[str]:
     no_control = sum(
         1 for result in quick.values() for claim in result["claims"] if "control" not in claim
     )
-    line = (
-        f"Over the {len(quick)} committed quick runs: "
-        + ", ".join(f"{total[state]} {state}" for state in CLAIM_STATES)
-        + "."
-    )
+    line = f"Over the {len(quick)} committed quick runs: " + tally_text(total) + "."
     if no_control:
         line += (
             f" {no_control} of these claims were judged before controls existed (no control "
@@ -165,8 +159,8 @@ def measured_cell(method: str, runs: list[tuple[Path, dict[str, Any]]]) -> str:
             if folder.name != f"experiment-{name}":
                 continue
             counts = _tally(result)
-            tally = ", ".join(f"{counts[s]} {STATE_WORD[s]}" for s in CLAIM_STATES if counts[s])
-            parts.append(f"{name} ({_duration(result['wall_s'])}): {tally or 'no claims'}")
+            told = tally_text(counts, skip_zero=True)
+            parts.append(f"{name} ({_duration(result['wall_s'])}): {told or 'no claims'}")
     measured = "; ".join(parts) if parts else "no committed run"
     return f"{measured} · [results](RESULTS.md#{method}) · [card](seeds/{method}.md)"
 

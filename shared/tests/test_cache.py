@@ -129,28 +129,6 @@ def test_result_json_says_whether_the_run_was_cold_and_what_a_cold_run_takes(
     )
 
 
-def test_a_long_build_resumes_in_the_same_folder_after_a_kill(empty_cache: Path) -> None:
-    from mixlab.shared.cache import resume_folder
-
-    seen = []
-
-    def killed(folder: Path) -> None:
-        (resume_folder(folder) / "step_3").write_text("3")
-        seen.append(resume_folder(folder))
-        raise KeyboardInterrupt
-
-    def resumed(folder: Path) -> None:
-        scratch = resume_folder(folder)
-        seen.append(scratch)
-        assert (scratch / "step_3").read_text() == "3"  # what the killed build left
-        _write(folder)
-
-    with pytest.raises(KeyboardInterrupt):
-        cached("toy", "model", {"width": 4}, killed)
-    cached("toy", "model", {"width": 4}, resumed)
-    assert seen[0] == seen[1]
-
-
 def test_a_resumable_build_continues_from_what_a_killed_one_left(empty_cache: Path) -> None:
     def killed(folder: Path) -> None:
         (folder / "checkpoint").write_text("step 3")
@@ -165,3 +143,10 @@ def test_a_resumable_build_continues_from_what_a_killed_one_left(empty_cache: Pa
         cached("toy", "model", {"width": 4}, killed, resumable=True)
     folder = cached("toy", "model", {"width": 4}, resumed, resumable=True)
     assert sorted(p.name for p in folder.iterdir()) == ["cache.json", "weights.txt"]
+
+
+def test_an_entry_that_lost_its_record_is_built_again(empty_cache: Path) -> None:
+    folder = cached("toy", "model", {"width": 4}, _write)
+    (folder / "cache.json").unlink()  # deleted by hand, or a copy cut short
+    assert cached("toy", "model", {"width": 4}, _write) == folder
+    assert (folder / "cache.json").is_file()

@@ -162,10 +162,11 @@ def test_compare_reports_wall_times_apart_from_drift() -> None:
 
     committed = {"metrics": {"a": {"acc": 0.5, "seconds": 2.0, "train_s": 1.0}}, "claims": []}
     fresh = {"metrics": {"a": {"acc": 0.5, "seconds": 6.0, "train_s": 1.0}}, "claims": []}
-    comparison = compare_results(committed, fresh, tolerance=1e-6)
+    comparison = compare_results(committed, fresh, tolerance=1e-6, timings=("seconds", "train_s"))
     assert comparison["drifted_metrics"] == []  # the run reproduces: only a wall time moved
     assert [m["metric"] for m in comparison["moved_timings"]] == ["seconds"]
     fresh["metrics"]["a"]["acc"] = 0.5 + 1e-5
-    assert [
-        m["metric"] for m in compare_results(committed, fresh, tolerance=1e-6)["drifted_metrics"]
-    ] == ["acc"]
+    drifted = compare_results(committed, fresh, tolerance=1e-6, timings=("seconds",))
+    assert [m["metric"] for m in drifted["drifted_metrics"]] == ["acc"]
+    undeclared = compare_results(committed, fresh, tolerance=1e-6)  # no timings declared
+    assert [m["metric"] for m in undeclared["drifted_metrics"]] == ["seconds", "acc"]

@@ -10,8 +10,9 @@ instead of reusing a model the current code would not make (a result made with i
 reproduced on a fresh machine). On a miss ``build(folder)`` fills a temporary folder that is
 renamed into place when complete, beside a ``cache.json`` recording the key, the code digest and
 the seconds the build took; a killed build leaves nothing a later run would read (a long build
-resumes with ``resumable=True``, keeping its checkpoints in the folder it builds in, or keeps
-them in :func:`resume_folder`). One process at a time builds an entry; another waits for it. A result memoised in the
+resumes with ``resumable=True``: it keeps its own checkpoints in the folder it builds in, which a
+kill then leaves for the next run, and removes them when done). One process at a time builds an
+entry; another waits for it. A result memoised in the
 process instead of read through ``cached`` again is not in the run's ledger: call ``cached``
 on every run.
 
@@ -113,6 +114,7 @@ def _build(
             shutil.rmtree(partial, ignore_errors=True)
         raise
     seconds = round(time.perf_counter() - started, 1)
+    shutil.rmtree(folder, ignore_errors=True)  # an entry whose cache.json was lost: replace it
     write_json_atomic(
         partial / "cache.json",
         {"format": CACHE_FORMAT, "key": dict(key), "code": code, "code_digest": source,
@@ -136,16 +138,6 @@ def _locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def resume_folder(building: Path) -> Path:
-    """A folder where a long ``build`` keeps its own checkpoints, stable across processes: the
-    same entry gets the same folder, so a build killed part-way resumes in the next run. Pass the
-    folder ``build`` was given; delete the returned one when the build is done."""
-    entry = building.name.lstrip(".").removesuffix(".partial")
-    folder = building.parent / f".{entry}.resume"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 def _log(namespace: str, entry: str, *, hit: bool, build_s: float | None) -> None:

@@ -43,6 +43,7 @@ numbers for such a claim.
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -205,14 +206,14 @@ class Claim:
         values = [float(v) for v in values]
         if not values:
             raise ValueError("worst_seed needs at least one seed's value")
-        if isinstance(references, Sequence):
+        if isinstance(references, numbers.Real):
+            references = [float(references)] * len(values)
+        else:  # one per seed: a list, a NumPy array or a tensor
             references = [float(r) for r in references]
             if len(references) != len(values):
                 raise ValueError(
                     f"references must hold one number per seed ({len(values)}), got {len(references)}"
                 )
-        else:
-            references = [float(references)] * len(values)
         seeds = list(seeds) if seeds is not None else list(range(len(values)))
         if len(seeds) != len(values):
             raise ValueError(f"seeds must name {len(values)} seeds, got {seeds!r}")
@@ -353,6 +354,22 @@ def where_run(
         return test(system)
 
     return checked
+
+
+def tally(states: Iterable[str]) -> dict[str, int]:
+    """How many claims are in each of the four states, in :data:`CLAIM_STATES` order."""
+    states = list(states)
+    return {state: states.count(state) for state in CLAIM_STATES}
+
+
+def tally_text(counts: Mapping[str, int], *, skip_zero: bool = False) -> str:
+    """``2 hold, 1 fail, 0 untested, 1 vacuous`` (a count missing from an older report is 0)."""
+    words = {"holds": "hold", "fails": "fail", "untested": "untested", "vacuous": "vacuous"}
+    return ", ".join(
+        f"{counts.get(state, 0)} {words[state]}"
+        for state in CLAIM_STATES
+        if counts.get(state, 0) or not skip_zero
+    )
 
 
 def claim_state(claim: Mapping[str, Any]) -> str:
@@ -602,5 +619,7 @@ __all__ = [
     "format_number",
     "judge",
     "student_t_sf",
+    "tally",
+    "tally_text",
     "where_run",
 ]

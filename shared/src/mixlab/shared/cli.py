@@ -22,8 +22,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from mixlab.shared.claims import CLAIM_STATES, claim_state, control_outcome
-from mixlab.shared.cli_base import run_app
+from mixlab.shared.claims import claim_state, control_outcome, tally_text
+from mixlab.shared.cli_base import USAGE_ERROR, run_app
 from mixlab.shared.compare import (
     DRIFT_TOLERANCE,
     committed_result,
@@ -164,7 +164,9 @@ def reproduce(
         )
         row = _reproduce_one(method, configs[name], out / name, resume=resume)
         if compare is not None:
-            row["compare"] = _compare_one(compare, name, profile, out / name, tolerance)
+            row["compare"] = _compare_one(
+                compare, name, profile, out / name, tolerance, method.config.TIMINGS
+            )
         report["methods"].append(row)
         write_json_atomic(out / "reproduce.json", report)  # a killed run keeps what finished
     report["wall_s"] = round(time.perf_counter() - started, 1)
@@ -250,7 +252,12 @@ def _reproduce_one(method: Method, config: Any, out_dir: Path, *, resume: bool) 
 
 
 def _compare_one(
-    reference: Path, name: str, profile: str, out_dir: Path, tolerance: float
+    reference: Path,
+    name: str,
+    profile: str,
+    out_dir: Path,
+    tolerance: float,
+    timings: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     committed = committed_result(reference, name, profile)
     if not committed.is_file() or not (out_dir / "result.json").is_file():
@@ -259,6 +266,7 @@ def _compare_one(
         json.loads(committed.read_text()),
         json.loads((out_dir / "result.json").read_text()),
         tolerance=tolerance,
+        timings=timings,
     )
     return {"committed": str(committed), "missing": False, **comparison}
 
@@ -279,12 +287,6 @@ def _claims_table(rows: list[dict[str, Any]]) -> Table:
                 wall,
             )
     return table
-
-
-def _tally_text(tally: dict[str, int]) -> str:
-    """``2 hold, 1 fail, 0 untested, 1 vacuous`` (reports written before vacuous existed count 0)."""
-    words = {"holds": "hold", "fails": "fail", "untested": "untested", "vacuous": "vacuous"}
-    return ", ".join(f"{tally.get(state, 0)} {words[state]}" for state in CLAIM_STATES)
 
 
 def _compare_table(rows: list[dict[str, Any]]) -> Table:
@@ -346,7 +348,7 @@ def _markdown(report: dict[str, Any], out: Path) -> str:
         if row["status"] == "failed":
             lines.append(f"Failed: {row['error']}")
             continue
-        lines.append(f"{_tally_text(row['tally'])}; {format_number(row['wall_s'])} s.")
+        lines.append(f"{tally_text(row['tally'])}; {format_number(row['wall_s'])} s.")
         for check in row["regime"]:
             verdict = "holds" if check["holds"] else "fails"
             lines.append(f"- regime check ({verdict}): {check['text']} ({check['evidence']})")
@@ -395,25 +397,29 @@ def _print_result(result: Result) -> None:
             claim.text, claim.state, claim.evidence, control_outcome(claim.to_dict()) or "-"
         )
     console.print(claims)
-    console.print(_tally_text(result.tally()))
+    console.print(tally_text(result.tally()))
 
 
 _RUN_OPTIONS_WITH_VALUES = ("--profile", "--seed", "--device", "--out", "--set")
 
 
-def _help_of_method(args: list[str]) -> tuple[str, str] | None:
-    """``(method, profile)`` when ``args`` ask ``run METHOD ... --help`` of an installed method."""
+def _help_of_method(args: list[str]) -> tuple[Method, str] | None:
+    """``(method, profile)`` when ``args`` ask ``run METHOD ... --help`` of an installed method
+    (``--profile P`` or ``--profile=P`` picks the defaults shown)."""
     if not args or args[0] != "run" or "--help" not in args:
         return None
     rest, positional, profile = args[1:], [], "quick"
     for i, arg in enumerate(rest):
-        if i > 0 and rest[i - 1] in _RUN_OPTIONS_WITH_VALUES:
+        if arg.startswith("--profile="):
+            profile = arg.partition("=")[2]
+        elif i > 0 and rest[i - 1] in _RUN_OPTIONS_WITH_VALUES:
             profile = arg if rest[i - 1] == "--profile" else profile
         elif not arg.startswith("-"):
             positional.append(arg)
-    if not positional or positional[0] not in discover_methods():
+    methods = discover_methods()
+    if not positional or positional[0] not in methods:
         return None
-    return positional[0], profile
+    return methods[positional[0]], profile
 
 
 def _print_fields(method: Method, profile: str) -> None:
@@ -477,9 +483,11 @@ def main(argv: list[str] | None = None) -> int:
     asked = _help_of_method(args)
     if asked is None:
         return run_app(app, args, prog_name="mixlab")
-    method = get_method(asked[0])
-    if asked[1] not in method.config.PROFILES:
-        return run_app(app, ["run", asked[0], "--profile", asked[1]], prog_name="mixlab")
+    method, profile = asked
+    if profile not in method.config.PROFILES:
+        allowed = sorted(method.config.PROFILES)
+        typer.echo(f"mixlab: error: profile must be one of {allowed}, got {profile!r}", err=True)
+        return USAGE_ERROR
     code = run_app(app, ["run", "--help"], prog_name="mixlab")
-    _print_fields(method, asked[1])
+    _print_fields(method, profile)
     return code

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +18,6 @@ from mixlab.shared.progress_report import clock
 
 DRIFT_TOLERANCE = 0.05
 """a metric whose relative change exceeds this is listed as drifted"""
-TIMING = re.compile(r"(seconds|_s$|_s_|_time|time_|^time$)")
-"""metric names that measure wall time (``seconds``, ``train_s``, ``fit_time_vs_gss``): they move
-with the machine's load, so they are reported apart and never count as drift"""
 
 
 def committed_result(reference: Path, method: str, profile: str) -> Path:
@@ -30,8 +27,11 @@ def committed_result(reference: Path, method: str, profile: str) -> Path:
 
 def committed_wall_s(reference: Path | None, method: str, profile: str) -> float | None:
     """The wall time of the committed run, or None when there is none to read."""
-    data = _committed(reference, method, profile)
-    wall = data.get("wall_s") if data else None
+    return _wall_s(_committed(reference, method, profile) or {})
+
+
+def _wall_s(data: dict[str, Any]) -> float | None:
+    wall = data.get("wall_s")
     return float(wall) if isinstance(wall, int | float) and not isinstance(wall, bool) else None
 
 
@@ -39,10 +39,11 @@ def expected_time(reference: Path | None, method: str, profile: str) -> str:
     """What to expect of a run of ``method``, from its committed result: the wall time of a cold
     run (one-time work included) when the cache entries that run used are not here, else the
     warm time."""
-    wall = committed_wall_s(reference, method, profile)
+    data = _committed(reference, method, profile) or {}
+    wall = _wall_s(data)
     if wall is None:
         return "no committed time to expect"
-    cache = (_committed(reference, method, profile) or {}).get("cache")
+    cache = data.get("cache")
     where = f"its last committed {profile} run"
     if not isinstance(cache, dict):
         return f"expected about {clock(wall)} ({where}; whether its cache was warm is not recorded)"
@@ -71,10 +72,16 @@ def _committed(reference: Path | None, method: str, profile: str) -> dict[str, A
 
 
 def compare_results(
-    committed: dict[str, Any], fresh: dict[str, Any], *, tolerance: float = DRIFT_TOLERANCE
+    committed: dict[str, Any],
+    fresh: dict[str, Any],
+    *,
+    tolerance: float = DRIFT_TOLERANCE,
+    timings: Iterable[str] = (),
 ) -> dict[str, Any]:
     """Verdict changes (claims matched by text) and the metrics whose relative change exceeds
-    ``tolerance`` between two result.json dicts (1e-6 checks that a run reproduces)."""
+    ``tolerance`` between two result.json dicts (1e-6 checks that a run reproduces); the metrics
+    named in ``timings`` (the method's ``Config.TIMINGS``, wall times) are listed apart."""
+    timings = set(timings)
     before = {claim["text"]: claim_state(claim) for claim in committed.get("claims", [])}
     after = {claim["text"]: claim_state(claim) for claim in fresh.get("claims", [])}
     verdicts = [
@@ -82,7 +89,7 @@ def compare_results(
         for text in [*before, *(t for t in after if t not in before)]
         if before.get(text, "absent") != after.get(text, "absent")
     ]
-    drift, timings = [], []
+    drift, moved = [], []
     for system, row in fresh.get("metrics", {}).items():
         old_row = committed.get("metrics", {}).get(system, {})
         for name, value in row.items():
@@ -90,7 +97,7 @@ def compare_results(
                 continue
             change = _relative_change(old_row[name], value)
             if change is None or abs(change) > tolerance:
-                (timings if TIMING.search(name) else drift).append(
+                (moved if name in timings else drift).append(
                     {
                         "system": system,
                         "metric": name,
@@ -99,14 +106,14 @@ def compare_results(
                         "relative": change,
                     }
                 )
-    for moved in (drift, timings):
-        moved.sort(key=lambda d: -math.inf if d["relative"] is None else -abs(d["relative"]))
+    for changes in (drift, moved):
+        changes.sort(key=lambda d: -math.inf if d["relative"] is None else -abs(d["relative"]))
     return {
         "committed_git": committed.get("env", {}).get("git"),
         "tolerance": tolerance,
         "verdict_changes": verdicts,
         "drifted_metrics": drift,
-        "moved_timings": timings,
+        "moved_timings": moved,
         "compared_metrics": sum(
             name in committed.get("metrics", {}).get(system, {})
             for system, row in fresh.get("metrics", {}).items()

@@ -77,6 +77,10 @@ class ExperimentConfig:
     """the names of the systems the experiment runs (the method, its baselines and controls), as
     its claims' tests read them"""
 
+    TIMINGS: ClassVar[tuple[str, ...]] = ()
+    """metric names that measure wall time (``seconds``, ``train_s``): they move with the
+    machine's load, so ``reproduce --compare`` reports them apart, never as drift"""
+
     CLAIMS: ClassVar[tuple[ClaimSpec, ...]] = ()
     """the claims, declared before any run: each names its system, its control among ``SYSTEMS``,
     its premises and its threshold's bounds (:class:`~mixlab.shared.claims.ClaimSpec`); the

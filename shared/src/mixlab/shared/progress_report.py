@@ -52,11 +52,6 @@ def progress_mode() -> str:
     return "lines" if setting == "lines" else "bars"
 
 
-def progress_enabled() -> bool:
-    """True when progress shows as bars."""
-    return progress_mode() == "bars"
-
-
 def _line_interval() -> float:
     try:
         return max(0.0, float(os.environ.get("MIXLAB_PROGRESS_EVERY", "30")))
@@ -202,3 +197,26 @@ def lines_in_workers() -> None:
     """Worker processes write lines (their bars would fight the parent's display)."""
     if progress_mode() != "off":
         os.environ["MIXLAB_PROGRESS"] = "lines"
+
+
+@contextmanager
+def quiet_library_bars() -> Iterator[None]:
+    """No progress bars of Hugging Face libraries inside the block (an experiment's own loops
+    report through :func:`progress`; transformers would add a bar per model saved or loaded).
+    ``HF_HUB_DISABLE_PROGRESS_BARS`` reaches the libraries imported later and worker processes;
+    an already imported transformers is switched off and back."""
+    previous = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS")
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    hf_logging = sys.modules.get("transformers.utils.logging")
+    shown = hf_logging is not None and hf_logging.is_progress_bar_enabled()
+    if shown:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
+        else:
+            os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = previous
+        if shown:
+            hf_logging.enable_progress_bar()

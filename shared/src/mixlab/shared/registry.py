@@ -30,6 +30,7 @@ from typing import Literal, Protocol
 from mixlab.shared.cache import LEDGER_ENV, cache_record, read_ledger
 from mixlab.shared.config import PROFILE_NAMES, ExperimentConfig
 from mixlab.shared.device import resolve_device
+from mixlab.shared.progress_report import quiet_library_bars
 from mixlab.shared.result import Result, environment
 
 ENTRY_POINT_GROUP = "mixlab.methods"
@@ -146,7 +147,8 @@ class Method:
         os.environ[LEDGER_ENV] = str(ledger.resolve())
         start = time.perf_counter()
         try:
-            result = run(config, out_dir, resume=resume)
+            with quiet_library_bars():  # the run's own loops report (progress_report)
+                result = run(config, out_dir, resume=resume)
         finally:
             if previous is None:
                 os.environ.pop(LEDGER_ENV, None)
@@ -174,6 +176,7 @@ class Method:
             wall_s=round(wall_s, 3),
             cache=cache_record(read_ledger(ledger), wall_s),
         )
+        ledger.unlink(missing_ok=True)  # in result.json now; kept only for a --resume of a failure
         result.write(out_dir)
         return result
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
-from mixlab.shared.claims import CLAIM_STATES, Claim, format_number
+from mixlab.shared.claims import CLAIM_STATES, Claim, format_number, tally
 from mixlab.shared.files import write_json_atomic
 
 if TYPE_CHECKING:
@@ -150,8 +150,7 @@ class Result:
 
     def tally(self) -> dict[str, int]:
         """How many claims hold, fail, are untested and are vacuous (the control passes too)."""
-        states = [claim.state for claim in self.claims]
-        return {state: states.count(state) for state in CLAIM_STATES}
+        return tally(claim.state for claim in self.claims)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -281,8 +281,7 @@ def fit_lm(
                 }
                 checkpoints.save(step + 1, state)
     model = accelerator.unwrap_model(model).eval()
-    with _quiet_transformers():  # no stray bar of its shard writing beside the training's
-        model.save_pretrained(out_dir)
+    model.save_pretrained(out_dir)
     write_sidecar(out_dir / MARKER, marker, covers=_model_files(out_dir))
     shutil.rmtree(checkpoints.directory, ignore_errors=True)
     return model

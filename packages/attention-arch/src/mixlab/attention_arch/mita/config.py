@@ -196,6 +196,7 @@ class Config(ExperimentConfig):
     ablation and MiTA-DWC) to stay within 20 minutes on a fresh machine; full runs every kind"""
 
     SYSTEMS: ClassVar[tuple[str, ...]] = SYSTEMS
+    TIMINGS: ClassVar[tuple[str, ...]] = ("train_seconds",)
     CLAIMS: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
     PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {},

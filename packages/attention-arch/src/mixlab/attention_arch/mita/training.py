@@ -18,7 +18,7 @@ from torch import nn
 from mixlab.attention_arch.mita.data import ClutteredDigits, cluttered_digits
 from mixlab.attention_arch.mita.swap import replace_attention
 from mixlab.shared import load_state, progress, save_state, warmup_cosine
-from mixlab.shared.cache import cached, resume_folder
+from mixlab.shared.cache import cached
 from mixlab.shared.files import CheckpointError, checkpoint_errors
 
 PRETRAIN_CODE = (
@@ -240,12 +240,12 @@ def pretrained_full_vit(
         torch.manual_seed(spec.seed)
         model = build_vit(shape, "full")
         data = cluttered_digits(**digits, split="train", seed=spec.seed)
-        resume = _resume_checkpoint(folder)
+        resume = folder / "training" / "train"  # kept by a kill: the next run resumes there
         train(model, data, spec, device=device, checkpoint=resume, description="pre-train full ViT")
         save_state({"model": model.state_dict()}, folder / "model")
         shutil.rmtree(resume.parent, ignore_errors=True)
 
-    folder = cached("mita", "vit-full", key, build, code=PRETRAIN_CODE)
+    folder = cached("mita", "vit-full", key, build, code=PRETRAIN_CODE, resumable=True)
     torch.manual_seed(spec.seed)
     model = build_vit(shape, "full")
     stale = f"a cached model: delete the folder {folder} to train it again"
@@ -258,9 +258,3 @@ def pretrained_full_vit(
     except CheckpointError as error:
         raise CheckpointError(f"{error} ({stale})") from error
     return model.to(device)
-
-
-def _resume_checkpoint(folder: Path) -> Path:
-    """Where the pre-training of the entry being built in ``folder`` keeps its resumable
-    checkpoint (``resume_folder``: the same for the same entry in the next process)."""
-    return resume_folder(folder) / "train"

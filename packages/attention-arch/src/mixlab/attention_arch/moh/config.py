@@ -181,6 +181,7 @@ class Config(ExperimentConfig):
     """claim 5: share of block evaluations per sampling trajectory with the depth gate"""
 
     SYSTEMS: ClassVar[tuple[str, ...]] = SYSTEMS
+    TIMINGS: ClassVar[tuple[str, ...]] = ("sample_s", "sample_s_std", "train_s", "train_s_std")
     CLAIMS: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
     ALLOWED_EDGE_VALUES: ClassVar[dict[str, tuple[Any, ...]]] = {
         "depth_weight": (0, 0.0),

@@ -154,6 +154,7 @@ class Config(ExperimentConfig):
     """claim 3: the π-weighted layer index is this much shallower on fine-detail questions"""
 
     SYSTEMS: ClassVar[tuple[str, ...]] = SYSTEMS
+    TIMINGS: ClassVar[tuple[str, ...]] = ("prepare_s", "toy_train_s", "train_s", "train_s_std")
     CLAIMS: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
     ALLOWED_EDGE_VALUES: ClassVar[dict[str, tuple[Any, ...]]] = {
         "seed": (0,),

@@ -19,11 +19,9 @@ untested when they fail.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -258,32 +256,15 @@ def _train_cell(config: Config, folders: dict[str, Path], cell: dict[str, Any]) 
 def _run_cell(config: Config, folders: dict[str, Path], cell: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(1)  # many small ops: one thread is as fast, and safe beside a worker
     torch.set_flush_denormal(True)
-    with _quiet_transformers():
-        if "seed" not in cell:
-            return _reference(config, folders, cell)
-        return _train_cell(config, folders, cell)
-
-
-@contextlib.contextmanager
-def _quiet_transformers() -> Iterator[None]:
-    """Without transformers' own bars for loading and saving the toy (the run's progress shows
-    what runs; they would print one per cell)."""
-    from transformers.utils import logging
-
-    shown = logging.is_progress_bar_enabled()
-    logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if shown:
-            logging.enable_progress_bar()
+    if "seed" not in cell:
+        return _reference(config, folders, cell)
+    return _train_cell(config, folders, cell)
 
 
 def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     torch.set_flush_denormal(True)
     started = time.perf_counter()
-    with _quiet_transformers():
-        info, folders = prepare(config)
+    info, folders = prepare(config)
     prepare_s = time.perf_counter() - started
     seeds = [config.seed + s for s in range(config.n_seeds)]
     cells: list[dict[str, Any]] = [{"system": "probe"}, {"system": "base"}]

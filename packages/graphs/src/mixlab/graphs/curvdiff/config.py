@@ -192,6 +192,7 @@ class Config(ExperimentConfig):
 
     # declared after the fields and PROFILES, whose values read the module's SYSTEMS
     SYSTEMS: ClassVar[tuple[str, ...]] = SYSTEMS
+    TIMINGS: ClassVar[tuple[str, ...]] = ("fit_seconds", "sample_seconds")
     CLAIMS: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
 
     def __post_init__(self) -> None:

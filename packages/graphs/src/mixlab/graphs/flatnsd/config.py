@@ -251,6 +251,7 @@ class Config(ExperimentConfig):
 
     # declared after the fields and PROFILES, whose values read the module's SYSTEMS
     SYSTEMS: ClassVar[tuple[str, ...]] = (*SYSTEMS, *THEORY_SYSTEMS)
+    TIMINGS: ClassVar[tuple[str, ...]] = ("train_seconds",)
     CLAIMS: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
 
     def __post_init__(self) -> None:

@@ -157,6 +157,7 @@ class Config(ExperimentConfig):
     """step cap of the optimisation baselines (each stops earlier at GSS's memorization)"""
 
     SYSTEMS: ClassVar[tuple[str, ...]] = SYSTEMS
+    TIMINGS: ClassVar[tuple[str, ...]] = ("seconds", "seconds_std", "fit_time_vs_gss")
     CLAIMS: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
     PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {},

@@ -129,6 +129,7 @@ class Config(ExperimentConfig):
     """fixed think budgets (tokens) on the validation grid"""
 
     SYSTEMS: ClassVar[tuple[str, ...]] = SYSTEMS
+    TIMINGS: ClassVar[tuple[str, ...]] = ("seconds_per_problem", "seconds_per_problem_std")
     CLAIMS: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
     PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {},

@@ -179,6 +179,7 @@ class Config(ExperimentConfig):
     """DQN exploration decay (ε reaches its floor of 0.01 at about 0.6 of the steps)"""
 
     SYSTEMS: ClassVar[tuple[str, ...]] = SYSTEMS
+    TIMINGS: ClassVar[tuple[str, ...]] = ("seconds",)
     CLAIMS: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
 
     PROFILES: ClassVar[dict[str, dict[str, Any]]] = {

@@ -61,7 +61,7 @@ from mixlab.rl.mixroute.reference import pyvrp_solve, savings
 from mixlab.rl.mixroute.solver import check_routes, load_model, save_model, solve
 from mixlab.rl.mixroute.training import train_policy
 from mixlab.shared import Claim, Result, mean_std, progress, run_cells
-from mixlab.shared.cache import cached, resume_folder
+from mixlab.shared.cache import cached
 from mixlab.shared.files import write_json_atomic
 
 TEST_SEED = 2026
@@ -142,7 +142,7 @@ def trained_policy(config: Config, problem: str, system: str, seed: int) -> tupl
            "seed": seed, **recipe}  # fmt: skip
 
     def build(folder: Path) -> None:
-        resume = resume_folder(folder)  # where a killed training resumes, the same after a kill
+        resume = folder / "training"  # kept by a kill: the next run resumes there
         model, seconds = train_policy(
             problem, norm, families=families, seed=seed, checkpoint=resume / "train", **recipe
         )
@@ -150,7 +150,7 @@ def trained_policy(config: Config, problem: str, system: str, seed: int) -> tupl
         shutil.rmtree(resume, ignore_errors=True)
 
     name = f"policy-{problem}{config.n}-{system}-seed{seed}-steps{config.steps}"
-    folder = cached("mixroute", name, key, build, code=POLICY_CODE)
+    folder = cached("mixroute", name, key, build, code=POLICY_CODE, resumable=True)
     return load_model(folder), json.loads((folder / "config.json").read_text())["train_seconds"]
 
 

@@ -155,6 +155,7 @@ class Config(ExperimentConfig):
     """processes that run cells side by side (one torch thread each)"""
 
     SYSTEMS: ClassVar[tuple[str, ...]] = SYSTEMS
+    TIMINGS: ClassVar[tuple[str, ...]] = ("seconds",)
     CLAIMS: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
 
     PROFILES: ClassVar[dict[str, dict[str, Any]]] = {

@@ -219,6 +219,7 @@ class Config(ExperimentConfig):
     }
     SYSTEMS: ClassVar[tuple[str, ...]] = ("base", *SYSTEMS)
     """every system the claims read: ``base`` is the un-personalized model"""
+    TIMINGS: ClassVar[tuple[str, ...]] = ("seconds_per_step", "train_seconds")
     CLAIMS: ClassVar[tuple[ClaimSpec, ...]] = CLAIMS
 
     def __post_init__(self) -> None:

@@ -34,7 +34,7 @@ from mixlab.shared import (
     save_state,
     warmup_cosine,
 )
-from mixlab.shared.cache import cached, resume_folder
+from mixlab.shared.cache import cached
 from mixlab.shared.files import CheckpointError, checkpoint_errors
 from mixlab.shared.plotting import image_grid
 from mixlab.vision_mm.mix_opt.cache import load_cached
@@ -119,7 +119,7 @@ def _pretrained_folder(spec: ModelSpec) -> Path:
     key = asdict(spec)
 
     def build(folder: Path) -> None:
-        checkpoints = resume_folder(folder)  # the same for this entry after a kill
+        checkpoints = folder / "training"  # kept by a kill: the next run resumes there
         torch.manual_seed(spec.seed)
         unet = build_unet(spec.size, spec.channels, spec.text_dim)
         encoder = CaptionEncoder(spec.text_dim)
@@ -129,7 +129,7 @@ def _pretrained_folder(spec: ModelSpec) -> Path:
         save_state(state, folder / "model")
         shutil.rmtree(checkpoints, ignore_errors=True)
 
-    return cached("mix_opt", "shapes-unet", key, build, code=MODEL_CODE)
+    return cached("mix_opt", "shapes-unet", key, build, code=MODEL_CODE, resumable=True)
 
 
 def pretrained_model(

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from mixlab.shared import Claim, Result, cells_by_system, checkpoint_spacing, mean_std, run_cells
-from mixlab.shared.cache import cached, resume_folder
+from mixlab.shared.cache import cached
 from mixlab.shared.files import write_json_atomic
 from mixlab.vision_mm.moa3cir import bases
 from mixlab.vision_mm.moa3cir.config import (
@@ -86,7 +86,7 @@ def _towers_folder(config: Config) -> Path:
     key, name = _tower_key(config), f"towers-{config.size}px"
 
     def build(folder: Path) -> None:
-        checkpoint = resume_folder(folder)  # the same for this entry after a kill
+        checkpoint = folder / "training"  # kept by a kill: the next run resumes there
         started = time.perf_counter()
         model = bases.new_towers(config, config.seed)
         items, images, descriptions, data = bases.phase1_data(config)
@@ -104,7 +104,7 @@ def _towers_folder(config: Config) -> Path:
         write_json_atomic(folder / "facts.json", facts)
         shutil.rmtree(checkpoint, ignore_errors=True)
 
-    return cached("moa3cir", name, key, build, code=TOWER_CODE)
+    return cached("moa3cir", name, key, build, code=TOWER_CODE, resumable=True)
 
 
 def towers(config: Config):
