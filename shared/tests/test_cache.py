@@ -113,7 +113,7 @@ def test_result_json_says_whether_the_run_was_cold_and_what_a_cold_run_takes(
     warm = method.execute(Config(device="cpu"), tmp_path / "warm")
     assert cold.cache["state"] == "cold"
     assert warm.cache["state"] == "warm"
-    assert warm.cache["cold_wall_s"] >= warm.wall_s
+    assert warm.cache["cold_wall_s"] >= round(warm.wall_s, 1)  # recorded to 0.1 s
     data = json.loads((tmp_path / "warm" / "result.json").read_text())
     assert data["cache"]["entries"][0]["hit"] is True
     assert Result.load(tmp_path / "warm").cache == warm.cache

@@ -116,6 +116,62 @@ def test_a_claim_the_sbm_control_also_passes_is_vacuous():
     assert "worst of 3 seeds (seed 0)" in claim.evidence
 
 
+def test_the_e_only_control_of_claim_1_is_judged_against_the_other_geometries():
+    """Claim 1's control E-only is one of the claim's references: judged in HSE's place it is
+    compared with H and S only, never with itself, so it can pass (the claim is then vacuous)."""
+    from mixlab.graphs.curvdiff.experiment import claims
+
+    config = Config(**{**TINY, "systems": ("E", "H", "S", "HSE", "curvdiff", "er", "sbm")})
+    distortion = {"HSE": [0.10, 0.12, 0.11], "E": [0.20, 0.22, 0.25], "H": [0.50, 0.55, 0.60],
+                  "S": [0.60, 0.62, 0.70]}  # fmt: skip
+    recovery = {"HSE": [0.95, 0.96, 0.97], "E": [0.90, 0.88, 0.91], "H": [0.50, 0.40, 0.45],
+                "S": [0.30, 0.35, 0.20]}  # fmt: skip
+    done = [
+        {"set": "hetero-within", "seed": seed, "system": system,
+         "distortion": distortion[system][seed], "exact_recovery": recovery[system][seed]}
+        for system in distortion
+        for seed in range(3)
+    ]  # fmt: skip
+    claim = {c.key: c for c in claims(done, config)}["product_lower_distortion"]
+    assert claim.control.system == "E"
+    assert claim.control.tested  # E-only beats H and S on every seed
+    assert claim.control.holds
+    assert claim.state == "vacuous"
+    assert "E − E" not in claim.control.evidence
+    assert "H − E distortion" in claim.control.evidence
+    assert "S − E distortion" in claim.control.evidence
+    only_e = Config(**{**TINY, "systems": ("E", "HSE", "curvdiff", "er", "sbm")})
+    claim = {c.key: c for c in claims(done, only_e)}["product_lower_distortion"]
+    assert claim.state == "untested"  # no single geometry besides E-only to judge it against
+    assert "no single geometry other than E" in claim.control.evidence
+
+
+def test_the_qm9_claim_is_untested_since_its_control_is_its_reference(monkeypatch):
+    """Claim 5's control E-only is the claim's reference: not judged against itself (a not-worse
+    test its reference passes trivially), so the claim is untested, not vacuous."""
+    import importlib.util
+
+    from mixlab.graphs.curvdiff.experiment import claims
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: real("json") if name == "qm9pack" else real(name, *a),
+    )
+    config = Config(**{**TINY, "molecules": "qm9"})
+    done = [
+        {"set": "qm9", "seed": seed, "system": system, "vun": vun}
+        for system, vun in (("curvdiff", 0.8), ("E", 0.7))
+        for seed in range(3)
+    ]
+    claim = {c.key: c for c in claims(done, config)}["qm9_vun"]
+    assert claim.control.system == "E"
+    assert not claim.control.tested
+    assert "own reference" in claim.control.evidence
+    assert claim.state == "untested"
+
+
 def test_qm9_without_its_extra_is_refused_by_name(monkeypatch):
     import importlib.util
 

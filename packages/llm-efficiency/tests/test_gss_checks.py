@@ -177,7 +177,11 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     assert len(result.claims) == 5
     assert [c.key for c in result.claims] == [spec.key for spec in Config.CLAIMS]
     assert all(c.control is not None and c.control.evidence for c in result.claims)
-    assert result.metrics["base"]["share_above_mean_omega"] is not None  # the heavy tail's control
+    assert (
+        result.metrics["base"]["share_above_mean_logprob"] is not None
+    )  # the heavy tail's control
+    assert result.metrics["base"]["share_above_mean_omega"] is None  # ω is GSS's alone
+    assert result.metrics["gss"]["share_above_mean_logprob"] is None
     if not all(c.holds for c in result.regime):  # a 10-step model memorizes nothing
         assert not any(c.tested for c in result.claims)
     assert (tmp_path / "full" / "memorization_vs_accuracy.png").exists()
@@ -207,7 +211,7 @@ def _values(**systems):
     row = {"memorization": [0.4, 0.4], "accuracy": [0.9, 0.9], "ds": [50.0, 50.0],
            "seconds": [1.0, 1.0]}  # fmt: skip
     values = {s: dict(row) for s in experiment.SYSTEMS}
-    values["base"] = dict(row, memorization=[0.8, 0.8], share_above_mean_omega=[0.6, 0.6])
+    values["base"] = dict(row, memorization=[0.8, 0.8], share_above_mean_logprob=[0.6, 0.6])
     values["gss"] = dict(row, share_above_mean_omega=[0.2, 0.2])
     for system, changes in systems.items():
         values[system] = {**values[system], **changes}
@@ -235,12 +239,36 @@ def test_claims_are_judged_per_seed_with_their_controls():
     assert experiment.claims(values, config)[1].state == "holds"
     values["caa"].update(memorization=[0.04, 0.05])  # ... and on both
     assert experiment.claims(values, config)[1].state == "vacuous"
-    values["base"]["share_above_mean_omega"] = [0.2, 0.24]  # the log-prob alone is heavy-tailed
+    values["base"]["share_above_mean_logprob"] = [0.2, 0.24]  # the log-prob alone is heavy-tailed
     assert experiment.claims(values, config)[0].state == "vacuous"
     values["gss"]["share_above_mean_omega"] = [0.2, 0.3]  # one seed is not
     failed = experiment.claims(values, config)[0]
     assert failed.state == "fails"
     assert "(seed 8)" in failed.evidence  # the seed the experiment ran, not its index
+
+
+def test_the_controls_of_lowest_ds_and_gating_can_pass():
+    """CAA's DS is judged against the mitigations other than GSS, and gated CAA against CAA
+    without its gate: either control can pass, and the claim is then vacuous."""
+    from mixlab.llm_efficiency.gss import experiment
+
+    values = _values(
+        gss={"memorization": [0.05, 0.06], "ds": [10.0, 12.0]},
+        gss_ungated={"memorization": [0.08, 0.09], "accuracy": [0.8, 0.8]},
+    )
+    config = Config(n_seeds=2)
+    lowest_ds, gating = experiment.claims(values, config)[2:4]
+    assert (lowest_ds.state, gating.state) == ("holds", "holds")
+    assert lowest_ds.control.system == "caa"
+    assert "vs gss" not in lowest_ds.control.evidence
+    assert gating.control.system == "caa_gated"
+    assert "caa clean accuracy" in gating.control.evidence
+    values["caa"]["ds"] = [20.0, 20.0]  # CAA beats every mitigation but GSS
+    values["caa"]["accuracy"] = [0.85, 0.85]  # and its gate saves 5 points at equal memorization
+    lowest_ds, gating = experiment.claims(values, config)[2:4]
+    assert (lowest_ds.state, gating.state) == ("vacuous", "vacuous")
+    values["caa"]["ds"] = [20.0, 60.0]  # one seed's CAA is beaten
+    assert experiment.claims(values, config)[2].state == "holds"
 
 
 def test_heavy_tail_goes_untested_without_the_base_models_share():
@@ -249,7 +277,7 @@ def test_heavy_tail_goes_untested_without_the_base_models_share():
     from mixlab.llm_efficiency.gss import experiment
 
     values = _values()
-    del values["base"]["share_above_mean_omega"]
+    del values["base"]["share_above_mean_logprob"]
     heavy_tail = experiment.claims(values, Config(n_seeds=2))[0]
     assert heavy_tail.state == "untested"
     assert not heavy_tail.control.tested

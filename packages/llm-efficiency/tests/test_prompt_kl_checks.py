@@ -104,6 +104,19 @@ def test_claims_are_judged_per_seed_with_their_controls_and_the_swap_premise():
     assert states[3] == "fails"
 
 
+def test_without_prompt_kl_its_claims_go_untested_with_the_reason():
+    from mixlab.llm_efficiency.prompt_kl import experiment
+
+    config = Config(**{**TINY, "n_seeds": 2, "conditions": (("no KL", 0.0, 0.0),)})
+    values = _values()
+    del values["prompt KL 0.1"], values["response KL 0.1"]
+    judged = experiment.claims(values, "test_override", config)
+    assert [c.key for c in judged] == [spec.key for spec in Config.CLAIMS]  # none vanishes
+    assert [c.state for c in judged] == ["untested", "untested", "holds", "holds"]
+    assert all("the run has no prompt KL 0.1" in c.evidence for c in judged[:2])
+    assert judged[0].premises[0].holds  # the premise is still measured and recorded
+
+
 def test_config_refuses_bad_values():
     with pytest.raises(ValueError, match="tasks must be"):
         Config(tasks=("jailbreak",))

@@ -587,3 +587,47 @@ def test_detection_claim_is_judged_against_random_alarms() -> None:
         if c.key == "detects_switches"
     )
     assert verdict.state == "fails"
+
+
+def test_a_sweep_narrower_than_the_spread_factor_is_refused() -> None:
+    """The schedule alone sets a = cτ, which varies over the sweep as max τ / min τ: a sweep
+    narrower than exponent_not_schedule's factor could not tell MoSAIC from its schedule."""
+    with pytest.raises(ValueError, match="step_decay_sweep must be a sweep whose largest τ"):
+        Config(step_decay_sweep=(10.0, 15.0))
+    Config(step_decay_sweep=(10.0, 20.0))  # exactly the factor is enough
+
+
+def test_exponent_claim_is_untested_without_a_control_on_the_sweep() -> None:
+    """The exponent varies little over τ on every seed: the claim's own test holds, but its
+    control (GROUSE's schedule, one schedule without τ) cannot be judged, so it stays untested
+    instead of being judged against a number the config fixes."""
+    from mixlab.online.mosaic.experiment import claims, sweep_names
+
+    config = Config(observed_fractions=(0.2,), n_seeds=2)
+    streams, sweeps = _fake_cells(0.01, 0.05, config)
+    fit = {"recovered": True, "exponent": 0.5, "power_law_fits_better": True}
+    for cell in streams:
+        for name in sweep_names(config).values():
+            cell["contraction"][name] = [fit]
+    verdict = next(
+        c
+        for c in claims(summarise(streams, sweeps, config), streams, sweeps, config)
+        if c.key == "exponent_not_schedule"
+    )
+    assert verdict.holds  # spread 1 on every seed
+    assert verdict.state == "untested"
+    assert verdict.control.system == "mosaic_grouse_schedule"
+    assert not verdict.control.tested
+    assert "no spread over τ" in verdict.control.evidence
+
+
+def test_resume_refuses_checkpoints_of_the_old_cell_list(tmp_path: Path) -> None:
+    """Cells are now checkpointed by run_cells, keyed by cell; a checkpoint that lists them (as
+    runs before it wrote) is refused in one line instead of failing on its layout."""
+    from mixlab.online.mosaic.experiment import run
+    from mixlab.shared import Checkpointer
+
+    config = Config(observed_fractions=(0.2,), n_seeds=1)
+    Checkpointer(tmp_path, keep_last=1).save_run(1, config, cells=[{"kind": "routing", "seed": 0}])
+    with pytest.raises(ValueError, match="older MoSAIC run .*without --resume"):
+        run(config, tmp_path, resume=True)

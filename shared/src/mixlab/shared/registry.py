@@ -19,6 +19,7 @@ Nothing is registered before it works: the registry is what ``mixlab list``, ``m
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import time
 import warnings
@@ -136,13 +137,19 @@ class Method:
             device = resolve_device(config.device)  # a missing GPU is refused before any folder
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
+        ledger = out_dir / "cache_ledger.jsonl"  # what the run built or found (workers append too)
+        if not resume:
+            ledger.unlink(missing_ok=True)
+        elif not ledger.exists() and (out_dir / "result.json").exists():
+            # a finished run's ledger lives in its result.json: a resumed run counts what it built
+            entries = (json.loads((out_dir / "result.json").read_text()).get("cache") or {}).get(
+                "entries", []
+            )
+            ledger.write_text("".join(json.dumps(entry) + "\n" for entry in entries))
         for stale in STALE_OUTPUTS:
             (out_dir / stale).unlink(missing_ok=True)
         run = self.load_run()
         seed_everything(config.seed)
-        ledger = out_dir / "cache_ledger.jsonl"  # what the run built or found (workers append too)
-        if not resume:
-            ledger.unlink(missing_ok=True)
         previous = os.environ.get(LEDGER_ENV)
         os.environ[LEDGER_ENV] = str(ledger.resolve())
         start = time.perf_counter()

@@ -59,9 +59,9 @@ CLAIMS = (
         system="HSE",
         control="E",
         why_control="issue 68 names each single geometry at equal dimension as claim 1's control; "
-        "the Euclidean latent (LGD-like) is the standard one, but it is also one of the claim's "
-        "own references, so its outcome is trivially 'fails' (it cannot beat itself); no system "
-        "without a product latent reports distortion or recovery",
+        "the Euclidean latent (LGD-like) is the standard one; it is also one of the claim's own "
+        "references, so as the control it is judged against the other single geometries (H, S), "
+        "never against itself; no system without a product latent reports distortion or recovery",
     ),
     ClaimSpec(
         key="beats_euclidean_mmd",
@@ -101,9 +101,9 @@ CLAIMS = (
         system="curvdiff",
         control="E",
         why_control="E-only is the only other system the molecule runs train (ER and the "
-        "Louvain-SBM produce no atoms); it is the claim's own reference, and a not-worse test "
-        "passes its reference trivially, so this claim is vacuous until the method issue adds "
-        "a molecule control",
+        "Louvain-SBM produce no atoms); it is the claim's own reference, which is never judged "
+        "against itself, so this claim is untested until the method issue adds a molecule "
+        "control",
     ),
     ClaimSpec(
         key="matches_digress",

@@ -52,7 +52,6 @@ from mixlab.graphs.flatnsd.tasks import (
 )
 from mixlab.graphs.flatnsd.theory import (
     GRAPH_FAMILIES,
-    SENSITIVITIES,
     json_ready,
     summary,
     theory_checks,
@@ -60,18 +59,16 @@ from mixlab.graphs.flatnsd.theory import (
 from mixlab.graphs.flatnsd.training import build_model, train_readout
 from mixlab.graphs.flatnsd.transforms import learned_sheaf_statistics
 from mixlab.shared import (
-    Checkpointer,
     Claim,
     Result,
     line_plot,
     mean_std,
-    progress,
     resolve_device,
+    run_cells,
     seed_everything,
 )
 from mixlab.shared.budget import parameter_count, width_for_budget
 from mixlab.shared.files import write_json_atomic
-from mixlab.shared.progress_report import cell_name, current_cell
 
 COLLAPSED = 0.5  # "collapses": at most this (chance is 0.2 on RingTransfer, 1/2^r on the tree)
 UNCHANGED = 1e-8  # max |R^F − R·I| that counts as "unchanged" (float64 pseudo-inverses: ~1e-10)
@@ -81,9 +78,9 @@ REGIME_ACCURACY = 0.9  # GCN must reach this at the smallest ring and tree depth
 __all__ = ["METHOD", "SYSTEMS", "Config", "claims", "regime", "run", "summarise"]
 
 
-def _cells(config: Config) -> list[tuple[str, int, int, str]]:
+def _cells(config: Config) -> list[dict[str, Any]]:
     return [
-        (task, size, config.seed + offset, system)
+        {"task": task, "size": size, "seed": config.seed + offset, "system": system}
         for task, sizes in (("ring", config.ring_sizes), ("tree", config.tree_depths))
         for size in sizes
         for offset in range(config.n_seeds)
@@ -171,32 +168,22 @@ def run_cell(
 
 def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     torch.set_flush_denormal(True)
-    checkpoints = Checkpointer(out_dir, resume=resume, keep_last=1)
-    done: dict[tuple, dict[str, Any]] = {}
-    theory = None
-    if (saved := checkpoints.load_run(config)) is not None:
-        done = {(c["task"], c["size"], c["seed"], c["system"]): c for c in saved["cells"]}
-        theory = saved["theory"]
-    if theory is None or any(set(f["bound"]) != set(SENSITIVITIES) for f in theory.values()):
-        # none saved, or saved before a sensitivity kind was added: recompute (seconds, seeded)
-        theory = theory_checks(stalk_dim=config.theory_stalk_dim, seed=config.seed)
-    planned = _cells(config)
-    task_cache: dict[tuple[str, int], tuple] = {}
-    with progress(len(planned), "flatnsd cells", completed=len(done)) as bar:
-        for task, size, seed, system in planned:
-            if (task, size, seed, system) in done:
-                continue
-            if (task, size) not in task_cache:
-                data = _task_data(config, task, size)
-                task_cache = {(task, size): (data, _widths(config, *data[2:]))}
-            data, widths = task_cache[(task, size)]
-            name = cell_name({"task": task, "size": size, "seed": seed, "system": system})
-            with current_cell(name):  # names the training loop inside
-                cell = run_cell(config, task, size, seed, system, data, widths[system])
-            done[(task, size, seed, system)] = cell
-            checkpoints.save_run(len(done), config, theory=theory, cells=list(done.values()))
-            bar.advance(size=size, seed=seed)
-    cells = [done[key] for key in planned]
+    # seeded and takes seconds: computed on every run (a resumed one too), never checkpointed
+    theory = theory_checks(stalk_dim=config.theory_stalk_dim, seed=config.seed)
+    task_cache: dict[tuple[str, int], tuple] = {}  # the latest task size's data and widths
+
+    def one_cell(cell: dict[str, Any]) -> dict[str, Any]:
+        task, size, system = cell["task"], cell["size"], cell["system"]
+        if (task, size) not in task_cache:
+            data = _task_data(config, task, size)
+            task_cache.clear()
+            task_cache[(task, size)] = (data, _widths(config, *data[2:]))
+        data, widths = task_cache[(task, size)]
+        return run_cell(config, task, size, cell["seed"], system, data, widths[system])
+
+    cells = run_cells(
+        out_dir, config, _cells(config), one_cell, resume=resume, label="flatnsd cells"
+    )
     write_json_atomic(out_dir / "theory.json", json_ready(theory))
     write_json_atomic(out_dir / "cells.json", json_ready(cells))
     metrics = summarise(cells, config)

@@ -61,9 +61,9 @@ CLAIMS = (
         system="mixscentnet",
         control="no-pretrain",
         why_control="the same network without Mordred pretraining, the claim's own reference "
-        "(its outcome is trivially 'fails'): the named controls (gradient boosting, the Snitz "
-        "angle) are not trained on the smaller share of pairs; the method issue should run "
-        "gradient boosting there and use it",
+        "(never judged against itself, so the claim is untested until it has another control): "
+        "the named controls (gradient boosting, the Snitz angle) are not trained on the smaller "
+        "share of pairs; the method issue should run gradient boosting there and use it",
         premises=CONVERGED,
     ),
     ClaimSpec(
@@ -83,9 +83,10 @@ CLAIMS = (
         "(one-sided paired t-test over seeds)",
         system="mixscentnet",
         control="no-pretrain",
-        why_control="the encoder trained from scratch, the claim's own reference (its outcome is "
-        "trivially 'fails'): no other system is trained on GS-LF labels; the method issue should "
-        "add a descriptor model (e.g. logistic regression on the Mordred descriptors themselves)",
+        why_control="the encoder trained from scratch, the claim's own reference (never judged "
+        "against itself, so the claim is untested until it has another control): no other "
+        "system is trained on GS-LF labels; the method issue should add a descriptor model (e.g. "
+        "logistic regression on the Mordred descriptors themselves)",
     ),
     ClaimSpec(
         key="olfactory_white",

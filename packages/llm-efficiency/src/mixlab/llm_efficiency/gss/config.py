@@ -64,17 +64,19 @@ CLAIMS = (
         text="GSS's DS_0.05 is the lowest of all mitigations",
         system="gss",
         control="caa",
-        why_control=_CAA_CONTROL + "; it is also one of the claim's references, so when GSS "
-        "holds the control fails by construction",
+        why_control=_CAA_CONTROL + "; judged against every mitigation but itself and GSS, it "
+        "passes when CAA beats all the others too: then the lowest DS is what a steer picked by "
+        "the same rule reaches, not something of GSS's subspace",
     ),
     ClaimSpec(
         key="gating_costs_ungated",
         text=f"Ungated GSS at equal memorization loses at least {UNGATED_COST * 100:.0f} points "
         "more clean accuracy than gated GSS",
         system="gss",
-        control="gss_ungated",
-        why_control="the same probes and steer without the gate (issue 71's control for the "
-        "gating claim); it is the claim's own reference, so its outcome is trivially fails",
+        control="caa_gated",
+        why_control="gated mean-difference (CAA) steering against CAA without its gate: the "
+        "same gate on a steer without GSS's gradient subspace or probes; if gating costs less "
+        "accuracy there too, the claim measures gating, not GSS",
     ),
     ClaimSpec(
         key="fits_faster",

@@ -26,9 +26,9 @@ memorizes at least half of the test sequences, the reference at most 5 %, and th
 clean accuracy is at least 90 %.
 
 The claims (``Config.CLAIMS``) are judged seed by seed on the first task, each again with its
-control in GSS's place: CAA for memorization, DS_0.05 and fit time, ungated GSS for the gate, and
-for ω's heavy tail the base model's log-prob alone (without the reference), measured on the same
-fit sequences.
+control in GSS's place: CAA for memorization, DS_0.05 (against the mitigations other than GSS)
+and fit time, gated CAA against CAA for the gate, and for ω's heavy tail the base model's
+log-prob alone (without the reference), measured on the same fit sequences.
 """
 
 from __future__ import annotations
@@ -90,6 +90,8 @@ __all__ = [
 BASE_MEMORIZES, REFERENCE_MAX, BASE_ACCURACY = 0.5, 0.05, 0.90
 """regime: base extraction >= 50 %, reference <= 5 %, base clean accuracy >= 90 %"""
 DS_LAMBDA = 0.05
+UNGATED = {"gss": "gss_ungated", "caa_gated": "caa"}
+"""the gating claim's pairs: each gated steer and the same steer without its gate"""
 TEST_SHARE = 3  # a third of the memorized sequences is the fixed test split
 N_TEST_CLEAN, N_GENERAL, N_HELD, N_VAL_CLEAN = 1000, 400, 400, 300
 
@@ -381,8 +383,10 @@ def summarise(
     measured value's mean over seeds and its std (``<name>_std``); the optimisation baselines'
     share of seeds that reached GSS's validation memorization and fit time over GSS's; the
     validation picks (``picked_<name>``, the mean over seeds when they differ; ``adaptive`` and
-    ``gated`` as shares of seeds); and on GSS's row the heavy-tail share of ω (on the base row,
-    the same share of the base model's log-prob alone, the heavy-tail claim's control)."""
+    ``gated`` as shares of seeds); on GSS's row the heavy-tail share of ω
+    (``share_above_mean_omega``) and on the base row the same share of the base model's log-prob
+    alone (``share_above_mean_logprob``, the heavy-tail claim's control; None when the validation
+    cells were cached before it was measured)."""
     metrics: dict[str, dict[str, Any]] = {}
     for task in tasks:
         cells = [c for c in tested if c["task"] == task]
@@ -418,9 +422,10 @@ def summarise(
                 )
             shares = [v["share_above_mean_omega"] for v in chosen]
             row["share_above_mean_omega"] = mean_std(shares)[0] if system == "gss" else None
-            if system == "base" and all("share_above_mean_logprob" in v for v in chosen):
-                logprob = [v["share_above_mean_logprob"] for v in chosen]
-                row["share_above_mean_omega"] = mean_std(logprob)[0]
+            logprob = [v.get("share_above_mean_logprob") for v in chosen]
+            row["share_above_mean_logprob"] = (
+                mean_std(logprob)[0] if system == "base" and None not in logprob else None
+            )
             row["target_memorization"] = (
                 mean_std([v["target_memorization"] for v in chosen])[0] if system == "gss" else None
             )
@@ -473,8 +478,9 @@ def per_seed_values(
 ) -> dict[str, dict[str, list[float]]]:
     """What the claims read on ``task``, per system and seed (in seed order, paired across
     systems): memorization, clean accuracy (NaN for text tasks), DS_0.05 (set on the cells by
-    :func:`summarise`) and fit seconds; ``share_above_mean_omega`` for GSS (ω) and for the base
-    model (its log-prob alone, without the reference)."""
+    :func:`summarise`) and fit seconds; ``share_above_mean_omega`` for GSS (ω) and
+    ``share_above_mean_logprob`` for the base model (its log-prob alone, without the reference;
+    absent when the validation cells were cached before it was measured)."""
     cells = [c for c in tested if c["task"] == task]
     seeds = sorted({c["seed"] for c in cells})
     by_key = {(c["system"], c["seed"]): c for c in cells}
@@ -492,7 +498,7 @@ def per_seed_values(
     chosen = sorted((v for v in val if v["task"] == task), key=lambda v: v["seed"])
     values["gss"]["share_above_mean_omega"] = [v["share_above_mean_omega"] for v in chosen]
     if all("share_above_mean_logprob" in v for v in chosen):
-        values["base"]["share_above_mean_omega"] = [v["share_above_mean_logprob"] for v in chosen]
+        values["base"]["share_above_mean_logprob"] = [v["share_above_mean_logprob"] for v in chosen]
     return values
 
 
@@ -506,7 +512,9 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
         return values[system][name]  # a KeyError: the system has no such value in this run
 
     def heavy_tail(system: str) -> Claim:
-        if "share_above_mean_omega" not in values[system]:
+        # GSS's ω, and for the control the base model's log-prob alone
+        share = {"gss": "share_above_mean_omega", "base": "share_above_mean_logprob"}[system]
+        if share not in values[system]:
             return Claim.not_run(
                 system,
                 f"no share above the mean for {system}: the validation cells were cached "
@@ -514,7 +522,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
             )
         return Claim.worst_seed(
             system,
-            seeds_of(system, "share_above_mean_omega"),
+            seeds_of(system, share),
             "<",
             HEAVY_TAIL,
             seeds=seeds,
@@ -547,6 +555,9 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
         )
 
     def lowest_ds(system: str) -> Claim:
+        # GSS against every other mitigation; a control against every other but GSS too, so
+        # that it passes when it beats every mitigation except the method
+        others = [m for m in MITIGATIONS if m not in (system, "gss")]
         return Claim.all_of(
             system,
             [
@@ -559,13 +570,15 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
                     value_label=f"{system} DS_0.05",
                     reference_label=other,
                 )
-                for other in MITIGATIONS
-                if other != system
+                for other in others
             ],
         )
 
     def gating_costs_ungated(system: str) -> Claim:
-        ungated = "gss_ungated"
+        ungated = UNGATED[system]
+        missing = [s for s in (system, ungated) if s not in values]
+        if missing:
+            return Claim.not_run(system, f"the run has no {', '.join(missing)}")
         return Claim.all_of(
             system,
             [
@@ -575,7 +588,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
                     "<=",
                     [v + EQUAL_MEMORIZATION for v in seeds_of(system, "memorization")],
                     seeds=seeds,
-                    value_label="ungated extraction rate",
+                    value_label=f"{ungated} extraction rate",
                     reference_label=f"{system}'s + {EQUAL_MEMORIZATION}",
                 ),
                 Claim.worst_seed(
@@ -584,7 +597,7 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
                     "<=",
                     [v - UNGATED_COST for v in seeds_of(system, "accuracy")],
                     seeds=seeds,
-                    value_label="ungated clean accuracy",
+                    value_label=f"{ungated} clean accuracy",
                     reference_label=f"{system}'s - {UNGATED_COST}",
                 ),
             ],
@@ -607,7 +620,6 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
                     value_label=f"fit time / {system}'s",
                 )
                 for other in OPTIMISED
-                if other != system
             ],
         )
 

@@ -34,7 +34,6 @@ from mixlab.llm_efficiency.prompt_kl.config import (
     KEEP_SUCCESS,
     METHOD,
     NO_KL,
-    PROMPT_KL,
     PROMPT_KL_HACK,
     RESPONSE_KL_COST,
     SWAP_CUT,
@@ -49,6 +48,7 @@ from mixlab.llm_efficiency.prompt_kl.policy import evaluate_policy, grpo_config,
 from mixlab.llm_efficiency.prompt_kl.tasks import ProxyReward, examples
 from mixlab.llm_efficiency.rl import train_reporting
 from mixlab.shared import Claim, Result, line_plot, mean_std, progress, run_cells
+from mixlab.shared.claims import where_run
 from mixlab.shared.files import write_json_atomic
 
 __all__ = ["METHOD", "Config", "claims", "per_seed_values", "regime", "run", "summarise"]
@@ -405,19 +405,24 @@ def claims(values: dict[str, dict[str, list[float]]], task: str, config: Config)
     no_kl_hack = seeds_of(NO_KL, "hack_rate")
     sft_hack = seeds_of("sft", "hack_rate")[0]
 
+    def halves_hack(text: str, swap: str) -> Claim:
+        """``swap``'s hack rate when the no-KL policy supplies only the other side is at most
+        ``SWAP_CUT`` times the policy's own, on every seed."""
+        return Claim.worst_seed(
+            text,
+            seeds_of(swap, "hack_without"),
+            "<=",
+            [SWAP_CUT * v for v in no_kl_hack],
+            seeds=seeds,
+            value_label="hack rate",
+            reference_label=f"{SWAP_CUT} x no-KL policy's",
+        )
+
     def swap_moves_hacking(system: str) -> Claim:
         return Claim.all_of(
             system,
             [
-                Claim.worst_seed(
-                    "the policy's other side alone",
-                    seeds_of(system, "hack_without"),
-                    "<=",
-                    [SWAP_CUT * v for v in no_kl_hack],
-                    seeds=seeds,
-                    value_label="hack rate",
-                    reference_label=f"{SWAP_CUT} x no-KL policy's",
-                ),
+                halves_hack("the policy's other side alone", system),
                 Claim.worst_seed(
                     "the policy's side alone",
                     seeds_of(system, "hack_only"),
@@ -430,81 +435,76 @@ def claims(values: dict[str, dict[str, list[float]]], task: str, config: Config)
             ],
         )
 
-    out = []
-    if PROMPT_KL in values:
-        premise = {
-            "prompt_carries_hack": Claim.worst_seed(
-                f"{task}: swapping in the SFT policy's prompt encoding at least halves the no-KL "
-                "policy's hack rate",
-                seeds_of("prompt swap", "hack_without"),
-                "<=",
-                [SWAP_CUT * v for v in no_kl_hack],
-                seeds=seeds,
-                value_label="hack rate",
-                reference_label=f"{SWAP_CUT} x no-KL policy's",
-            )
-        }
+    premise = {
+        "prompt_carries_hack": halves_hack(
+            f"{task}: swapping in the SFT policy's prompt encoding at least halves the no-KL "
+            "policy's hack rate",
+            "prompt swap",
+        )
+    }
 
-        def prompt_kl_stops_hacking(system: str) -> Claim:
-            return Claim.all_of(
-                system,
-                [
-                    Claim.worst_seed(
-                        "hack rate",
-                        seeds_of(system, "hack_rate"),
-                        "<",
-                        PROMPT_KL_HACK,
-                        seeds=seeds,
-                        value_label=f"{system} hack rate",
-                    ),
-                    Claim.worst_seed(
-                        "true success",
-                        seeds_of(system, "true_success"),
-                        ">=",
-                        [v - KEEP_SUCCESS for v in seeds_of(NO_KL, "true_success")],
-                        seeds=seeds,
-                        value_label=f"{system} true success",
-                        reference_label=f"no KL's - {KEEP_SUCCESS}",
-                    ),
-                ],
-            )
+    def prompt_kl_stops_hacking(system: str) -> Claim:
+        return Claim.all_of(
+            system,
+            [
+                Claim.worst_seed(
+                    "hack rate",
+                    seeds_of(system, "hack_rate"),
+                    "<",
+                    PROMPT_KL_HACK,
+                    seeds=seeds,
+                    value_label=f"{system} hack rate",
+                ),
+                Claim.worst_seed(
+                    "true success",
+                    seeds_of(system, "true_success"),
+                    ">=",
+                    [v - KEEP_SUCCESS for v in seeds_of(NO_KL, "true_success")],
+                    seeds=seeds,
+                    value_label=f"{system} true success",
+                    reference_label=f"no KL's - {KEEP_SUCCESS}",
+                ),
+            ],
+        )
 
-        out.append(judge("prompt_kl_stops_hacking", prompt_kl_stops_hacking, premises=premise))
-        responses = [c[0] for c in config.conditions if c[1] > 0 and c[2] == 0]
-        if responses:
+    responses = [c[0] for c in config.conditions if c[1] > 0 and c[2] == 0]
 
-            def response_kl_hacks_or_costs(system: str) -> Claim:
-                hack, success = seeds_of(system, "hack_rate"), seeds_of(system, "true_success")
+    def response_kl_hacks_or_costs(system: str) -> Claim:
+        # not the judged system itself, should a config name a condition against its betas
+        rivals = [name for name in responses if name != system]
+        if not rivals:
+            return Claim.not_run(system, "the run has no response-KL setting")
+        hack, success = seeds_of(system, "hack_rate"), seeds_of(system, "true_success")
 
-                def margin(name: str) -> list[float]:
-                    theirs = zip(
-                        seeds_of(name, "hack_rate"), seeds_of(name, "true_success"), strict=True
-                    )
-                    return [
-                        max(h - hs, (ss - RESPONSE_KL_COST) - s)
-                        for (h, s), hs, ss in zip(theirs, hack, success, strict=True)
-                    ]
+        def margin(name: str) -> list[float]:
+            theirs = zip(seeds_of(name, "hack_rate"), seeds_of(name, "true_success"), strict=True)
+            return [
+                max(h - hs, (ss - RESPONSE_KL_COST) - s)
+                for (h, s), hs, ss in zip(theirs, hack, success, strict=True)
+            ]
 
-                return Claim.all_of(
-                    system,
-                    [
-                        Claim.worst_seed(
-                            name,
-                            margin(name),
-                            ">",
-                            0.0,
-                            seeds=seeds,
-                            value_label=f"max(hack-rate excess over {system}, true-success loss "
-                            "beyond 5 points)",
-                        )
-                        for name in responses
-                        if name != system
-                    ],
+        return Claim.all_of(
+            system,
+            [
+                Claim.worst_seed(
+                    name,
+                    margin(name),
+                    ">",
+                    0.0,
+                    seeds=seeds,
+                    value_label=f"max(hack-rate excess over {system}, true-success loss "
+                    "beyond 5 points)",
                 )
+                for name in rivals
+            ],
+        )
 
-            out.append(
-                judge("response_kl_hacks_or_costs", response_kl_hacks_or_costs, premises=premise)
-            )
+    out = [  # without prompt KL in the run, its claims are untested with the reason
+        judge("prompt_kl_stops_hacking", where_run(prompt_kl_stops_hacking, values),
+              premises=premise),
+        judge("response_kl_hacks_or_costs", where_run(response_kl_hacks_or_costs, values),
+              premises=premise),
+    ]  # fmt: skip
 
     def prompt_steering_dominates(system: str) -> Claim:
         return Claim.worst_seed(

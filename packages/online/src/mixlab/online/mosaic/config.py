@@ -70,12 +70,11 @@ SYSTEMS = (
     "mosaic_grouse_schedule",
     "true_subspaces",
     "random_alarms",
-    "schedule_alone",
 )
 """the systems the claims' tests read: the streamed systems, ``mosaic_tau_sweep`` (the contraction
 sweep's systems ``mosaic_tau{τ}`` together), GROUSE's schedule, the true subspaces (the routing
-sweep), and two controls computed from what the run measures: ``random_alarms`` (the residual
-test's alarms at random times) and ``schedule_alone`` (the exponent a step schedule sets by itself)"""
+sweep), and a control computed from what the run measures: ``random_alarms`` (the residual test's
+alarms at random times)"""
 
 _PETRELS = (
     "PETRELS at rank K·r, initialised on the same source batch (issue 79's control of the tracking "
@@ -163,12 +162,15 @@ CLAIMS = (
         "stationary-then-switch stream, under the pure step 1/(1 + t/τ) restarted by the "
         f"residual test, it varies by less than a factor {EXPONENT_SPREAD:g} over τ in ({{taus}})",
         system="mosaic_tau_sweep",
-        control="schedule_alone",
-        why_control="the exponent the step schedule sets by itself: steps 1/(1 + t/τ) that each "
-        "remove a fixed share c of the error leave (1 + t/τ)^(−cτ), a = cτ, which varies over the "
-        "sweep as max τ / min τ; if that is below the factor too, the sweep is too narrow to tell "
-        "MoSAIC's exponent from the schedule's (the run has no system without MoSAIC's experts "
-        "on the sweep's stream)",
+        control="mosaic_grouse_schedule",
+        why_control="the run has no system without MoSAIC's experts on the sweep's stream, so no "
+        "measured control fits: mosaic_grouse_schedule, the only other system there, is MoSAIC's "
+        "pre-trained experts under GROUSE's own η₀/t step, one schedule without τ, so it has no "
+        "spread over τ and cannot be judged (the claim stays untested until a tracker without the "
+        "experts, e.g. GROUSE at rank K·r, runs the sweep at every τ); the schedule alone would "
+        "fail: steps 1/(1 + t/τ) that each remove a fixed share c of the error leave "
+        "(1 + t/τ)^(−cτ), a = cτ, which varies over the sweep as max τ / min τ, and the Config "
+        "requires that to be at least the factor",
         threshold=EXPONENT_SPREAD,
         floor=1.0,
     ),
@@ -312,6 +314,15 @@ class Config(ExperimentConfig):
             and len({f"{tau:g}" for tau in sweep}) == len(sweep),
             "step_decay_sweep",
             "at least two finite values > 0, distinct to 4 digits (they name the systems)",
+            sweep,
+        )
+        # the schedule alone sets a = cτ (see exponent_not_schedule): over a sweep narrower than
+        # the claim's factor it would pass too, and the claim could not tell MoSAIC from it
+        require(
+            max(sweep) / min(sweep) >= EXPONENT_SPREAD,
+            "step_decay_sweep",
+            f"a sweep whose largest τ is at least {EXPONENT_SPREAD:g}× its smallest (else the "
+            "exponent the schedule sets by itself varies less than exponent_not_schedule's factor)",
             sweep,
         )
         require(

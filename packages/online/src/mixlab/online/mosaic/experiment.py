@@ -45,6 +45,7 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -76,9 +77,8 @@ from mixlab.online.mosaic.diagnostics import (
 from mixlab.online.mosaic.estimators import GROUSE, PETRELS, MoSAIC, WindowedKSubspaces
 from mixlab.online.mosaic.stream import DriftingSubspaceStream, Epoch
 from mixlab.online.mosaic.subspace import RIDGE, route
-from mixlab.shared import Checkpointer, Claim, Result, progress, save_figure
+from mixlab.shared import Checkpointer, Claim, Result, progress, run_cells, save_figure
 from mixlab.shared.claims import Comparison
-from mixlab.shared.progress_report import cell_name, current_cell
 
 __all__ = ["METHOD", "Config", "run", "system_names"]
 
@@ -496,38 +496,44 @@ def _switch_contraction(
     }
 
 
-def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
-    planned = [("routing", None, config.seed + i) for i in range(config.n_seeds)] + [
-        ("stream", rate, config.seed + i)
+def _cells(config: Config) -> list[dict[str, Any]]:
+    """The run's cells in order: a routing sweep per seed, then a stream per rate and seed."""
+    routing = [{"kind": "routing", "seed": config.seed + i} for i in range(config.n_seeds)]
+    streams = [
+        {"kind": "stream", "p": rate, "seed": config.seed + i}
         for rate in config.observed_fractions
         for i in range(config.n_seeds)
     ]
+    return routing + streams
+
+
+def _run_cell(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
+    if cell["kind"] == "routing":
+        return routing_sweep(config, cell["seed"])
+    return run_stream(config, cell["p"], cell["seed"])
+
+
+def _refuse_old_checkpoints(out_dir: Path) -> None:
+    """A checkpoint of a run from before :func:`run_cells` (its cells listed, not keyed) cannot be
+    resumed: refuse it in one line instead of failing on its layout."""
+    last = Checkpointer(out_dir, resume=True).load_latest()
+    if last is not None and isinstance(last[1], dict) and "cells" in last[1]:
+        raise ValueError(
+            f"--resume: {out_dir} holds checkpoints of an older MoSAIC run (cells saved in a list); "
+            "run again without --resume"
+        )
+
+
+def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
+    if resume:
+        _refuse_old_checkpoints(out_dir)
+    planned = _cells(config)
     # Checkpointed after every cell; a resumed run must have the same config (device aside).
-    checkpoints = Checkpointer(out_dir, resume=resume, keep_last=1)
-    done: dict[tuple[str, float | None, int], dict[str, Any]] = {}
-    if (saved := checkpoints.load_run(config)) is not None:
-        done = {
-            (cell["kind"], cell.get("observed_fraction"), cell["seed"]): cell
-            for cell in saved["cells"]
-        }
-    with progress(len(planned), "mosaic cells", completed=len(done)) as bar:
-        for kind, rate, seed in planned:
-            if (kind, rate, seed) in done:
-                continue
-            name = cell_name({"kind": kind, **({} if rate is None else {"p": rate}), "seed": seed})
-            bar.describe(f"mosaic cells [{name}]")
-            bar.note(f"mosaic cells: cell {len(done) + 1}/{len(planned)} starts: {name}")
-            with current_cell(name):  # the loops inside are named after it
-                cell = (
-                    routing_sweep(config, seed)
-                    if kind == "routing"
-                    else run_stream(config, rate, seed)
-                )
-            done[(kind, rate, seed)] = cell
-            checkpoints.save_run(len(done), config, cells=list(done.values()))
-            bar.advance(line=True, **({} if rate is None else {"p": rate}), seed=seed)
-    streams = [done[key] for key in planned if key[0] == "stream"]
-    sweeps = [done[key] for key in planned if key[0] == "routing"]
+    outcomes = run_cells(
+        out_dir, config, planned, partial(_run_cell, config), resume=resume, label="mosaic cells"
+    )
+    streams = [c for c, cell in zip(outcomes, planned, strict=True) if cell["kind"] == "stream"]
+    sweeps = [c for c, cell in zip(outcomes, planned, strict=True) if cell["kind"] == "routing"]
     metrics = summarise(streams, sweeps, config)
     _plot_errors(streams, config, out_dir / "error_over_time.png")
     _plot_diagnostics(streams, metrics, config, out_dir / "diagnostics.png")
@@ -972,29 +978,28 @@ def _spread_test(
     system: str, streams: list[dict[str, Any]], metrics: dict[str, dict[str, Any]], config: Config
 ) -> Claim:
     """Seed by seed: how much the contraction exponent varies over τ (largest over smallest of
-    the seed's mean exponents per τ; infinite when one τ gave no positive fit). ``schedule_alone``:
-    the exponent a = cτ a schedule sets by itself varies as max τ / min τ, on every seed."""
+    the seed's mean exponents per τ; infinite when one τ gave no positive fit). Only the τ sweep
+    runs at several τ: another system (the control, GROUSE's schedule) has no spread over τ and
+    is not run (untested)."""
+    if system != "mosaic_tau_sweep":
+        return Claim.not_run(
+            system, f"{system} runs one schedule, not one per τ: it has no spread over τ"
+        )
     sweep = sweep_names(config)
     by_seed = _by_seed(streams)
-    if system == "schedule_alone":
-        spreads = [max(sweep) / min(sweep)] * len(by_seed)
-        label = "a = cτ: max τ / min τ"
-    else:
-        spreads = []
-        for cells in by_seed.values():
-            means = [
-                _mean([f["exponent"] for c in cells for f in c["contraction"][name]])
-                for name in sweep.values()
-            ]
-            measured = [a for a in means if a is not None and a > 0]
-            complete = len(measured) == len(means)
-            spreads.append(max(measured) / min(measured) if complete else math.inf)
-        label = "spread of the exponent over τ (largest / smallest)"
+    spreads = []
+    for cells in by_seed.values():
+        means = [
+            _mean([f["exponent"] for c in cells for f in c["contraction"][name]])
+            for name in sweep.values()
+        ]
+        measured = [a for a in means if a is not None and a > 0]
+        complete = len(measured) == len(means)
+        spreads.append(max(measured) / min(measured) if complete else math.inf)
+    label = "spread of the exponent over τ (largest / smallest)"
     claim = Claim.worst_seed(
         system, spreads, "<", EXPONENT_SPREAD, seeds=list(by_seed), value_label=label
     )
-    if system == "schedule_alone":
-        return claim
     exponents = {tau: metrics[name]["switch_contraction_exponent"] for tau, name in sweep.items()}
     listed = ", ".join(
         f"τ={tau:g}: " + (f"{a:.3g}" if a is not None else "no fit") for tau, a in exponents.items()

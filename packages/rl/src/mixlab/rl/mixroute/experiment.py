@@ -414,6 +414,8 @@ def claims(
         for where in wheres:
             ours = shifted(where, system)
             for ref in ("instance", "batch"):
+                if ref == system:  # the control, instance norm, is not judged against itself
+                    continue
                 d = (1 - RELATIVE_GAIN) * shifted(where, ref) - ours
                 parts.append(Claim.paired(
                     f"{where} vs {ref}", d.tolist(),
