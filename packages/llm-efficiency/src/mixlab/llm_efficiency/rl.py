@@ -53,21 +53,23 @@ def grpo_options(
     }
 
 
-def train_reporting(trainer: Any, description: str, *, resume: bool = False) -> Any:
-    """``trainer.train()`` (resumed from the latest checkpoint in its output folder when
-    ``resume``) with its optimiser steps shown by :func:`mixlab.shared.progress` and the latest
-    logged loss and reward beside them. Returns what ``train`` returns."""
+def train_reporting(trainer: Any, description: str) -> Any:
+    """``trainer.train()``, resumed from the latest checkpoint in its output folder when there is
+    one (a killed run goes on), with its optimiser steps shown by :func:`mixlab.shared.progress`
+    and the latest logged loss and reward beside them. Returns what ``train`` returns."""
     from transformers import TrainerCallback
+    from transformers.trainer_utils import get_last_checkpoint
 
-    done = 0
-    if resume:
-        names = [p.name for p in Path(trainer.args.output_dir).glob("checkpoint-*")]
-        done = max((int(n.split("-")[1]) for n in names if n.split("-")[1].isdigit()), default=0)
+    output_dir = Path(trainer.args.output_dir)
+    checkpoint = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
     shown: dict[str, float] = {}
 
-    with progress(trainer.args.max_steps, description, completed=done) as bar:
+    with progress(trainer.args.max_steps, description) as bar:
 
         class Report(TrainerCallback):
+            def on_train_begin(self, args, state, control, **kwargs):
+                bar.advance(state.global_step)  # the steps a resumed checkpoint already took
+
             def on_step_end(self, args, state, control, **kwargs):
                 bar.advance(max(0, state.global_step - bar.done), **shown)
 
@@ -79,7 +81,7 @@ def train_reporting(trainer: Any, description: str, *, resume: bool = False) -> 
         report = Report()
         trainer.add_callback(report)
         try:
-            return trainer.train(resume_from_checkpoint=True if resume else None)
+            return trainer.train(resume_from_checkpoint=checkpoint)
         finally:
             trainer.remove_callback(report)
 

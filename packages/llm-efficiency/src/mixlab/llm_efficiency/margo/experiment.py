@@ -200,8 +200,7 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
             ],
         )
         trainer.remove_callback(PrinterCallback)  # the per-step logs go to the result
-        has_checkpoint = any(run_dir.glob("checkpoint-*"))
-        train_reporting(trainer, "GRPO steps", resume=has_checkpoint)
+        train_reporting(trainer, "GRPO steps")  # resumes from run_dir's last checkpoint
         measured = evaluate(trainer.model.eval(), tokenizer, tests, seed=cell["seed"], **measure)
         return {**cell, **measured, "curves": _curves(trainer.state.log_history)}
 

@@ -141,8 +141,7 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
         trainer.remove_callback(
             PrinterCallback
         )  # the per-step logs go to the result, not the console
-        has_checkpoint = any(run_dir.glob("checkpoint-*"))
-        train_reporting(trainer, "GRPO steps", resume=has_checkpoint)
+        train_reporting(trainer, "GRPO steps")  # resumes from run_dir's last checkpoint
         model = trainer.model.eval()
         measured = evaluate_policy(
             model, tokenizer, task, test_sets[task], **_eval_kwargs(config, seed)
