@@ -150,18 +150,21 @@ def block_share(model: MoHDiffusion, sample_steps: int) -> float:
 
 
 def _dataset(config: Config, source: str, size: int):
-    """The images, the feature net of the metrics (cached on disk) and the caption embeddings."""
-    return _load_dataset(source, size, config.seed, config.feature_steps)
+    """The images, the feature net of the metrics and the caption embeddings. The feature net is
+    looked up in the disk cache on every call, so that each run's cache record names it."""
+    data, captions = _images(source, size, config.seed)
+    net = feature_net(data.images, data.labels, seed=config.seed, steps=config.feature_steps)
+    return data, net, captions
 
 
 @functools.cache
-def _load_dataset(source: str, size: int, seed: int, feature_steps: int):
+def _images(source: str, size: int, seed: int):
+    """The data set and its caption embeddings, drawn once per process."""
     data = load_images(source, size=size, seed=seed)
-    net = feature_net(data.images, data.labels, seed=seed, steps=feature_steps)
     captions = None
     if data.captions is not None:
         captions = caption_embeddings(data.captions, data.vocab_size, seed)
-    return data, net, captions
+    return data, captions
 
 
 def _reference(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
@@ -249,7 +252,6 @@ def _run_cell(config: Config, out_dir: Path, resume: bool, cell: dict[str, Any])
 
 
 def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
-    _load_dataset.cache_clear()  # each run looks its feature nets up (its cache record names them)
     seeds = [config.seed + s for s in range(config.n_seeds)]
     cells: list[dict[str, Any]] = []
     for source, size in config.datasets:

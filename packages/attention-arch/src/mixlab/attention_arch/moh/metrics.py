@@ -233,8 +233,8 @@ def feature_net(
     the weights are stored once per (images' bytes, labels, settings, the source of this module)
     in ``cache_dir("moh")/feature-net-<digest>`` by :func:`mixlab.shared.cache.cached` and later
     calls load them; each entry is a folder written under a temporary name and renamed into
-    place, so readers never see a partial one and two processes racing to fill it keep the
-    first.
+    place, so readers never see a partial one, and one process builds it while any other that
+    asks for it meanwhile waits and then loads it (the cache's lock).
 
     Args:
         images: real images ``[N, C, H, W]``, C in (1, 3), H = W >= 8, values in [-1, 1], N >= 2.
