@@ -183,6 +183,27 @@ def test_qm9_without_its_extra_is_refused_by_name(monkeypatch):
         Config(**{**TINY, "molecules": "qm9"})
 
 
+def test_the_cached_sets_are_made_by_code_their_entries_are_keyed_by(monkeypatch):
+    """A change to how a cached set is made makes it again: the recipes live in modules of the
+    entry's ``code``, not in the experiment."""
+    from mixlab.graphs.curvdiff import datasets, experiment, molecules
+
+    assert experiment.write_graph_set.__module__ in experiment.SET_CODE
+    assert datasets.with_curvature.__module__ in experiment.SET_CODE  # the Ricci attributes
+    assert molecules.write_molecule_set.__module__ in experiment.MOLECULE_CODE
+    assert molecules.with_curvature.__module__ in experiment.MOLECULE_CODE
+    made = []
+
+    def recipe(folder, *args):  # stands in for RDKit's NCI sample
+        made.append(args)
+        datasets.save_sets(folder / datasets.SETS_FILE, [], [], atom_types=["C"])
+
+    monkeypatch.setattr(molecules, "write_molecule_set", recipe)
+    train, test, atom_types = experiment.molecule_set(Config(**{**TINY, "molecules": "nci"}))
+    assert made == [("nci", 2000, 0.25)]  # the experiment's build only calls the recipe
+    assert (train, test, atom_types) == ([], [], ("C",))
+
+
 @pytest.mark.parametrize(
     ("override", "parameter"),
     [

@@ -77,6 +77,17 @@ def test_killed_experiment_resumes_to_the_same_result(data_dir, tmp_path, monkey
     assert [c.to_dict() for c in resumed.regime] == [c.to_dict() for c in whole.regime]
 
 
+def test_the_cached_work_is_made_by_code_its_entries_are_keyed_by():
+    """A change to how an encoder is pretrained (or the Mordred table made) trains it again: the
+    recipes live in modules of the entry's ``code``, not in the experiment."""
+    from mixlab.graphs.mixscentnet import experiment
+
+    assert "mixlab.graphs.mixscentnet.pretraining" in experiment.ENCODER_CODE
+    for recipe in (experiment.pretrain_encoder, experiment.gslf_split, experiment.seeded_encoder):
+        assert recipe.__module__ in experiment.ENCODER_CODE, recipe.__name__
+    assert experiment.mordred_targets.__module__ in experiment.MORDRED_CODE
+
+
 def _distance_cells(pearson: dict[str, float], steps_run: int = 50) -> list[dict]:
     """Distance cells of both splits, fold 0 and three seeds, with ``pearson`` per system."""
     return [

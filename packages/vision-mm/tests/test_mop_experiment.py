@@ -66,6 +66,20 @@ def test_killed_mid_training_resumes_to_the_same_numbers(cache, monkeypatch):
     assert json.dumps(resumed.metrics, sort_keys=True) == json.dumps(whole.metrics, sort_keys=True)
 
 
+def test_the_cached_features_are_made_by_code_their_entry_is_keyed_by(cache, monkeypatch):
+    """A change to how the scenes are encoded makes the features again: the recipe lives in a
+    module of the entry's ``code``, not in the experiment."""
+    from mixlab.vision_mm.mop import bases, experiment
+
+    assert bases.encode_scenes.__module__ in experiment.ENCODER_CODE
+    made = []
+    monkeypatch.setattr(experiment, "_encoder_folder", lambda config: cache / "no-encoder")
+    monkeypatch.setattr(experiment, "_load_encoder", lambda config, folder: "the encoder")
+    monkeypatch.setattr(bases, "encode_scenes", lambda folder, *args, **kw: made.append(args))
+    experiment._features_folder(Config(**TINY), "test")
+    assert made == [("the encoder", "test", 16, experiment.TEST_SEED)]  # the build only calls it
+
+
 def _cells(depth_order: dict[str, float], seeds=(0, 1, 2)) -> list[dict]:
     """System cells as the experiment records them: every system answers 0.7 of each question
     type, but for RGB-alone depth order (``depth_order``) and MoP-X, which leads by 10 points."""

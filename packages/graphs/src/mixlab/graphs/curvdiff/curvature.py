@@ -16,11 +16,13 @@ denoiser. Values are per *directed* entry of a PyG ``edge_index`` that holds bot
 undirected edge is solved once and its value copied to both entries.
 
     >>> data = AddRicciCurvature()(data)   # edge_curvature, edge_forman, node_curvature, ...
+    >>> graphs = with_curvature(graphs)    # the same, on every graph not yet annotated
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import copy
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -31,10 +33,13 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 
 from mixlab.shared.config import require
+from mixlab.shared.progress_report import progress
 
 DESCRIPTOR_DIM = 15
 """length of c(G): 10 histogram bins, mean κ, std κ, mean F/(2·d_max), n, |E|/n"""
 HISTOGRAM_BINS = 10
+CURVATURE_KEYS = ("edge_curvature", "edge_forman", "node_curvature", "node_forman")
+"""the attributes whose presence marks a graph as annotated (:func:`with_curvature`)"""
 
 
 def _undirected(edge_index: Tensor, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -186,6 +191,22 @@ class AddRicciCurvature(BaseTransform):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(alpha={self.alpha})"
+
+
+def with_curvature(graphs: Sequence[Data]) -> list[Data]:
+    """The graphs with their Ricci attributes (computed only where missing)."""
+    graphs = list(graphs)
+    missing = [not all(hasattr(g, k) for k in CURVATURE_KEYS) for g in graphs]
+    if not any(missing):
+        return graphs
+    transform = AddRicciCurvature()
+    out = []
+    with progress(sum(missing), "Ricci curvature") as bar:
+        for graph, compute in zip(graphs, missing, strict=True):
+            out.append(transform(copy.copy(graph)) if compute else graph)
+            if compute:
+                bar.advance()
+    return out
 
 
 def curvature_table(graphs: Iterable[Data], alpha: float = 0.5) -> list[dict[str, float | int]]:

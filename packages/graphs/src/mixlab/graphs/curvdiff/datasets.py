@@ -17,12 +17,16 @@ graphs.
 
     >>> graphs = make_graph_set("hetero-within", 64, seed=0)
     >>> train, test = split(graphs, test_fraction=0.2, seed=0)
+
+The experiment's cached graph sets are made here (:func:`write_graph_set`, in the file
+:data:`SETS_FILE`), so the cache entries are keyed by this module's source.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -31,6 +35,7 @@ from scipy.spatial import Delaunay
 from torch_geometric.data import Data
 from torch_geometric.utils import coalesce, to_undirected
 
+from mixlab.graphs.curvdiff.curvature import with_curvature
 from mixlab.graphs.curvdiff.metrics import to_networkx
 from mixlab.shared.config import require
 
@@ -490,3 +495,32 @@ def split(graphs: Sequence[Data], test_fraction: float, seed: int) -> tuple[list
     n_test = min(max(1, round(test_fraction * len(graphs))), len(graphs) - 1)
     order = np.random.default_rng(seed).permutation(len(graphs)).tolist()
     return [graphs[k] for k in order[n_test:]], [graphs[k] for k in order[:n_test]]
+
+
+# ------------------------------------------------------------------- the experiment's sets
+SETS_FILE = "sets.pt"
+"""a cached set's train and test graphs (and atom types): lists of ``Data.to_dict()`` (tensors,
+ints and strings), saved with ``torch.save`` and read with ``weights_only=True``"""
+
+
+def save_sets(path: Path, train: list, test: list, **extra: Any) -> None:
+    """Write train and test graphs (and ``extra`` plain values) as :data:`SETS_FILE` describes."""
+    parts = {"train": [g.to_dict() for g in train], "test": [g.to_dict() for g in test]}
+    torch.save({**parts, **extra}, path)
+
+
+def load_sets(path: Path) -> dict[str, Any]:
+    """What :func:`save_sets` wrote, with the graphs as ``Data``."""
+    stored = torch.load(path, weights_only=True)  # plain tensors, numbers and strings only
+    for part in ("train", "test"):
+        stored[part] = [Data.from_dict(g) for g in stored[part]]
+    return stored
+
+
+def write_graph_set(
+    folder: Path, name: str, num_graphs: int, test_fraction: float, **options: Any
+) -> None:
+    """The experiment's graph set ``name`` into ``folder/SETS_FILE``: ``num_graphs`` graphs
+    (seed 0; ``options`` go to the generator) with Ricci attributes, split train/test (seed 0)."""
+    graphs = with_curvature(make_graph_set(name, num_graphs, seed=0, **options))
+    save_sets(folder / SETS_FILE, *split(graphs, test_fraction, seed=0))

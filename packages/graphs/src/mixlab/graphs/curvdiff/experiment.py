@@ -34,7 +34,12 @@ import torch
 
 from mixlab.graphs.curvdiff.baselines import DiGressStyle, ErdosRenyi, LouvainSBM
 from mixlab.graphs.curvdiff.config import LATENT_SYSTEMS, METHOD, MMDS_WON, SYSTEMS, Config
-from mixlab.graphs.curvdiff.datasets import make_graph_set, split, write_graph6
+from mixlab.graphs.curvdiff.datasets import (
+    SETS_FILE,
+    load_sets,
+    write_graph6,
+    write_graph_set,
+)
 from mixlab.graphs.curvdiff.metrics import (
     describe,
     distortion,
@@ -44,7 +49,7 @@ from mixlab.graphs.curvdiff.metrics import (
     reconstruction_auroc,
     vun,
 )
-from mixlab.graphs.curvdiff.model import CurvDiff, parameter_total, with_curvature
+from mixlab.graphs.curvdiff.model import CurvDiff, parameter_total
 from mixlab.shared import Claim, Result, mean_std, resolve_device, run_cells
 from mixlab.shared.budget import parameter_count, width_for_budget
 from mixlab.shared.cache import cached
@@ -70,25 +75,12 @@ __all__ = ["METHOD", "Config", "claims", "regime", "run", "summarise"]
 
 
 # ---------------------------------------------------------------------------------------- data
-SETS_FILE = "sets.pt"
-"""a cached set's train and test graphs (and atom types): lists of ``Data.to_dict()`` (tensors,
-ints and strings), saved with ``torch.save`` and read with ``weights_only=True``"""
 SET_CODE = ("mixlab.graphs.curvdiff.datasets", "mixlab.graphs.curvdiff.curvature")
-"""the modules whose source makes a graph set: the generators and split, the Ricci attributes"""
-
-
-def _save_sets(path: Path, train: list, test: list, **extra: Any) -> None:
-    parts = {"train": [g.to_dict() for g in train], "test": [g.to_dict() for g in test]}
-    torch.save({**parts, **extra}, path)
-
-
-def _load_sets(path: Path) -> dict[str, Any]:
-    from torch_geometric.data import Data
-
-    stored = torch.load(path, weights_only=True)  # plain tensors, numbers and strings only
-    for part in ("train", "test"):
-        stored[part] = [Data.from_dict(g) for g in stored[part]]
-    return stored
+"""the modules whose source makes a graph set: the generators, split and file format
+(:func:`write_graph_set`), the Ricci attributes"""
+MOLECULE_CODE = (*SET_CODE, "mixlab.graphs.curvdiff.molecules")
+"""the modules whose source makes the molecule set: those of a graph set and the molecule
+loaders (:func:`~mixlab.graphs.curvdiff.molecules.write_molecule_set`)"""
 
 
 def graph_set(config: Config, name: str) -> tuple[list, list]:
@@ -99,11 +91,10 @@ def graph_set(config: Config, name: str) -> tuple[list, list]:
     key = {"set": name, "num_graphs": config.num_graphs, "test_fraction": config.test_fraction}
 
     def build(folder: Path) -> None:
-        graphs = with_curvature(make_graph_set(name, config.num_graphs, seed=0, **options))
-        _save_sets(folder / SETS_FILE, *split(graphs, config.test_fraction, seed=0))
+        write_graph_set(folder, name, config.num_graphs, config.test_fraction, **options)
 
     folder = cached("curvdiff", f"set-{name}", key | options, build, code=SET_CODE)
-    stored = _load_sets(folder / SETS_FILE)
+    stored = load_sets(folder / SETS_FILE)
     return stored["train"], stored["test"]
 
 
@@ -116,25 +107,13 @@ def molecule_set(config: Config) -> tuple[list, list, tuple[str, ...]]:
     }
 
     def build(folder: Path) -> None:
-        from mixlab.graphs.curvdiff.molecules import load_nci, load_qm9
+        from mixlab.graphs.curvdiff.molecules import write_molecule_set  # RDKit: only here
 
-        if config.molecules == "qm9":
-            limit = int(config.max_molecules / (1 - config.test_fraction))
-            molecules = load_qm9(max_heavy_atoms=9, limit=limit)
-        else:
-            molecules = load_nci(max_heavy_atoms=9)
-        graphs = with_curvature(list(molecules))
-        train, test = split(graphs, config.test_fraction, seed=0)
-        _save_sets(
-            folder / SETS_FILE,
-            train[: config.max_molecules],
-            test,
-            atom_types=list(molecules.atom_types),
-        )
+        write_molecule_set(folder, config.molecules, config.max_molecules, config.test_fraction)
 
-    code = (*SET_CODE, "mixlab.graphs.curvdiff.molecules")
-    folder = cached("curvdiff", f"molecules-{config.molecules}", key, build, code=code)
-    stored = _load_sets(folder / SETS_FILE)
+    name = f"molecules-{config.molecules}"
+    folder = cached("curvdiff", name, key, build, code=MOLECULE_CODE)
+    stored = load_sets(folder / SETS_FILE)
     return stored["train"], stored["test"], tuple(stored["atom_types"])
 
 

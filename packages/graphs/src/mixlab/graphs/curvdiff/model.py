@@ -24,15 +24,13 @@ from safetensors.torch import load_file, save_file
 from torch_geometric.data import Batch, Data
 from torch_geometric.utils import dense_to_sparse, to_dense_adj, to_dense_batch
 
-from mixlab.graphs.curvdiff.curvature import DESCRIPTOR_DIM, AddRicciCurvature
+from mixlab.graphs.curvdiff.curvature import DESCRIPTOR_DIM, with_curvature
 from mixlab.graphs.curvdiff.datasets import validate_graphs
 from mixlab.graphs.curvdiff.diffusion import GaussianDiffusion, NodeDenoiser
 from mixlab.graphs.curvdiff.latent import GraphAutoencoder, parse_geometry
 from mixlab.shared.config import is_count, require
 from mixlab.shared.diffusion import ema_update
 from mixlab.shared.progress_report import progress
-
-CURVATURE_KEYS = ("edge_curvature", "edge_forman", "node_curvature", "node_forman")
 
 
 @dataclass
@@ -118,22 +116,6 @@ class CurvDiffConfig:
         )
         require(self.ricci_matching >= 0, "ricci_matching", "a weight >= 0", self.ricci_matching)
         require(0 <= self.ema < 1, "ema", "a decay in [0, 1)", self.ema)
-
-
-def with_curvature(graphs: Sequence[Data]) -> list[Data]:
-    """The graphs with their Ricci attributes (computed only where missing)."""
-    graphs = list(graphs)
-    missing = [not all(hasattr(g, k) for k in CURVATURE_KEYS) for g in graphs]
-    if not any(missing):
-        return graphs
-    transform = AddRicciCurvature()
-    out = []
-    with progress(sum(missing), "Ricci curvature") as bar:
-        for graph, compute in zip(graphs, missing, strict=True):
-            out.append(transform(copy.copy(graph)) if compute else graph)
-            if compute:
-                bar.advance()
-    return out
 
 
 def is_molecule(graph: Data) -> bool:

@@ -29,6 +29,9 @@ Data sets (offline):
 - :func:`load_qm9`: QM9 (130,831 molecules, C/N/O/F, ≤ 9 heavy atoms) from the optional PyPI
   package ``qm9pack``, read by path (its ``__init__`` imports ``pkg_resources``):
   ``qm9pack/data/qm9_part{1,2,3}.csv``, column ``SMILES``.
+
+The experiment's cached molecule set is made here (:func:`write_molecule_set`), so its cache entry
+is keyed by this module's source.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ import torch
 from rdkit import Chem, RDConfig, rdBase
 from torch_geometric.data import Data
 
+from mixlab.graphs.curvdiff.curvature import with_curvature
+from mixlab.graphs.curvdiff.datasets import SETS_FILE, save_sets, split
 from mixlab.shared.config import is_count, require
 
 __all__ = [
@@ -478,6 +483,24 @@ def load_qm9(
     out = MoleculeList(graphs, ATOM_TYPES_QM9, "QM9 (qm9pack)", skipped)
     log.info(out.summary())
     return out
+
+
+def write_molecule_set(
+    folder: Path, molecules: str, max_molecules: int, test_fraction: float
+) -> None:
+    """The experiment's molecule set into ``folder/SETS_FILE``
+    (:func:`~mixlab.graphs.curvdiff.datasets.save_sets`, with ``atom_types``): QM9 (``"qm9"``,
+    the first molecules that leave ``max_molecules`` for training) or the NCI sample (anything
+    else), at most 9 heavy atoms, with Ricci attributes, split train/test (seed 0) and the
+    training part cut to ``max_molecules``."""
+    if molecules == "qm9":
+        limit = int(max_molecules / (1 - test_fraction))
+        loaded = load_qm9(max_heavy_atoms=9, limit=limit)
+    else:
+        loaded = load_nci(max_heavy_atoms=9)
+    graphs = with_curvature(list(loaded))
+    train, test = split(graphs, test_fraction, seed=0)
+    save_sets(folder / SETS_FILE, train[:max_molecules], test, atom_types=list(loaded.atom_types))
 
 
 def _to_dataset(

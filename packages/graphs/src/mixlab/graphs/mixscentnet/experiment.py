@@ -70,14 +70,19 @@ from mixlab.graphs.mixscentnet.data import (
 )
 from mixlab.graphs.mixscentnet.featurize import mordred_targets, smiles_digest
 from mixlab.graphs.mixscentnet.model import MixScentNet, MoleculeEncoder
+from mixlab.graphs.mixscentnet.pretraining import (
+    GSLF_TEST,
+    gslf_split,
+    mordred_smiles,
+    pretrain_encoder,
+    seeded_encoder,
+)
 from mixlab.graphs.mixscentnet.training import (
     FeaturizedMixtures,
     LabelModel,
-    MordredPretrainer,
     distance_metrics,
     fit_distance,
     macro_auroc,
-    median_r2,
     predict_distance,
 )
 from mixlab.shared import Claim, Result, mean_std, resolve_device, run_cells
@@ -89,7 +94,6 @@ REGIME_PEARSON = 0.6
 REGIME_RMSE_RATIO = 0.85
 REGIME_R2 = 0.5
 REGIME_AUROC = 0.8
-GSLF_TEST = 0.1
 
 __all__ = ["METHOD", "Config", "claims", "regime", "run", "summarise"]
 
@@ -101,20 +105,8 @@ def load_data(data_dir: str) -> tuple[OdourLabels, MixturePairs]:
     return load_gslf(data_dir), load_mixture_pairs(data_dir)
 
 
-def gslf_split(labels: OdourLabels) -> tuple[np.ndarray, np.ndarray]:
-    """(train, test) molecule indices of GS-LF: 10 % test, seed 0, fixed for every run."""
-    order = np.random.default_rng(0).permutation(len(labels))
-    held = round(GSLF_TEST * len(labels))
-    return np.sort(order[held:]), np.sort(order[:held])
-
-
-def _mordred_smiles(labels: OdourLabels, pairs: MixturePairs) -> list[str]:
-    return sorted(set(labels.smiles) | set(pairs.components))
-
-
 def _encoder(config: Config, seed: int) -> MoleculeEncoder:
-    torch.manual_seed(seed)
-    return MoleculeEncoder(config.hidden, config.embedding, config.layers, config.encoder)
+    return seeded_encoder(config.hidden, config.embedding, config.layers, config.encoder, seed)
 
 
 MORDRED_CODE = ("mixlab.graphs.mixscentnet.featurize",)
@@ -122,17 +114,18 @@ MORDRED_CODE = ("mixlab.graphs.mixscentnet.featurize",)
 ENCODER_CODE = (
     "mixlab.graphs.mixscentnet.featurize",
     "mixlab.graphs.mixscentnet.model",
+    "mixlab.graphs.mixscentnet.pretraining",
     "mixlab.graphs.mixscentnet.training",
 )
 """the modules whose source makes a pretrained encoder: featurization (and the Mordred targets),
-the encoder and the pretraining loops"""
+the encoder, the pretraining recipe (:func:`pretrain_encoder`) and its training loops"""
 
 
 def mordred_folder(config: Config) -> Path:
     """The cached raw Mordred descriptors (``mordred.npz``, read by :func:`mordred_targets`) of
     every GS-LF molecule and mixture component: the one slow step, with ``workers`` processes."""
     labels, pairs = load_data(config.data_dir)
-    every = _mordred_smiles(labels, pairs)
+    every = mordred_smiles(labels, pairs)
 
     def build(folder: Path) -> None:
         mordred_targets(every, folder, workers=config.workers)
@@ -142,12 +135,12 @@ def mordred_folder(config: Config) -> Path:
 
 
 def pretrained_encoder(config: Config, kind: str) -> tuple[MoleculeEncoder, dict[str, float]]:
-    """The cached ``mordred`` or ``labels`` encoder (made once, seed 0) and its held-out score:
-    median R² of the Mordred targets, or GS-LF macro AUROC."""
+    """The cached ``mordred`` or ``labels`` encoder (made once, seed 0, by
+    :func:`pretrain_encoder`) and its held-out score: median R² of the Mordred targets, or GS-LF
+    macro AUROC."""
     if kind not in ("mordred", "labels"):
         raise ValueError(f"kind must be 'mordred' or 'labels', got {kind!r}")
     labels, pairs = load_data(config.data_dir)
-    train, test = gslf_split(labels)
     key: dict[str, Any] = {
         "kind": kind,
         "encoder": config.encoder,
@@ -157,40 +150,17 @@ def pretrained_encoder(config: Config, kind: str) -> tuple[MoleculeEncoder, dict
         "pretrain_epochs": config.pretrain_epochs,
         "seed": 0,
         "test_fraction": GSLF_TEST,
-        "smiles": smiles_digest(_mordred_smiles(labels, pairs)),
+        "smiles": smiles_digest(mordred_smiles(labels, pairs)),
     }
     if kind == "labels":
         key["labels"] = hashlib.sha256(labels.labels.tobytes()).hexdigest()[:16]
 
     def build(folder: Path) -> None:
-        encoder = _encoder(config, 0)
-        started = time.perf_counter()
-        options = {"epochs": config.pretrain_epochs, "seed": 0}
-        train_smiles = [labels.smiles[i] for i in train]
-        test_smiles = [labels.smiles[i] for i in test]
-        if kind == "mordred":
-            every = _mordred_smiles(labels, pairs)
-            # self-supervised: the GS-LF training molecules and the mixture components (no
-            # labels, no distances), which also set the targets' scaling; the GS-LF test
-            # molecules score it
-            fit_smiles = sorted(set(train_smiles) | (set(pairs.components) - set(test_smiles)))
-            targets, _ = mordred_targets(
-                every, mordred_folder(config), workers=1, reference=fit_smiles
-            )
-            row = {s: i for i, s in enumerate(every)}
-            pretrainer = MordredPretrainer(encoder, targets.shape[1])
-            pretrainer.network.to(resolve_device(config.device))
-            pretrainer.fit(fit_smiles, targets[[row[s] for s in fit_smiles]], **options)
-            held = targets[[row[s] for s in test_smiles]]
-            score = {"r2": median_r2(pretrainer.predict(test_smiles), held)}
-        else:
-            model = LabelModel(encoder, labels.labels.shape[1])
-            model.network.to(resolve_device(config.device))
-            model.fit(train_smiles, labels.labels[train], **options)
-            score = {"auroc": macro_auroc(model.predict_proba(test_smiles), labels.labels[test])}
-        score["seconds"] = time.perf_counter() - started
-        torch.save({k: v.cpu() for k, v in encoder.state_dict().items()}, folder / "encoder.pt")
-        (folder / "score.json").write_text(json.dumps(score))
+        pretrain_encoder(
+            folder, kind, labels, pairs, hidden=config.hidden, embedding=config.embedding,
+            layers=config.layers, conv=config.encoder, epochs=config.pretrain_epochs,
+            device=config.device, mordred=lambda: mordred_folder(config),
+        )  # fmt: skip
 
     # one process builds it: a worker that asks meanwhile waits, then reads it (cached's lock)
     folder = cached("mixscentnet", f"encoder-{kind}", key, build, code=ENCODER_CODE)

@@ -5,11 +5,17 @@ The encoder's label is dense and says nothing about the questions' relations: th
 visible at each patch's centre (background, circle, square, triangle), read by a linear head from
 every patch token of the last layer. Each step draws a batch of one modality (alternating), so the
 trunk sees RGB and depth scenes but never a pair. The head is dropped after.
+
+The frozen encoder's hidden states of the train and test scenes, which every system trains and is
+tested on, are made here too (:func:`encode_scenes`): the experiment caches them keyed by this
+module's source.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -17,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mixlab.shared import progress
+from mixlab.shared.files import write_json_atomic
 from mixlab.vision_mm.mop.encoder import SharedEncoder, toy_trunk
 from mixlab.vision_mm.mop.scenes import MODALITY_CHANNELS, SHAPES, make_scenes
 
@@ -24,6 +31,7 @@ __all__ = [
     "EncoderSpec",
     "LMSpec",
     "depth_order_cnn",
+    "encode_scenes",
     "patch_labels",
     "pretrain_encoder",
     "pretrain_lm",
@@ -197,3 +205,25 @@ def depth_order_cnn(
     with torch.no_grad():
         predicted = torch.cat([net(xt[i : i + 256])[:, 0] for i in range(0, len(xt), 256)]) > 0
     return float((predicted.numpy() == yt).mean())
+
+
+def encode_scenes(
+    folder: Path, encoder: SharedEncoder, split: str, count: int, seed: int, *, size: int,
+    modalities: Sequence[str],
+) -> None:  # fmt: skip
+    """``count`` scenes (``seed``) of ``split`` as the frozen ``encoder``'s hidden states per
+    modality (``folder/<modality>.npy``, float16) and their questions (``folder/questions.json``):
+    the experiment's cached features."""
+    # training scenes carry a question of every type; test scenes one each, in turn
+    scenes = make_scenes(count, seed, size=size, every_type=split == "train")
+    with torch.no_grad():
+        for modality in modalities:
+            states = encoder.stacked_states(modality, torch.tensor(scenes.images[modality]))
+            np.save(folder / f"{modality}.npy", states.half().numpy())
+    questions = {
+        "questions": scenes.questions,
+        "answers": scenes.answers,
+        "types": scenes.types,
+        "scene": scenes.scene.tolist(),
+    }
+    write_json_atomic(folder / "questions.json", questions)

@@ -80,7 +80,8 @@ def _lm_spec(config: Config):
 
 ENCODER_CODE = ("mixlab.vision_mm.mop.bases", "mixlab.vision_mm.mop.encoder",
                 "mixlab.vision_mm.mop.scenes", "mixlab.shared.shapes")  # fmt: skip
-"""the code that pre-trains the shared encoder (and draws its scenes): part of its cache key"""
+"""the code that pre-trains the shared encoder (and draws its scenes) and encodes the train and
+test scenes (:func:`~.bases.encode_scenes`): part of its cache key and of the features'"""
 LM_CODE = ("mixlab.vision_mm.mop.bases", "mixlab.vision_mm.mop.text", "mixlab.vision_mm.mop.scenes",
            "mixlab.shared.shapes")  # fmt: skip
 """the code that pre-trains the toy Llama and its tokenizer"""
@@ -148,7 +149,7 @@ def bases(config: Config) -> tuple[Any, Any, Any, dict[str, Any]]:
 def _features_folder(config: Config, split: str) -> Path:
     """The cache entry of the train or test scenes as the frozen encoder's hidden states per
     modality (``<modality>.npy``, float16) and their questions (``questions.json``)."""
-    from mixlab.vision_mm.mop.scenes import make_scenes
+    from mixlab.vision_mm.mop.bases import encode_scenes
 
     count, seed = (
         (config.train_scenes, TRAIN_SEED) if split == "train" else (config.test_scenes, TEST_SEED)
@@ -158,21 +159,8 @@ def _features_folder(config: Config, split: str) -> Path:
 
     def build(folder: Path) -> None:
         encoder = _load_encoder(config, _encoder_folder(config))
-        # training scenes carry a question of every type; test scenes one each, in turn
-        scenes = make_scenes(
-            count, seed + config.seed, size=config.size, every_type=split == "train"
-        )
-        with torch.no_grad():
-            for modality in config.modalities:
-                states = encoder.stacked_states(modality, torch.tensor(scenes.images[modality]))
-                np.save(folder / f"{modality}.npy", states.half().numpy())
-        questions = {
-            "questions": scenes.questions,
-            "answers": scenes.answers,
-            "types": scenes.types,
-            "scene": scenes.scene.tolist(),
-        }
-        write_json_atomic(folder / "questions.json", questions)
+        encode_scenes(folder, encoder, split, count, seed + config.seed, size=config.size,
+                      modalities=config.modalities)  # fmt: skip
 
     return cached("mop", f"features-{split}", key, build, code=ENCODER_CODE)
 

@@ -1,0 +1,105 @@
+"""The encoder pretraining recipe of the MixScentNet experiment: the fixed GS-LF split, the seeded
+encoder, and the Mordred (self-supervised) or odour-label (POMMix-style) pretraining that fills a
+cache entry with ``encoder.pt`` and ``score.json``.
+
+:func:`~mixlab.graphs.mixscentnet.experiment.pretrained_encoder` caches what
+:func:`pretrain_encoder` writes, keyed by the source of this module (with ``featurize``, ``model``
+and ``training``: its ``ENCODER_CODE``), so a change to the recipe here trains the encoders again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mixlab.graphs.mixscentnet.data import MixturePairs, OdourLabels
+from mixlab.graphs.mixscentnet.featurize import mordred_targets
+from mixlab.graphs.mixscentnet.model import MoleculeEncoder
+from mixlab.graphs.mixscentnet.training import (
+    LabelModel,
+    MordredPretrainer,
+    macro_auroc,
+    median_r2,
+)
+from mixlab.shared import resolve_device
+
+GSLF_TEST = 0.1
+"""the fraction of GS-LF molecules held out to score the pretrained encoders"""
+
+__all__ = ["GSLF_TEST", "gslf_split", "mordred_smiles", "pretrain_encoder", "seeded_encoder"]
+
+
+def gslf_split(labels: OdourLabels) -> tuple[np.ndarray, np.ndarray]:
+    """(train, test) molecule indices of GS-LF: 10 % test, seed 0, fixed for every run."""
+    order = np.random.default_rng(0).permutation(len(labels))
+    held = round(GSLF_TEST * len(labels))
+    return np.sort(order[held:]), np.sort(order[:held])
+
+
+def mordred_smiles(labels: OdourLabels, pairs: MixturePairs) -> list[str]:
+    """Every GS-LF molecule and mixture component, sorted: the rows of the Mordred table."""
+    return sorted(set(labels.smiles) | set(pairs.components))
+
+
+def seeded_encoder(
+    hidden: int, embedding: int, layers: int, conv: str, seed: int
+) -> MoleculeEncoder:
+    """A fresh :class:`MoleculeEncoder`, its weights drawn after ``torch.manual_seed(seed)``."""
+    torch.manual_seed(seed)
+    return MoleculeEncoder(hidden, embedding, layers, conv)
+
+
+def pretrain_encoder(
+    folder: Path,
+    kind: str,
+    labels: OdourLabels,
+    pairs: MixturePairs,
+    *,
+    hidden: int,
+    embedding: int,
+    layers: int,
+    conv: str,
+    epochs: int,
+    device: str,
+    mordred: Callable[[], Path],
+) -> None:
+    """Pretrain an encoder (seed 0) as ``kind`` and write its weights (``folder/encoder.pt``, on
+    the CPU) and held-out score (``folder/score.json``: median R² of the Mordred targets or GS-LF
+    macro AUROC on :func:`gslf_split`'s test molecules, and the seconds it took).
+
+    ``mordred``: the folder of the cached raw Mordred table, asked for (only by ``kind="mordred"``)
+    after the encoder is drawn."""
+    train, test = gslf_split(labels)
+    encoder = seeded_encoder(hidden, embedding, layers, conv, 0)
+    started = time.perf_counter()
+    options = {"epochs": epochs, "seed": 0}
+    train_smiles = [labels.smiles[i] for i in train]
+    test_smiles = [labels.smiles[i] for i in test]
+    if kind == "mordred":
+        every = mordred_smiles(labels, pairs)
+        # self-supervised: the GS-LF training molecules and the mixture components (no
+        # labels, no distances), which also set the targets' scaling; the GS-LF test
+        # molecules score it
+        fit_smiles = sorted(set(train_smiles) | (set(pairs.components) - set(test_smiles)))
+        targets, _ = mordred_targets(every, mordred(), workers=1, reference=fit_smiles)
+        row = {s: i for i, s in enumerate(every)}
+        pretrainer = MordredPretrainer(encoder, targets.shape[1])
+        pretrainer.network.to(resolve_device(device))
+        pretrainer.fit(fit_smiles, targets[[row[s] for s in fit_smiles]], **options)
+        held = targets[[row[s] for s in test_smiles]]
+        score = {"r2": median_r2(pretrainer.predict(test_smiles), held)}
+    elif kind == "labels":
+        model = LabelModel(encoder, labels.labels.shape[1])
+        model.network.to(resolve_device(device))
+        model.fit(train_smiles, labels.labels[train], **options)
+        score = {"auroc": macro_auroc(model.predict_proba(test_smiles), labels.labels[test])}
+    else:
+        raise ValueError(f"kind must be 'mordred' or 'labels', got {kind!r}")
+    score["seconds"] = time.perf_counter() - started
+    torch.save({k: v.cpu() for k, v in encoder.state_dict().items()}, folder / "encoder.pt")
+    (folder / "score.json").write_text(json.dumps(score))
