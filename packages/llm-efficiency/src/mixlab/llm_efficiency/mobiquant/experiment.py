@@ -6,8 +6,8 @@ system with the same groups (``group_size`` columns, one float16 scale and zero 
 same calibration sequences (drawn from the VALIDATION files with the seed); perplexity is
 measured on the first ``eval_tokens`` bytes of the TEST files. Measured in one run:
 
-(a) outlier migration: Jaccard overlap of the top-10% tokens by loss increase (GPTQ at 3 vs 4
-    bits, and 2 vs 4), and the penalty of calibrating clipping at one precision and running at
+(a) outlier migration: Jaccard overlap of the top-10% tokens by loss increase (GPTQ, and RTN
+    as its control, at 3 vs 4 bits and at 2 vs 4), and the penalty of calibrating clipping at one precision and running at
     another (clip-calibrated RTN, calibrated at 3 and run at 4, against calibrated at 4);
 (b) elasticity: test perplexity at 2, 2.5, 3, 3.5, 4 and 6 average code bits for MoBiQuant
     (ONE checkpoint, budgets set at run time) and the router-free nested slices (same
@@ -312,8 +312,8 @@ def summarise(
         metrics["mobiquant"][f"router_gain@{key}"] = mean
         metrics["mobiquant"][f"router_gain_std@{key}"] = std if len(gains) > 1 else None
     for system in MIGRATION_SYSTEMS:
-        for bits, values in _jaccards(cells, fp_cell, system).items():
-            metrics[system][f"top10_jaccard@{bits}"] = mean_std(values)[0]
+        for bits, by_seed in _jaccards(cells, fp_cell, system).items():
+            metrics[system][f"top10_jaccard@{bits}"] = mean_std(list(by_seed.values()))[0]
         metrics[system]["top10_jaccard_chance"] = CHANCE_JACCARD
     return metrics
 
@@ -335,9 +335,9 @@ def _paired_nested(cells: list[dict[str, Any]]) -> list[tuple[dict, dict]]:
 
 def _jaccards(
     cells: list[dict[str, Any]], fp_cell: dict[str, Any], system: str
-) -> dict[int, list[float]]:
-    """Per seed, the Jaccard overlap of ``system``'s top-10% tokens by loss increase at 2 and at
-    3 bits with those at 4 bits (outlier migration, paper §3)."""
+) -> dict[int, dict[int, float]]:
+    """Per bit width (2, 3) and per seed ``system`` ran, the Jaccard overlap of its top-10% tokens
+    by loss increase at that width with those at 4 bits (outlier migration, paper §3)."""
     fp_nll = torch.tensor(fp_cell["nll"])
     seeds = sorted({c["seed"] for c in cells if c.get("system") == system})
 
@@ -348,7 +348,7 @@ def _jaccards(
         raise KeyError((system, bits, seed))
 
     return {
-        bits: [_jaccard_top(delta(bits, s), delta(4, s), TOP_FRACTION) for s in seeds]
+        bits: {s: _jaccard_top(delta(bits, s), delta(4, s), TOP_FRACTION) for s in seeds}
         for bits in (2, 3)
     }
 
@@ -386,8 +386,9 @@ def per_seed_values(
             values[system][f"bits@{key}"] = [r["bits"] for r in read]
     fp_cell = next(c for c in cells if c["part"] == "fp")
     for system in MIGRATION_SYSTEMS:
-        jaccards = _jaccards(cells, fp_cell, system)[3]
-        values[system]["top10_jaccard@3"] = jaccards * (len(seeds) // len(jaccards))
+        by_seed = _jaccards(cells, fp_cell, system)[3]
+        run_seed = {s: config.seed if system in DATA_FREE else s for s in seeds}  # as cell() maps
+        values[system]["top10_jaccard@3"] = [by_seed[run_seed[s]] for s in seeds]
     migration = {c["seed"]: c for c in cells if c["part"] == "migration"}
     values["clip_rtn"]["ppl@4"] = [migration[s]["calib4_run4"] for s in seeds]
     values["clip_rtn"]["cross_calibrated_ppl@4"] = [migration[s]["calib3_run4"] for s in seeds]
