@@ -187,7 +187,7 @@ QUICK_BUDGET_S = 15 * 60
 RERUN_BY_ITS_ISSUE = {
     "curvdiff": 68, "flatnsd": 76, "gss": 71, "margo": 78, "mita": 66,
     "mixforensics": 73, "mixroute": 64, "mixscentnet": 69, "moa3cir": 72,
-    "moh": 67, "mol": 65, "mop": 74, "prompt_kl": 62, "rnd_rff": 70, "rpdi_ee": 78,
+    "moh": 67, "mol": 65, "mop": 74, "rnd_rff": 70, "rpdi_ee": 78,
 }  # fmt: skip
 """methods whose committed quick result predates result.json's ``cache`` record, so its cold
 time is unknown (warm, 4 take over 15 minutes: moh, mop, mol, curvdiff); the method's issue
