@@ -225,3 +225,21 @@ def test_run_cells_in_worker_processes_gives_the_sequential_outcomes_and_resumes
     assert again == sequential
     with pytest.raises(ValueError, match="workers must be an integer >= 1"):
         run_cells(tmp_path / "c", Config(), planned, json.dumps, resume=False, label="t", workers=0)
+
+
+def test_run_cells_refuses_a_checkpoint_of_an_older_layout_in_one_line(tmp_path: Path) -> None:
+    """A run whose experiment saved its cells itself (a list, before run_cells) is not resumed
+    into a KeyError: run_cells refuses it by name."""
+    import json
+    from dataclasses import dataclass
+
+    from mixlab.shared import Checkpointer, ExperimentConfig, run_cells
+
+    @dataclass
+    class Config(ExperimentConfig):
+        pass
+
+    Checkpointer(tmp_path, keep_last=1).save_run(1, Config(), cells=[{"cell": 0}])
+    with pytest.raises(ValueError, match="older layout") as caught:
+        run_cells(tmp_path, Config(), [{"cell": 0}], json.dumps, resume=True, label="t")
+    assert "\n" not in str(caught.value)

@@ -382,6 +382,11 @@ def run_cells(
     checkpoints = Checkpointer(out_dir, resume=resume, keep_last=1)
     done: dict[str, Any] = {}
     if (saved := checkpoints.load_run(config)) is not None:
+        if "done" not in saved:  # saved by the experiment's own loop before it used run_cells
+            raise ValueError(
+                f"resume: {out_dir} holds checkpoints of an older layout (not run_cells'); "
+                "run again without resume"
+            )
         done = saved["done"]
     keys = [json.dumps(cell, sort_keys=True) for cell in planned]
     pending = [(key, cell) for key, cell in zip(keys, planned, strict=True) if key not in done]
