@@ -54,3 +54,7 @@ trainer.train()
 rank = trainer.accelerator.process_index
 assert trainer.accelerator.num_processes == 2
 (out / f"rank{rank}.json").write_text(json.dumps(rendered))
+# Tear the process group down before exit: a rank that exits with gloo's threads still running can
+# abort ("terminate called without an active exception", SIGABRT), as one fresh-ci run saw.
+trainer.accelerator.wait_for_everyone()
+torch.distributed.destroy_process_group()
