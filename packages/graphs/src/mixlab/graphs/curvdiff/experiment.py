@@ -8,8 +8,8 @@ steps), samples ``num_samples`` graphs, and is scored against the held-out graph
 clustering, orbit, spectral and curvature-histogram MMD in both protocols (``emd``: GraphRNN/GDSS;
 ``tv``: GRAN/SPECTRE/DiGress), V.U.N. on trees and planar graphs, and for latent systems the
 autoencoder's AUROC, exact recovery and distortion on the test graphs. The train–test MMD is the
-floor. Molecules (RDKit's NCI sample in quick, QM9 in full): validity without correction,
-uniqueness, novelty and V.U.N.
+floor. Molecules (QM9 in full, none in quick; ``molecules="nci"`` runs RDKit's NCI sample):
+validity without correction, uniqueness, novelty and V.U.N.
 
 Regime (``result.json``'s ``regime``), per graph set: E-only's degree + clustering MMD (tv) is at
 most half of Erdős–Rényi's and its autoencoder recovers ≥ 90 % of test graphs exactly; on QM9
