@@ -88,6 +88,34 @@ def test_the_cached_work_is_made_by_code_its_entries_are_keyed_by():
     assert experiment.mordred_targets.__module__ in experiment.MORDRED_CODE
 
 
+def test_quick_shares_out_the_mordred_molecules_and_the_white_fits(data_dir):
+    """Quick computes Mordred descriptors of a share of each GS-LF part (full: every molecule,
+    split as before) and fits olfactory white only for ``white_systems`` (full: every system)."""
+    from mixlab.graphs.mixscentnet.data import load_gslf, load_mixture_pairs
+    from mixlab.graphs.mixscentnet.experiment import _cells
+    from mixlab.graphs.mixscentnet.pretraining import gslf_split, mordred_smiles, mordred_split
+
+    labels, pairs = load_gslf(str(data_dir)), load_mixture_pairs(str(data_dir))
+    train, test = gslf_split(labels)
+    every = mordred_split(labels, 1.0)
+    assert (every[0] == train).all()
+    assert (every[1] == test).all()
+    assert mordred_smiles(labels, pairs) == sorted(set(labels.smiles) | set(pairs.components))
+    quick = Config(data_dir=str(data_dir))
+    share = mordred_split(labels, quick.mordred_fraction)
+    assert set(share[0]) < set(train)
+    assert set(share[1]) <= set(test)
+    assert len(share[1]) >= 2
+    assert set(pairs.components) <= set(mordred_smiles(labels, pairs, quick.mordred_fraction))
+
+    def white(config: Config) -> list[str]:
+        return [c["system"] for c in _cells(config, pairs) if c["task"] == "white"]
+
+    assert white(quick) == ["mixscentnet", "snitz", "hgb", "mean"]
+    full = Config.from_profile("full", data_dir=str(data_dir))
+    assert white(full) == list(SYSTEMS) * full.white_seeds  # per seed, every system
+
+
 def _distance_cells(pearson: dict[str, float], steps_run: int = 50) -> list[dict]:
     """Distance cells of both splits, fold 0 and three seeds, with ``pearson`` per system."""
     return [
@@ -139,6 +167,8 @@ def test_a_missing_data_folder_is_one_line_naming_it(tmp_path, capsys):
         ({"pair_fraction": 1.0}, "pair_fraction"),
         ({"encoder": "gcn"}, "encoder"),
         ({"white_sizes": (3,)}, "white_sizes"),
+        ({"mordred_fraction": 0.0}, "mordred_fraction"),
+        ({"white_systems": ("mixscentnet", "gcn")}, "white_systems"),
     ],
 )
 def test_config_names_the_bad_field(override, parameter):

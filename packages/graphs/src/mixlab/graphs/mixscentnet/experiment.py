@@ -2,20 +2,21 @@
 olfaction data (``mixlab run mixscentnet``).
 
 One-time work, cached (:func:`~mixlab.shared.cache.cached`, namespace ``mixscentnet``, keyed by
-its config, its data and the source of the code that makes it): Mordred 2D descriptors of every
-GS-LF molecule and mixture component; the Mordred-pretrained encoder (GS-LF training molecules and
-the components, no labels); the label-pretrained encoder (POMMix-style: GS-LF training labels).
-GS-LF is split once, 90/10 by molecule (seed 0); its test molecules score Mordred R² and label
-AUROC.
+its config, its data and the source of the code that makes it): Mordred 2D descriptors of
+``mordred_fraction`` of the GS-LF molecules (every one in the full profile) and of every mixture
+component; the Mordred-pretrained encoder (those GS-LF training molecules and the components, no
+labels); the label-pretrained encoder (POMMix-style: every GS-LF training label). GS-LF is split
+once, 90/10 by molecule (seed 0); its test molecules score label AUROC, and the share of them with
+Mordred descriptors scores Mordred R².
 
 Cells, every system with the same encoder widths, steps and early stopping:
 
 - ``distance``: per split (``random``: stratified K-fold; ``molecules``: leave-some-molecules-out),
   fold and seed, fit on the training pairs (the ``FEW_PAIRS_SYSTEMS`` also on ``pair_fraction``
   of them) and score Pearson, RMSE and Kendall τ on the test pairs;
-- ``white``: per seed, fit on every pair but Snitz 1's non-overlapping ones, predict those (the
-  out-of-fold predictions for the olfactory-white test) and random non-overlapping mixtures of
-  ``white_sizes`` components from the component pool;
+- ``white``: per seed and system of ``white_systems``, fit on every pair but Snitz 1's
+  non-overlapping ones, predict those (the out-of-fold predictions for the olfactory-white test)
+  and random non-overlapping mixtures of ``white_sizes`` components from the component pool;
 - ``labels``: GS-LF macro AUROC after training encoder + head on ``label_fractions`` of the
   training labels, from the Mordred-pretrained encoder or from scratch.
 
@@ -123,9 +124,11 @@ the encoder, the pretraining recipe (:func:`pretrain_encoder`) and its training 
 
 def mordred_folder(config: Config) -> Path:
     """The cached raw Mordred descriptors (``mordred.npz``, read by :func:`mordred_targets`) of
-    every GS-LF molecule and mixture component: the one slow step, with ``workers`` processes."""
+    ``config.mordred_fraction`` of the GS-LF molecules
+    (:func:`~mixlab.graphs.mixscentnet.pretraining.mordred_split`) and every mixture component: the
+    one slow step, with ``workers`` processes."""
     labels, pairs = load_data(config.data_dir)
-    every = mordred_smiles(labels, pairs)
+    every = mordred_smiles(labels, pairs, config.mordred_fraction)
 
     def build(folder: Path) -> None:
         mordred_targets(every, folder, workers=config.workers)
@@ -141,6 +144,7 @@ def pretrained_encoder(config: Config, kind: str) -> tuple[MoleculeEncoder, dict
     if kind not in ("mordred", "labels"):
         raise ValueError(f"kind must be 'mordred' or 'labels', got {kind!r}")
     labels, pairs = load_data(config.data_dir)
+    fraction = config.mordred_fraction if kind == "mordred" else 1.0  # labels: every molecule
     key: dict[str, Any] = {
         "kind": kind,
         "encoder": config.encoder,
@@ -150,8 +154,10 @@ def pretrained_encoder(config: Config, kind: str) -> tuple[MoleculeEncoder, dict
         "pretrain_epochs": config.pretrain_epochs,
         "seed": 0,
         "test_fraction": GSLF_TEST,
-        "smiles": smiles_digest(mordred_smiles(labels, pairs)),
+        "smiles": smiles_digest(mordred_smiles(labels, pairs, fraction)),
     }
+    if kind == "mordred":
+        key["mordred_fraction"] = fraction
     if kind == "labels":
         key["labels"] = hashlib.sha256(labels.labels.tobytes()).hexdigest()[:16]
 
@@ -160,6 +166,7 @@ def pretrained_encoder(config: Config, kind: str) -> tuple[MoleculeEncoder, dict
             folder, kind, labels, pairs, hidden=config.hidden, embedding=config.embedding,
             layers=config.layers, conv=config.encoder, epochs=config.pretrain_epochs,
             device=config.device, mordred=lambda: mordred_folder(config),
+            mordred_fraction=fraction,
         )  # fmt: skip
 
     # one process builds it: a worker that asks meanwhile waits, then reads it (cached's lock)
@@ -196,6 +203,7 @@ def _cells(config: Config, pairs: MixturePairs) -> list[dict[str, Any]]:
             {"task": "white", "seed": seed, "system": system}
             for seed in seeds[: config.white_seeds]
             for system in config.systems
+            if system in config.white_systems
         ]
     cells += [
         {"task": "labels", "seed": seed, "init": init, "fraction": fraction}

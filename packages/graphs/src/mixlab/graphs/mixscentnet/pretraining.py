@@ -31,7 +31,14 @@ from mixlab.shared import resolve_device
 GSLF_TEST = 0.1
 """the fraction of GS-LF molecules held out to score the pretrained encoders"""
 
-__all__ = ["GSLF_TEST", "gslf_split", "mordred_smiles", "pretrain_encoder", "seeded_encoder"]
+__all__ = [
+    "GSLF_TEST",
+    "gslf_split",
+    "mordred_smiles",
+    "mordred_split",
+    "pretrain_encoder",
+    "seeded_encoder",
+]
 
 
 def gslf_split(labels: OdourLabels) -> tuple[np.ndarray, np.ndarray]:
@@ -41,9 +48,27 @@ def gslf_split(labels: OdourLabels) -> tuple[np.ndarray, np.ndarray]:
     return np.sort(order[held:]), np.sort(order[:held])
 
 
-def mordred_smiles(labels: OdourLabels, pairs: MixturePairs) -> list[str]:
-    """Every GS-LF molecule and mixture component, sorted: the rows of the Mordred table."""
-    return sorted(set(labels.smiles) | set(pairs.components))
+def mordred_split(labels: OdourLabels, fraction: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """(train, test) indices of the GS-LF molecules whose Mordred descriptors are computed:
+    :func:`gslf_split`'s, or at ``fraction`` < 1 that share of each part (at least 2 molecules
+    of each), drawn once (seed 0)."""
+    train, test = gslf_split(labels)
+    if fraction >= 1:
+        return train, test
+    rng = np.random.default_rng(0)
+
+    def share(part: np.ndarray) -> np.ndarray:
+        size = min(len(part), max(2, round(fraction * len(part))))
+        return np.sort(rng.choice(part, size, replace=False))
+
+    return share(train), share(test)
+
+
+def mordred_smiles(labels: OdourLabels, pairs: MixturePairs, fraction: float = 1.0) -> list[str]:
+    """The GS-LF molecules of :func:`mordred_split` (every one at ``fraction`` 1) and every
+    mixture component, sorted: the rows of the Mordred table."""
+    train, test = mordred_split(labels, fraction)
+    return sorted({labels.smiles[i] for i in (*train, *test)} | set(pairs.components))
 
 
 def seeded_encoder(
@@ -67,13 +92,16 @@ def pretrain_encoder(
     epochs: int,
     device: str,
     mordred: Callable[[], Path],
+    mordred_fraction: float = 1.0,
 ) -> None:
     """Pretrain an encoder (seed 0) as ``kind`` and write its weights (``folder/encoder.pt``, on
     the CPU) and held-out score (``folder/score.json``: median R² of the Mordred targets or GS-LF
     macro AUROC on :func:`gslf_split`'s test molecules, and the seconds it took).
 
     ``mordred``: the folder of the cached raw Mordred table, asked for (only by ``kind="mordred"``)
-    after the encoder is drawn."""
+    after the encoder is drawn. ``mordred_fraction``: the share of GS-LF's training and test
+    molecules (:func:`mordred_split`) that pretrain and score the Mordred encoder; the mixture
+    components pretrain it at any share, but no GS-LF test molecule ever does."""
     train, test = gslf_split(labels)
     encoder = seeded_encoder(hidden, embedding, layers, conv, 0)
     started = time.perf_counter()
@@ -81,18 +109,22 @@ def pretrain_encoder(
     train_smiles = [labels.smiles[i] for i in train]
     test_smiles = [labels.smiles[i] for i in test]
     if kind == "mordred":
-        every = mordred_smiles(labels, pairs)
-        # self-supervised: the GS-LF training molecules and the mixture components (no
-        # labels, no distances), which also set the targets' scaling; the GS-LF test
-        # molecules score it
-        fit_smiles = sorted(set(train_smiles) | (set(pairs.components) - set(test_smiles)))
+        every = mordred_smiles(labels, pairs, mordred_fraction)
+        chosen_train, chosen_test = mordred_split(labels, mordred_fraction)
+        # self-supervised: the (chosen) GS-LF training molecules and the mixture components (no
+        # labels, no distances), which also set the targets' scaling; the chosen GS-LF test
+        # molecules score it, and no GS-LF test molecule pretrains it
+        fit_smiles = sorted(
+            {labels.smiles[i] for i in chosen_train} | (set(pairs.components) - set(test_smiles))
+        )
+        held_smiles = [labels.smiles[i] for i in chosen_test]
         targets, _ = mordred_targets(every, mordred(), workers=1, reference=fit_smiles)
         row = {s: i for i, s in enumerate(every)}
         pretrainer = MordredPretrainer(encoder, targets.shape[1])
         pretrainer.network.to(resolve_device(device))
         pretrainer.fit(fit_smiles, targets[[row[s] for s in fit_smiles]], **options)
-        held = targets[[row[s] for s in test_smiles]]
-        score = {"r2": median_r2(pretrainer.predict(test_smiles), held)}
+        held = targets[[row[s] for s in held_smiles]]
+        score = {"r2": median_r2(pretrainer.predict(held_smiles), held)}
     elif kind == "labels":
         model = LabelModel(encoder, labels.labels.shape[1])
         model.network.to(resolve_device(device))
