@@ -185,7 +185,7 @@ def test_run_help_lists_the_methods_fields(capsys: pytest.CaptureFixture[str]) -
 QUICK_BUDGET_S = 15 * 60
 """a quick profile finishes within 15 minutes on 2 cores from an empty cache, one-time work in"""
 RERUN_BY_ITS_ISSUE = {
-    "mop": 74, "rpdi_ee": 78,
+    "rpdi_ee": 78,
 }  # fmt: skip
 """methods whose committed quick result predates result.json's ``cache`` record, so its cold
 time is unknown (warm, 4 take over 15 minutes: moh, mop, mol, curvdiff); the method's issue

@@ -70,10 +70,10 @@ CLAIMS = (
 
 @dataclass
 class Config(ExperimentConfig):
-    """Defaults are the quick profile (3 seeds × 5 systems on 32² scenes): about 24 minutes on 2
-    CPU cores once the bases are cached, about 28 from an empty cache, over the 15-minute quick
-    budget (unimodal RGB needs 1,200 steps of 64 to clear the 0.9 regime bar); full is the issue's
-    GPU run."""
+    """Defaults are the quick profile (3 seeds × 5 systems on 32² scenes): about 14 minutes on 2
+    CPU cores from an empty cache (841 s measured, the bases 165 s of it), close to the 15-minute
+    quick budget because unimodal RGB needs 1,200 steps of 64 to clear the 0.9 regime bar; full
+    is the issue's GPU run."""
 
     n_seeds: int = 3
     """training seeds per system: seed, seed + 1, ... (the bases use ``seed``)"""
