@@ -184,12 +184,6 @@ def test_run_help_lists_the_methods_fields(capsys: pytest.CaptureFixture[str]) -
 
 QUICK_BUDGET_S = 15 * 60
 """a quick profile finishes within 15 minutes on 2 cores from an empty cache, one-time work in"""
-RERUN_BY_ITS_ISSUE = {
-    "rpdi_ee": 78,
-}  # fmt: skip
-"""methods whose committed quick result predates result.json's ``cache`` record, so its cold
-time is unknown (warm, 4 take over 15 minutes: moh, mop, mol, curvdiff); the method's issue
-reruns it under the current code, and then its entry here must go"""
 
 
 @pytest.mark.parametrize("name", sorted(METHODS))
@@ -198,10 +192,7 @@ def test_committed_quick_runs_fit_the_cold_budget(name: str) -> None:
     as result.json's ``cache.cold_wall_s`` records it) is within the 15-minute budget."""
     path = Path(__file__).resolve().parents[1] / "benchmarks/results" / name / "experiment-quick"
     data = json.loads((path / "result.json").read_text())
-    if "cache" not in data:
-        assert name in RERUN_BY_ITS_ISSUE, f"{name}: its quick result records no cold time"
-        return
-    assert name not in RERUN_BY_ITS_ISSUE, f"{name} records its cold time: drop it from the list"
+    assert "cache" in data, f"{name}: its quick result records no cold time: rerun it"
     cold = data["cache"]["cold_wall_s"]
     assert cold is not None, f"{name}: a cache entry it used has no recorded build time"
     assert cold <= QUICK_BUDGET_S, f"{name}: quick from an empty cache takes {cold:.0f} s"
