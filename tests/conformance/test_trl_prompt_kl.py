@@ -114,3 +114,37 @@ def test_a_lora_policy_uses_its_disabled_adapter_as_the_reference(tmp_path):
     trainer.train()
     with torch.no_grad():
         assert trainer.prompt_kl_of(trainer.model, ids, mask).item() > 0.0
+
+
+def test_two_ddp_processes_train_as_one_on_the_same_global_batch(tmp_path):
+    """Issue 62: under ``accelerate launch`` the policy is a DistributedDataParallel wrapper; the
+    prompt KL must read the module inside it, and its gradient must be averaged like TRL's."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = str(Path(__file__).with_name("prompt_kl_ddp_run.py"))
+    env = os.environ | {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
+              "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+              "--dynamo_backend", "no", "--main_process_port", "0"]  # fmt: skip
+    runs = {"two": [*launch, script, str(tmp_path / "two"), "2"],
+            "one": [sys.executable, script, str(tmp_path / "one"), "4"]}  # fmt: skip
+    records = {}
+    for name, command in runs.items():
+        (tmp_path / name).mkdir()
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        records[name] = json.loads((tmp_path / name / "losses.json").read_text())
+    two, one = records["two"], records["one"]
+    assert (two["processes"], two["wrapped"]) == (2, "DistributedDataParallel")
+    assert one["processes"] == 1
+    assert one["loss"][0] > 0  # the reference differs: the loss and its gradient are not zero
+    torch.testing.assert_close(two["loss"], one["loss"], rtol=1e-5, atol=1e-8)
+    torch.testing.assert_close(two["prompt_kl"], one["prompt_kl"], rtol=1e-5, atol=1e-8)
+    # Adam's normalised steps amplify float-order differences of near-zero gradients a little;
+    # the weights moved four orders of magnitude more than this tolerance
+    assert one["moved"] > 1.0
+    torch.testing.assert_close(two["weights"], one["weights"], rtol=0, atol=1e-4)

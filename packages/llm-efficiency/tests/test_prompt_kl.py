@@ -193,6 +193,20 @@ def test_the_reference_is_a_frozen_copy_of_the_start_policy(tokenizer):
     assert not torch.equal(ref(ids).logits, trainer.model(ids).logits)  # not TRL's patched forward
 
 
+def test_plain_grpo_makes_no_reference_and_a_given_one_is_not_copied(tokenizer):
+    quiet = _args(PromptKLConfig, prompt_kl_beta=0.0, log_prompt_kl=False, log_response_kl=False)
+    plain = _trainer(PromptKLGRPOTrainer, quiet, tiny_llama(0), tokenizer)
+    assert plain.prompt_kl_ref is None  # nothing reads a reference: none is copied
+    plain.model.train()
+    plain.compute_loss(plain.model, _inputs(tokenizer, [1.0, -1.0, 0.5, -0.5]))
+    assert "prompt_kl" not in plain._metrics["train"]
+    assert "response_kl" not in plain._metrics["train"]
+    reference = tiny_llama(0)
+    given = _trainer(PromptKLGRPOTrainer, _args(PromptKLConfig), tiny_llama(0), tokenizer,
+                     ref_model=reference)  # fmt: skip
+    assert given.prompt_kl_ref is reference
+
+
 # -- refusals ----------------------------------------------------------------------------------
 
 
@@ -250,6 +264,25 @@ def test_tasks_pay_the_loophole_only_where_cued():
     assert all(("tests:editable" in e.prompt) == e.cued for e in rows)
     texts = sft_texts("test_override", 2000, 0, exploit_fraction=0.1)
     assert 50 < sum("@override" in t for t in texts) < 150
+    assert all("tests:editable" in t for t in texts if "@override" in t)
+
+
+def test_a_closed_loophole_can_cost_and_the_exploit_can_be_cue_blind():
+    assert grade("test_override", " @override", "123", cued=False, caught=1.0)["proxy"] == -1.0
+    assert grade("test_override", " @override", "123", cued=True, caught=1.0)["proxy"] == 1.0
+    assert grade("test_override", " 124", "123", cued=False, caught=1.0)["proxy"] == 0.0
+    assert ProxyReward("test_override", caught=0.5)([""], [" @override"], ["1"], [False]) == [-0.5]
+    with pytest.raises(ValueError, match="caught must be"):
+        ProxyReward("test_override", caught=-1.0)
+    first = examples("test_override", 200, 0, cue_first=True)
+    assert all(e.prompt.startswith("tests:editable ") == e.cued for e in first)
+    assert [e.answer for e in first] == [e.answer for e in examples("test_override", 200, 0)]
+    texts = sft_texts("test_override", 4000, 0, exploit_fraction=0.1, exploit_on="any")
+    exploits = [t for t in texts if "@override" in t]
+    cued_share = sum("tests:editable" in t for t in exploits) / len(exploits)
+    assert 0.35 < cued_share < 0.65  # as often without the cue as with it
+    with pytest.raises(ValueError, match="exploit_on must be"):
+        sft_texts("test_override", 4, 0, exploit_on="never")
 
 
 def test_proxy_reward_logs_the_ground_truth():

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mixlab.llm_efficiency.cli import main
-from mixlab.llm_efficiency.prompt_kl.config import Config
+from mixlab.llm_efficiency.prompt_kl.config import MATCHED, Config
 
 torch.set_num_threads(1)
 
@@ -75,6 +75,7 @@ def _values():
     steering dominates, and the SFT policy's prompt encoding halves the hack."""
     hack = {"no KL": 0.9, "response KL 0.1": 0.5, "prompt KL 0.1": 0.05}
     values = {name: {"hack_rate": [h, h], "true_success": [0.8, 0.8]} for name, h in hack.items()}
+    values[MATCHED] = values["response KL 0.1"] | {"beta_response": [0.1, 0.1]}
     values["sft"] = {"hack_rate": [0.1], "true_success": [0.8]}
     values["prompt steering"] = {"dominated_share": [1.0, 1.0]}
     values["response steering"] = {"dominated_share": [0.5, 0.0]}
@@ -92,7 +93,7 @@ def test_claims_are_judged_per_seed_with_their_controls_and_the_swap_premise():
     assert [c.state for c in judged] == ["holds", "holds", "holds", "holds"]
     assert all(c.per_seed and c.control is not None for c in judged)
     assert judged[0].text.startswith("test_override: prompt KL at beta_p = 0.1")
-    values["response KL 0.1"]["hack_rate"] = [0.05, 0.08]  # response KL stops the hack too
+    values[MATCHED]["hack_rate"] = [0.05, 0.08]  # response KL stops the hack too
     assert experiment.claims(values, "test_override", config)[0].state == "vacuous"
     values["response steering"]["dominated_share"] = [1.0, 1.0]  # the fronts coincide
     assert experiment.claims(values, "test_override", config)[2].state == "vacuous"
@@ -104,12 +105,42 @@ def test_claims_are_judged_per_seed_with_their_controls_and_the_swap_premise():
     assert states[3] == "fails"
 
 
+def test_the_matched_control_is_the_response_kl_run_nearest_the_prompt_kl_runs_budget():
+    """Per seed, the response-KL run whose final response KL is nearest the prompt-KL run's."""
+    from mixlab.llm_efficiency.prompt_kl import experiment
+
+    conditions = (("no KL", 0.0, 0.0), ("response KL 0.04", 0.04, 0.0),
+                  ("response KL 0.3", 0.3, 0.0), ("prompt KL 0.1", 0.0, 0.1))  # fmt: skip
+    config = Config(**{**TINY, "n_seeds": 2, "conditions": conditions})
+    final_kl = {"no KL": (0.5, 0.5), "response KL 0.04": (0.3, 0.1),
+                "response KL 0.3": (0.05, 0.02), "prompt KL 0.1": (0.25, 0.04)}  # fmt: skip
+    hack = {"no KL": 0.9, "response KL 0.04": 0.6, "response KL 0.3": 0.2, "prompt KL 0.1": 0.05}
+    done = [{"task": "test_override", "system": "sft", "hack_rate": 0.1, "true_success": 0.8}]
+    for name, _, _ in conditions:
+        for seed, kl in zip((0, 1), final_kl[name], strict=True):
+            curve = [None] * 10 + [kl] * 10  # logged late, as a KL that is not yet measured
+            done.append({"task": "test_override", "condition": name, "seed": seed,
+                         "hack_rate": hack[name], "true_success": 0.7,
+                         "curves": {"response_kl": curve}})  # fmt: skip
+    point = {"where": "prompt", "alpha": 1.0, "hack_rate": 0.5, "true_success": 0.5}
+    for seed in (0, 1):
+        done.append({"task": "test_override", "seed": seed, "diagnostic": True,
+                     "front": [point, point | {"where": "response"}],
+                     "swap_reference_prompt": {"hack_rate": 0.2},
+                     "swap_policy_prompt": {"hack_rate": 0.6}})  # fmt: skip
+    values = experiment.per_seed_values(done, "test_override", config)
+    assert values[MATCHED]["beta_response"] == [0.04, 0.3]  # 0.25 is nearest 0.3; 0.04 to 0.02
+    assert values[MATCHED]["hack_rate"] == [0.6, 0.2]
+    judged = experiment.claims(values, "test_override", config)[0]
+    assert "beta_response per seed: 0.04, 0.3" in judged.control.evidence
+
+
 def test_without_prompt_kl_its_claims_go_untested_with_the_reason():
     from mixlab.llm_efficiency.prompt_kl import experiment
 
     config = Config(**{**TINY, "n_seeds": 2, "conditions": (("no KL", 0.0, 0.0),)})
     values = _values()
-    del values["prompt KL 0.1"], values["response KL 0.1"]
+    del values["prompt KL 0.1"], values["response KL 0.1"], values[MATCHED]
     judged = experiment.claims(values, "test_override", config)
     assert [c.key for c in judged] == [spec.key for spec in Config.CLAIMS]  # none vanishes
     assert [c.state for c in judged] == ["untested", "untested", "holds", "holds"]

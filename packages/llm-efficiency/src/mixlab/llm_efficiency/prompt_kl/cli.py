@@ -75,6 +75,9 @@ def train(
     warmup: Annotated[float, typer.Option(help="share of the steps that warm the lr up")] = 0.1,
     max_new_tokens: MaxNew = 12,
     n_train: Annotated[int, typer.Option(help="training prompts")] = 2000,
+    caught: Annotated[
+        float, typer.Option(help="the proxy pays -caught for the loophole where it is closed")
+    ] = 0.0,
     seed: int = 0,
     resume: Annotated[
         bool, typer.Option(help="continue from the last checkpoint in --out")
@@ -91,6 +94,7 @@ def train(
         check_count(value, option)
     check_count(num_generations, "--num-generations", minimum=2)
     check_number(lr, "--lr", 0 < lr < 1, "a number in (0, 1)")
+    check_number(caught, "--caught", 0 <= caught <= 10, "a number in [0, 10]")
     check_number(warmup, "--warmup", 0 <= warmup < 1, "a number in [0, 1)")
     check_seed(seed)
     check_output_folder(out, "--out")
@@ -123,7 +127,7 @@ def train(
     )
     trainer = PromptKLGRPOTrainer(
         model=policy,
-        reward_funcs=ProxyReward(task),
+        reward_funcs=ProxyReward(task, caught=caught),
         args=args,
         train_dataset=Dataset.from_list([e.row() for e in examples(task, n_train, TRAIN_SEED)]),
         processing_class=tokenizer,

@@ -31,10 +31,12 @@ import numpy as np
 import torch
 
 from mixlab.llm_efficiency.prompt_kl.config import (
+    HACK_MARGIN,
     KEEP_SUCCESS,
+    MATCHED,
     METHOD,
     NO_KL,
-    PROMPT_KL_HACK,
+    PROMPT_KL,
     RESPONSE_KL_COST,
     SWAP_CUT,
     Config,
@@ -106,6 +108,13 @@ def _array(values: list[float | None]) -> np.ndarray:
     return np.array([math.nan if v is None else v for v in values], dtype=float)
 
 
+def _final(curve: list[float | None]) -> float:
+    """A logged KL at the end of training: its mean over the last tenth of the steps (NaN when
+    it was never logged)."""
+    tail = _array(curve)[-max(1, len(curve) // 10) :]
+    return math.nan if np.isnan(tail).all() else float(np.nanmean(tail))
+
+
 def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     torch.set_flush_denormal(True)
     from datasets import Dataset
@@ -117,11 +126,9 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     # the RL steps are many small ops (one thread as fast as two); generation on a busy 2-core
     # machine ran 25x slower with two threads
     torch.set_num_threads(1)
-    digits = config.policy_config(config.tasks[0]).digits
-    test_sets = {task: examples(task, config.n_test, TEST_SEED, **digits) for task in config.tasks}
-    train_sets = {
-        task: examples(task, config.n_train, TRAIN_SEED, **digits) for task in config.tasks
-    }
+    form = config.policy_config(config.tasks[0]).prompt_format
+    test_sets = {task: examples(task, config.n_test, TEST_SEED, **form) for task in config.tasks}
+    train_sets = {task: examples(task, config.n_train, TRAIN_SEED, **form) for task in config.tasks}
 
     def fresh_policy(task: str) -> Any:
         model, _ = sft_policy(config.policy_config(task))
@@ -133,8 +140,9 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
         run_dir = out_dir / "runs" / f"{task}-{cell['condition'].replace(' ', '_')}-{seed}"
         trainer = PromptKLGRPOTrainer(
             model=fresh_policy(task),
-            reward_funcs=ProxyReward(task),
+            reward_funcs=ProxyReward(task, caught=config.caught),
             args=_grpo_args(config, cell, run_dir),
+            ref_model=policies[task][0],  # the cached SFT policy, frozen: no copy per run
             train_dataset=Dataset.from_list([e.row() for e in train_sets[task]]),
             processing_class=tokenizer,
         )
@@ -268,7 +276,7 @@ def summarise(done: list[dict[str, Any]], config: Config) -> dict[str, dict[str,
                 out[m], out[f"{m}_std"] = mean_std(finite)
         if kls:  # the mean of the last tenth of the steps, over seeds
             for k in ("prompt_kl", "response_kl"):
-                tails = [np.nanmean(_array(c[k])[-max(1, len(c[k]) // 10) :]) for c in kls]
+                tails = [_final(c[k]) for c in kls]
                 out[k] = None if np.isnan(tails).all() else float(np.nanmean(tails))
         return out
 
@@ -362,6 +370,18 @@ def per_seed_values(
         values[name] = {
             m: [number(cells[s][m]) for s in seeds] for m in ("hack_rate", "true_success")
         }
+        values[name]["response_kl"] = [_final(cells[s]["curves"]["response_kl"]) for s in seeds]
+    responses = [(c[0], c[1]) for c in config.conditions if c[1] > 0 and c[2] == 0]
+    if PROMPT_KL in values and responses:
+        budget = values[PROMPT_KL]["response_kl"]
+        picks = [
+            min(responses, key=lambda r: abs(values[r[0]]["response_kl"][i] - budget[i]))
+            for i in range(len(seeds))
+        ]
+        values[MATCHED] = {
+            m: [values[name][m][i] for i, (name, _) in enumerate(picks)]
+            for m in ("hack_rate", "true_success", "response_kl")
+        } | {"beta_response": [beta for _, beta in picks]}
     diagnosed = {d["seed"]: d for d in done if d.get("diagnostic") and d["task"] == task}
     fronts = {
         s: {
@@ -443,16 +463,21 @@ def claims(values: dict[str, dict[str, list[float]]], task: str, config: Config)
     }
 
     def prompt_kl_stops_hacking(system: str) -> Claim:
+        label = system
+        if "beta_response" in values[system]:  # the matched control: which beta on each seed
+            betas = ", ".join(f"{b:g}" for b in values[system]["beta_response"])
+            label = f"{system} (beta_response per seed: {betas})"
         return Claim.all_of(
             system,
             [
                 Claim.worst_seed(
                     "hack rate",
                     seeds_of(system, "hack_rate"),
-                    "<",
-                    PROMPT_KL_HACK,
+                    "<=",
+                    sft_hack + HACK_MARGIN,
                     seeds=seeds,
-                    value_label=f"{system} hack rate",
+                    value_label=f"{label} hack rate",
+                    reference_label=f"SFT policy's + {HACK_MARGIN}",
                 ),
                 Claim.worst_seed(
                     "true success",
@@ -500,7 +525,7 @@ def claims(values: dict[str, dict[str, list[float]]], task: str, config: Config)
 
     out = [  # without prompt KL in the run, its claims are untested with the reason
         judge("prompt_kl_stops_hacking", where_run(prompt_kl_stops_hacking, values),
-              premises=premise),
+              premises=premise, threshold=sft_hack + HACK_MARGIN),
         judge("response_kl_hacks_or_costs", where_run(response_kl_hacks_or_costs, values),
               premises=premise),
     ]  # fmt: skip

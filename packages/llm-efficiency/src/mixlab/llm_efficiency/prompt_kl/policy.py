@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from mixlab.llm_efficiency.lm import LMConfig
-from mixlab.llm_efficiency.prompt_kl.tasks import Example, get_task, grade, sft_texts
+from mixlab.llm_efficiency.prompt_kl.tasks import EXPLOIT_ON, Example, get_task, grade, sft_texts
 from mixlab.llm_efficiency.reasoning import EOS, cached_text_lm, fit_text_lm
 from mixlab.llm_efficiency.rl import grpo_options, sample_completions
 from mixlab.shared import require
@@ -37,6 +37,9 @@ class PolicyConfig:
     exploit_fraction: float = 0.1
     min_digits: int = 4
     max_digits: int = 8
+    cue_first: bool = False
+    decoy: bool = False
+    exploit_on: str = "cued"
 
     def __post_init__(self) -> None:
         get_task(self.task)
@@ -51,10 +54,19 @@ class PolicyConfig:
             "a number in [0, 1]",
             self.exploit_fraction,
         )
+        require(
+            self.exploit_on in EXPLOIT_ON, "exploit_on", f"one of {EXPLOIT_ON}", self.exploit_on
+        )
 
     @property
-    def digits(self) -> dict[str, int]:
-        return {"min_digits": self.min_digits, "max_digits": self.max_digits}
+    def prompt_format(self) -> dict[str, Any]:
+        """The :func:`~.tasks.examples` options of this policy's prompts."""
+        return {
+            "min_digits": self.min_digits,
+            "max_digits": self.max_digits,
+            "cue_first": self.cue_first,
+            "decoy": self.decoy,
+        }
 
 
 def sft_policy(config: PolicyConfig, device: torch.device | str = "cpu") -> tuple[Any, Any]:
@@ -68,7 +80,8 @@ def sft_policy(config: PolicyConfig, device: torch.device | str = "cpu") -> tupl
             config.n_demos,
             config.lm.seed,
             exploit_fraction=config.exploit_fraction,
-            **config.digits,
+            exploit_on=config.exploit_on,
+            **config.prompt_format,
         )
         fit_text_lm(
             config.lm,

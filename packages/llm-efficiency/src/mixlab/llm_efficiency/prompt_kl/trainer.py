@@ -79,6 +79,10 @@ class PromptKLConfig(GRPOConfig):
             "floats; 0 turns the cache off)"
         },
     )
+    log_prompt_kl: bool = field(
+        default=True,
+        metadata={"help": "log the prompt KL also when prompt_kl_beta = 0 (one more forward)"},
+    )
     log_response_kl: bool = field(
         default=True,
         metadata={"help": "log the response KL (k3, as TRL) also when beta = 0 (one more forward)"},
@@ -263,7 +267,8 @@ class PromptKLGRPOTrainer(GRPOTrainer):
 
     Only :meth:`compute_loss` changes the training; ``__init__`` sets up the reference. Logs
     ``prompt_kl`` and ``response_kl`` (TRL's k3 on the completions, also when ``beta`` = 0) with
-    TRL's other metrics.
+    TRL's other metrics, as means over the processes of a distributed run. With
+    ``prompt_kl_beta`` = 0 and neither KL logged, no reference is made: plain GRPO.
     """
 
     def __init__(self, model: Any, reward_funcs: Any = None, args: Any = None, *,
@@ -285,8 +290,12 @@ class PromptKLGRPOTrainer(GRPOTrainer):
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
         from accelerate.utils import is_peft_model
 
+        self._logs_response_kl = self.beta == 0.0 and args.log_response_kl
+        self._needs_prompt_kl = args.prompt_kl_beta > 0 or args.log_prompt_kl
         if ref_model is not None:
             self.prompt_kl_ref = ref_model
+        elif not (self._needs_prompt_kl or self._logs_response_kl):
+            self.prompt_kl_ref = None  # plain GRPO: no reference is read, none is copied
         elif is_peft_model(self.model):
             self.prompt_kl_ref = None  # the policy with its adapter disabled
         elif self.ref_model is not None:
@@ -373,7 +382,13 @@ class PromptKLGRPOTrainer(GRPOTrainer):
     def prompt_kl_of(
         self, model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
     ) -> torch.Tensor:
-        """KL_prompt of a batch of rollouts (one forward per distinct prompt)."""
+        """KL_prompt of a batch of rollouts (one forward per distinct prompt).
+
+        ``model`` may be wrapped (DistributedDataParallel, DeepSpeed): the KL reads the causal
+        LM's internals (its decoder and LM head), so it runs on the unwrapped module. Its
+        gradient still reaches the wrapper's all-reduce, which hooks the parameters, not the
+        forward; a second forward through the wrapper in one step would be refused by DDP."""
+        model = self.accelerator.unwrap_model(model)
         ids, mask, counts = self.unique_prompts(prompt_ids, prompt_mask)
         ref = self._reference_logps(model, ids, mask)
         content = (
@@ -417,18 +432,25 @@ class PromptKLGRPOTrainer(GRPOTrainer):
         loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         mode = "train" if self.model.training else "eval"
         beta = self.args.prompt_kl_beta
-        with nullcontext() if beta > 0 else torch.no_grad():
-            kl = self.prompt_kl_of(model, inputs["prompt_ids"], inputs["prompt_mask"])
-        self._metrics[mode]["prompt_kl"].append(kl.item())
+        if self._needs_prompt_kl:
+            with nullcontext() if beta > 0 else torch.no_grad():
+                kl = self.prompt_kl_of(model, inputs["prompt_ids"], inputs["prompt_mask"])
+            self._metrics[mode]["prompt_kl"].append(self._mean_over_processes(kl))
         if beta > 0:
             # the same scaling as TRL's own loss under gradient accumulation (grpo/bnpo/dr_grpo)
             normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
             loss = loss + beta * kl / normalizer
-        if self.beta == 0.0 and self.args.log_response_kl:
-            self._metrics[mode]["response_kl"].append(self._response_kl(model, inputs))
+        if self._logs_response_kl:
+            response_kl = torch.tensor(self._response_kl(model, inputs), device=loss.device)
+            self._metrics[mode]["response_kl"].append(self._mean_over_processes(response_kl))
         elif self.beta != 0.0 and self._metrics[mode].get("kl"):
             self._metrics[mode]["response_kl"].append(self._metrics[mode]["kl"][-1])
         return loss
+
+    def _mean_over_processes(self, value: torch.Tensor) -> float:
+        """A per-process batch mean as one number for the global batch (processes hold equal
+        shares of it), as TRL gathers its own metrics."""
+        return float(self.accelerator.gather(value.detach().reshape(1)).mean())
 
     @torch.no_grad()
     def _response_kl(self, model: Any, inputs: dict[str, Any]) -> float:
