@@ -43,16 +43,23 @@ def _task(task: str) -> None:
     check_choice(task, "--task", tuple(TASKS))
 
 
+def _prompts(task: str, n: int, seed: int) -> list:
+    """``n`` prompts of ``task`` in the experiment's format (its digit range and cue options)."""
+    from mixlab.llm_efficiency.prompt_kl.config import Config
+    from mixlab.llm_efficiency.prompt_kl.tasks import examples
+
+    return examples(task, n, seed, **Config().policy_config(task).prompt_format)
+
+
 def _test(task: str, n: int, samples: int, seed: int, max_new_tokens: int) -> tuple[list, dict]:
     check_count(n, "--n")
     check_count(samples, "--samples")
     check_count(max_new_tokens, "--max-new-tokens")
     check_seed(seed)
     from mixlab.llm_efficiency.prompt_kl.experiment import TEST_SEED
-    from mixlab.llm_efficiency.prompt_kl.tasks import examples
 
     kwargs = {"samples": samples, "seed": seed, "max_new_tokens": max_new_tokens}
-    return examples(task, n, TEST_SEED), kwargs
+    return _prompts(task, n, TEST_SEED), kwargs
 
 
 def _echo(measured: dict[str, float]) -> None:
@@ -106,7 +113,7 @@ def train(
 
     from mixlab.llm_efficiency.prompt_kl.experiment import TRAIN_SEED
     from mixlab.llm_efficiency.prompt_kl.policy import grpo_config
-    from mixlab.llm_efficiency.prompt_kl.tasks import ProxyReward, examples
+    from mixlab.llm_efficiency.prompt_kl.tasks import ProxyReward
     from mixlab.llm_efficiency.prompt_kl.trainer import PromptKLGRPOTrainer
 
     args = grpo_config(
@@ -129,7 +136,7 @@ def train(
         model=policy,
         reward_funcs=ProxyReward(task, caught=caught),
         args=args,
-        train_dataset=Dataset.from_list([e.row() for e in examples(task, n_train, TRAIN_SEED)]),
+        train_dataset=Dataset.from_list([e.row() for e in _prompts(task, n_train, TRAIN_SEED)]),
         processing_class=tokenizer,
     )
     trainer.train(resume_from_checkpoint=(resume and any(out.glob("checkpoint-*"))) or None)
@@ -212,12 +219,11 @@ def steer(
     from mixlab.llm_efficiency.prompt_kl.diagnostics import activation_difference
     from mixlab.llm_efficiency.prompt_kl.diagnostics import steer as steering
     from mixlab.llm_efficiency.prompt_kl.policy import evaluate_policy
-    from mixlab.llm_efficiency.prompt_kl.tasks import examples
 
     blocks = len(decoder_blocks(model))
     if not 0 <= layer < blocks:
         raise ValueError(f"--layer must be a block index in [0, {blocks}), got {layer}")
-    prompts = [e.prompt for e in examples(task, 256, 1)]
+    prompts = [e.prompt for e in _prompts(task, 256, 1)]
     direction = activation_difference(model, ref, tokenizer, prompts, layer)
     with steering(model, direction, alpha, layer, where) as generate:
         _echo(evaluate_policy(model, tokenizer, task, test, generate=generate, **kwargs))
