@@ -20,7 +20,9 @@ from mixlab.llm_efficiency.reasoning import reasoning_tokenizer
 torch.set_num_threads(1)
 
 
-def tiny_llama(seed: int) -> LlamaForCausalLM:
+def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
+    """A 2-block Llama on the byte vocabulary of :func:`reasoning_tokenizer` (also the policy
+    of ``test_trl_prompt_kl.py``)."""
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=260, hidden_size=32, intermediate_size=64, num_hidden_layers=2,

@@ -9,8 +9,9 @@ import shutil
 
 import pytest
 import torch
+from conformance.prompt_kl_ddp_run import tiny_llama  # pytest's pythonpath holds tests/
 from datasets import Dataset
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM
 
 from mixlab.llm_efficiency.prompt_kl import (
     PromptKLConfig,
@@ -26,16 +27,6 @@ TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
-
-
-def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=260, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128,
-        pad_token_id=256, eos_token_id=257,
-    )  # fmt: skip
-    return LlamaForCausalLM(config)
 
 
 def args(out, **kwargs):

@@ -245,7 +245,7 @@ class Config(ExperimentConfig):
         names = [c[0] for c in self.conditions]
         require(NO_KL in names, "conditions", f"a tuple including {NO_KL!r}", names)
         require(
-            PROMPT_KL not in names or any(c[1] > 0 and c[2] == 0 for c in self.conditions),
+            PROMPT_KL not in names or self.response_kl_conditions(),
             "conditions",
             f"a tuple with a response-KL condition (beta_response > 0, beta_prompt = 0) beside "
             f"{PROMPT_KL!r} (its claim's control)",
@@ -312,6 +312,11 @@ class Config(ExperimentConfig):
                 isinstance(value, numbers.Real) and 0 <= value <= 1, name, "a number in [0, 1]",
                 value,
             )  # fmt: skip
+
+    def response_kl_conditions(self) -> list[tuple[str, float]]:
+        """``(name, beta_response)`` of the conditions with a response KL and no prompt KL: the
+        settings the matched control is picked from and claim 2 compares against."""
+        return [(c[0], float(c[1])) for c in self.conditions if c[1] > 0 and c[2] == 0]
 
     def policy_config(self, task: str) -> PolicyConfig:
         from mixlab.llm_efficiency.prompt_kl.policy import PolicyConfig

@@ -371,7 +371,7 @@ def per_seed_values(
             m: [number(cells[s][m]) for s in seeds] for m in ("hack_rate", "true_success")
         }
         values[name]["response_kl"] = [_final(cells[s]["curves"]["response_kl"]) for s in seeds]
-    responses = [(c[0], c[1]) for c in config.conditions if c[1] > 0 and c[2] == 0]
+    responses = config.response_kl_conditions()
     if PROMPT_KL in values and responses:
         budget = values[PROMPT_KL]["response_kl"]
         picks = [
@@ -491,7 +491,7 @@ def claims(values: dict[str, dict[str, list[float]]], task: str, config: Config)
             ],
         )
 
-    responses = [c[0] for c in config.conditions if c[1] > 0 and c[2] == 0]
+    responses = [name for name, _ in config.response_kl_conditions()]
 
     def response_kl_hacks_or_costs(system: str) -> Claim:
         # not the judged system itself, should a config name a condition against its betas
