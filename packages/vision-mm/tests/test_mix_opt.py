@@ -495,10 +495,13 @@ TINY_BASE = dict(
     pretrain_steps=3, pretrain_images=32, base_channels=(8, 16), base_text_dim=16,
     eval_net_steps=2, eval_net_images=32, subject_images=2, steps=4, batch_size=2,
     samples_per_prompt=1, resolution=16, low_resolution=8, sampling_steps=2,
-    memory_resolution=16, memory_batch_size=2,
+    memory_resolution=16, memory_batch_size=2, n_seeds=1, workers=1, tune_steps=2,
+    tune_bp_lrs=(1e-3, 3e-3), tune_low_resolutions=(8,), tune_low_bp_lrs=(1e-3, 3e-3),
+    tune_zo_lrs=(0.02, 0.05),
 )  # fmt: skip
-"""a tiny base UNet (two levels of 8 and 16 channels, 3 pre-training steps): the smoke run
-pre-trains it into an empty cache in seconds, never the real-size one"""
+"""a tiny base UNet (two levels of 8 and 16 channels, 3 pre-training steps), two tuning
+candidates a system of 2 steps each, one seed, in this process: the smoke run pre-trains it into
+an empty cache in seconds, never the real-size one"""
 
 
 def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
@@ -517,7 +520,7 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
 
     monkeypatch.setattr(experiment, "profile_modes", in_process)
     config = Config(**TINY_BASE)
-    assert config.model_spec.channels == (8, 16)
+    assert experiment.model_spec(config).channels == (8, 16)
     assert METHOD.load_run() is run
     result = METHOD.execute(config, tmp_path / "run")
     assert result.cache["state"] == "cold"  # the tiny base UNet and evaluation nets were trained
@@ -525,7 +528,25 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
         "shapes-unet",
         "eval-nets",
     }
-    assert set(result.metrics) == {"base", "bp_high", "bp_low", "zo_high", "random", "mix_opt"}
+    assert set(result.metrics) == {"base", *Config().systems}
+    # each tuned system's choice is its candidate of lowest validation loss, and the systems
+    # that mix take their modes' choices
+    cells = json.loads((tmp_path / "run" / "cells.json").read_text())
+    tuning = [c for c in cells if c["part"] == "tune"]
+    assert len(tuning) == 6
+    for system in ("bp_high", "bp_low", "zo_high"):
+        mine = [c for c in tuning if c["system"] == system]
+        best = min(mine, key=lambda c: c["validation_loss"])
+        assert result.metrics[system]["validation_loss"] == best["validation_loss"]
+        for name, value in best["settings"].items():
+            assert result.metrics[system][name] == value
+    for name in ("bp_lr", "low_resolution"):
+        assert result.metrics["mix_opt"][name] == result.metrics["bp_low"][name]
+    assert result.metrics["mix_opt"]["zo_lr"] == result.metrics["zo_high"]["zo_lr"]
+    # the matched BP-low control ran as many steps as Mix-Opt took BP-low steps
+    mix_history = next(c for c in cells if c["part"] == "train" and c["system"] == "mix_opt")
+    bp_steps = sum(h[1] == "bp_low" for h in mix_history["history"])
+    assert result.metrics["bp_low_matched"]["steps"] == bp_steps
     assert len(result.claims) == 4
     assert [c.key for c in result.claims] == [spec.key for spec in Config.CLAIMS]
     assert all(c.control is not None and c.control.system for c in result.claims)
@@ -556,7 +577,6 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
     for system in result.metrics:
         assert (tmp_path / "run" / f"samples_{system}.png").exists()
     assert (tmp_path / "run" / "samples_base_captions.png").exists()
-    cells = json.loads((tmp_path / "run" / "cells.json").read_text())
     assert any(c["part"] == "memory" for c in cells)
     # only the tiny base model was pre-trained into the (empty) cache
     assert len(list((cache / "mix_opt").glob("shapes-unet-*"))) == 1

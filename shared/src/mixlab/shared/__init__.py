@@ -24,6 +24,7 @@ _MODULE_OF = {
     "ExperimentConfig": "config",
     "require": "config",
     "is_count": "config",
+    "is_number": "config",
     "resolve_device": "device",
     "ema_update": "diffusion",
     "timestep_embedding": "diffusion",
@@ -76,6 +77,7 @@ __all__ = [
     "get_method",
     "interleaved_median_seconds",
     "is_count",
+    "is_number",
     "judge",
     "key_digest",
     "line_plot",
@@ -106,7 +108,7 @@ if TYPE_CHECKING:
     from mixlab.shared.cache import cached
     from mixlab.shared.checkpoint import Checkpointer, load_state, run_cells, save_state
     from mixlab.shared.claims import Claim, ClaimSpec, judge
-    from mixlab.shared.config import ExperimentConfig, is_count, require
+    from mixlab.shared.config import ExperimentConfig, is_count, is_number, require
     from mixlab.shared.device import resolve_device
     from mixlab.shared.diffusion import ema_update, timestep_embedding
     from mixlab.shared.memory import added_peak_bytes, measure_in_fresh_process

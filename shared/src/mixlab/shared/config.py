@@ -48,6 +48,15 @@ def is_count(value: object, minimum: int = 1) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= minimum
 
 
+def is_number(value: object) -> bool:
+    """True for a finite real number (Python or NumPy, not bool)."""
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+    )
+
+
 def require(ok: bool, parameter: str, allowed: str, got: object) -> None:
     """Raise ``ValueError("<parameter> must be <allowed>, got <got>")`` unless ``ok``."""
     if not ok:

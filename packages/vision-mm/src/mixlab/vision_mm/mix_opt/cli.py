@@ -18,13 +18,12 @@ from typing import Annotated, Any
 
 import typer
 
-from mixlab.shared.config import is_count, require
+from mixlab.shared.config import is_count, is_number, require
 from mixlab.vision_mm.mix_opt.config import (
     BACKGROUND_NAMES,
     BASE_CHANNELS,
     CAPTION_WORDS,
     downsampling_factor,
-    is_number,
 )
 from mixlab.vision_mm.mix_opt.formats import check_checkpoint, lora_file
 

@@ -7,21 +7,18 @@ runs.
 
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from mixlab.shared.claims import ClaimSpec
-from mixlab.shared.config import ExperimentConfig, is_count, require
+from mixlab.shared.config import ExperimentConfig, is_count, is_number, require
 from mixlab.shared.registry import Method
 
-if TYPE_CHECKING:
-    from mixlab.vision_mm.mix_opt.model import ModelSpec
-    from mixlab.vision_mm.mix_opt.schedule import Schedule
-    from mixlab.vision_mm.mix_opt.trainer import MixOptConfig
-
-SYSTEMS = ("bp_high", "bp_low", "zo_high", "random", "mix_opt")
+SYSTEMS = ("bp_high", "bp_low", "zo_high", "random", "mix_opt", "bp_low_matched")
+TUNED = ("bp_high", "bp_low", "zo_high")
+"""the systems whose step sizes (and BP-low's resolution) are chosen on the validation subject,
+each from as many candidates; random mixing, Mix-Opt and the matched BP-low take BP-low's and
+ZO-high's choices"""
 CLOSE_TO_ZO = 2.0
 """claim 1, "close to ZO-high": peak memory at most twice ZO-high's"""
 WELL_BELOW_BP = 0.5
@@ -30,6 +27,13 @@ FIDELITY_SHARE = 0.75
 """claim 2, "close to BP-high": at least 3/4 of BP-high's fidelity gain over the base model"""
 PREMISES = ("bp_low_adapts", "zo_high_progresses")
 """issue 63's premises of the quality claims: each mode Mix-Opt mixes works alone"""
+ADAPT_MARGIN = 0.02
+"""premise: BP-low alone must raise DINO_local over the un-personalized model by more than this on
+every seed (and regime: BP-high must; fixed before measuring)"""
+PROGRESS_SHARE = 0.1
+"""premise: ZO-high alone must lower the full-resolution loss on the subject's photos (fixed noise
+and timesteps) by at least this share of what BP-high lowers it, on every seed (fixed before
+measuring)"""
 
 CLAIMS = (
     ClaimSpec(
@@ -57,10 +61,10 @@ CLAIMS = (
         key="less_distortion_than_bp_low",
         text="On every seed, Mix-Opt's structural distortion at full resolution is below BP-low's",
         system="mix_opt",
-        control="random",
-        why_control="timestep-agnostic mixing at Mix-Opt's BP/ZO ratio spends as many BP-low "
-        "steps without the schedule; issue 63's control, BP-low for Mix-Opt's number of BP steps, "
-        "is not run yet and should replace it",
+        control="bp_low_matched",
+        why_control="BP-low alone for as many steps as Mix-Opt takes BP-low steps on the same "
+        "seed: fewer low-resolution steps, no zeroth-order steps and no schedule. If it too "
+        "distorts less than BP-low, Mix-Opt's lower distortion is only its shorter BP-low run",
         premises=PREMISES,
     ),
     ClaimSpec(
@@ -92,15 +96,6 @@ CHANNEL_GROUPS = 8
 """the UNet's GroupNorm groups and attention heads: every block width is a multiple of it"""
 MIN_RESOLUTION = 8
 """the evaluation networks pool three times by 2"""
-
-
-def is_number(value: object) -> bool:
-    """True for a finite real number (not a bool)."""
-    return (
-        isinstance(value, numbers.Real)
-        and not isinstance(value, bool)
-        and math.isfinite(float(value))
-    )
 
 
 def downsampling_factor(channels: tuple[int, ...]) -> int:
@@ -157,6 +152,10 @@ class Config(ExperimentConfig):
     """steps of the cached shapes UNet (batch 16)"""
     pretrain_images: int = 20000
     """captioned shapes the shapes UNet is pre-trained on"""
+    pretrain_low_share: float = 0.5
+    """share of the shapes UNet's pre-training steps taken at ``low_resolution`` (area-downsampled
+    images), as Stable Diffusion saw 256² before 512²; in [0, 1). A model pre-trained at 32² only
+    learned nothing from BP-low at 16² or 24² that carried to 32² (issue 63)"""
     base_channels: tuple[int, ...] = BASE_CHANNELS
     """block widths of the shapes UNet (each a multiple of 8; tests use a tiny one)"""
     base_text_dim: int = BASE_TEXT_DIM
@@ -177,14 +176,21 @@ class Config(ExperimentConfig):
     resolution: int = 32
     """full (BP-high, ZO-high) resolution; a multiple of the UNet's downsampling factor"""
     low_resolution: int = 16
-    """BP-low resolution"""
+    """the low resolution the shapes UNet is pre-trained at (on ``pretrain_low_share`` of its
+    steps); BP-low's own is chosen from ``tune_low_resolutions``"""
     rank: int = 4
     """LoRA rank"""
-    bp_lr: float = 1e-3
-    """AdamW learning rate of BP steps (> 0)"""
-    zo_lr: float = 0.05
-    """half the largest of 0.01, 0.1, 0.2, 0.3, 1 that lowered the subject images' training loss in
-    150 pure ZO-high steps (0.2 and up diverged), chosen on the first (ε-prediction) base model"""
+    tune_steps: int = 100
+    """steps of each tuning run on the validation subject (a green/magenta/cyan striped square)"""
+    tune_bp_lrs: tuple[float, ...] = (3e-4, 1e-3, 3e-3, 1e-2)
+    """BP-high's candidate AdamW learning rates (each > 0; as many candidates as every tuned
+    system gets)"""
+    tune_low_resolutions: tuple[int, ...] = (16, 24)
+    """BP-low's candidate resolutions, crossed with ``tune_low_bp_lrs``"""
+    tune_low_bp_lrs: tuple[float, ...] = (1e-3, 3e-3)
+    """BP-low's candidate AdamW learning rates"""
+    tune_zo_lrs: tuple[float, ...] = (0.01, 0.02, 0.05, 0.1)
+    """ZO-high's candidate step sizes η (each > 0; 0.2 and up diverged on the first base model)"""
     zo_eps: float = 1e-2
     """ZO perturbation scale ε (> 0)"""
     kappa: float = 10.0
@@ -195,8 +201,8 @@ class Config(ExperimentConfig):
     """how fast ZO-high takes over with progress (>= 0)"""
     p_min: float = 0.0
     """floor of p_ZO (in [0, 1])"""
-    n_seeds: int = 1
-    """seeds per system: seed, seed + 1, ..."""
+    n_seeds: int = 3
+    """seeds per system: seed, seed + 1, ... (claims are judged on every seed)"""
     samples_per_prompt: int = 4
     """samples per background prompt (twice as many for the training background)"""
     sampling_steps: int = 25
@@ -212,10 +218,12 @@ class Config(ExperimentConfig):
     experiment's UNet at a size where every mode adds enough memory to measure"""
     memory_batch_size: int = 12
     """batch of the memory probe"""
+    workers: int = 2
+    """processes that train cells side by side (one torch thread each)"""
 
     PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {},
-        "full": {"steps": 600, "n_seeds": 3, "samples_per_prompt": 8},
+        "full": {"steps": 600, "tune_steps": 300, "samples_per_prompt": 8},
     }
     SYSTEMS: ClassVar[tuple[str, ...]] = ("base", *SYSTEMS)
     """every system the claims read: ``base`` is the un-personalized model"""
@@ -227,7 +235,7 @@ class Config(ExperimentConfig):
         for name in (
             "pretrain_steps", "pretrain_images", "eval_net_steps", "eval_net_images",
             "subject_images", "steps", "batch_size", "rank", "n_seeds", "samples_per_prompt",
-            "sampling_steps", "memory_resolution", "memory_batch_size",
+            "sampling_steps", "memory_resolution", "memory_batch_size", "tune_steps", "workers",
         ):  # fmt: skip
             require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
         check_base_unet(self.base_channels, self.base_text_dim)
@@ -236,20 +244,50 @@ class Config(ExperimentConfig):
             self.resolution, self.low_resolution, downsampling_factor(self.base_channels)
         )
         factor = downsampling_factor(self.base_channels)
+        require(is_number(self.zo_eps) and self.zo_eps > 0, "zo_eps", "a finite number > 0",
+                self.zo_eps)  # fmt: skip
+        for name in ("tune_bp_lrs", "tune_low_bp_lrs", "tune_zo_lrs"):
+            value = getattr(self, name)
+            require(
+                isinstance(value, tuple | list) and value and all(is_number(v) and v > 0 for v in value),
+                name, "a non-empty tuple of finite numbers > 0", value,
+            )  # fmt: skip
+            setattr(self, name, tuple(value))
+        lows = self.tune_low_resolutions
+        require(
+            isinstance(lows, tuple | list) and lows
+            and all(is_count(v) and v % factor == 0 and v <= self.resolution for v in lows),
+            "tune_low_resolutions",
+            f"a non-empty tuple of multiples of {factor} <= resolution {self.resolution}", lows,
+        )  # fmt: skip
+        self.tune_low_resolutions = tuple(lows)
+        budgets = (len(self.tune_bp_lrs), len(lows) * len(self.tune_low_bp_lrs),
+                   len(self.tune_zo_lrs))  # fmt: skip
+        require(
+            len(set(budgets)) == 1,
+            "tune_zo_lrs",
+            "as many candidates as tune_bp_lrs and tune_low_resolutions × tune_low_bp_lrs (the "
+            "same tuning budget for every system)",
+            f"{budgets[2]} against {budgets[0]} and {budgets[1]}",
+        )
         require(
             self.memory_resolution % factor == 0
-            and (self.memory_resolution * self.low_resolution) % (self.resolution * factor) == 0,
+            and all((self.memory_resolution * low) % (self.resolution * factor) == 0
+                    for low in self.tune_low_resolutions),
             "memory_resolution",
-            f"a multiple of the UNet's downsampling factor {factor} whose low_resolution / "
-            f"resolution share ({self.low_resolution}/{self.resolution}) is one too",
+            f"a multiple of the UNet's downsampling factor {factor} whose share low / "
+            f"{self.resolution} is one too, for every low in tune_low_resolutions",
             self.memory_resolution,
-        )
-        for name in ("bp_lr", "zo_lr", "zo_eps"):
-            value = getattr(self, name)
-            require(is_number(value) and value > 0, name, "a finite number > 0", value)
+        )  # fmt: skip
         for name in ("kappa", "gamma"):
             value = getattr(self, name)
             require(is_number(value) and value >= 0, name, "a finite number >= 0", value)
+        require(
+            is_number(self.pretrain_low_share) and 0 <= self.pretrain_low_share < 1,
+            "pretrain_low_share",
+            "a number in [0, 1)",
+            self.pretrain_low_share,
+        )
         for name in ("t0", "p_min"):
             value = getattr(self, name)
             require(is_number(value) and 0 <= value <= 1, name, "a number in [0, 1]", value)
@@ -282,53 +320,10 @@ class Config(ExperimentConfig):
         )
         self.systems = tuple(self.systems)
 
-    def schedule(self, system: str) -> Schedule:
-        """The p_ZO schedule of ``system``."""
-        from mixlab.vision_mm.mix_opt.schedule import BPHigh, Constant, TimestepAware
-
-        mix = TimestepAware(self.kappa, self.t0, self.gamma, self.p_min)
-        if system == "random":  # the same expected BP/ZO ratio over this run's steps
-            return Constant(mix.mean_p_zo(steps=self.steps))
-        return {
-            "bp_high": BPHigh(),
-            "bp_low": Constant(0.0),
-            "zo_high": Constant(1.0),
-            "mix_opt": mix,
-        }[system]
-
-    def trainer_config(self, system: str, seed: int) -> MixOptConfig:
-        """The trainer settings of ``system`` at ``seed``."""
-        from mixlab.vision_mm.mix_opt.trainer import MixOptConfig
-
-        return MixOptConfig(
-            resolution=self.resolution,
-            low_resolution=self.low_resolution,
-            steps=self.steps,
-            batch_size=self.batch_size,
-            schedule=self.schedule(system),
-            bp_lr=self.bp_lr,
-            zo_lr=self.zo_lr,
-            zo_eps=self.zo_eps,
-            seed=seed,
-        )
-
-    @property
-    def memory_low_resolution(self) -> int:
-        """BP-low's resolution in the memory probe: the training share of memory_resolution."""
-        return self.memory_resolution * self.low_resolution // self.resolution
-
-    @property
-    def model_spec(self) -> ModelSpec:
-        """The pre-trained (cached) shapes UNet this experiment personalizes."""
-        from mixlab.vision_mm.mix_opt.model import ModelSpec
-
-        return ModelSpec(
-            size=self.resolution,
-            channels=tuple(self.base_channels),
-            text_dim=self.base_text_dim,
-            steps=self.pretrain_steps,
-            train_size=self.pretrain_images,
-        )
+    def memory_low_resolution(self, low_resolution: int) -> int:
+        """BP-low's resolution in the memory probe: ``low_resolution``'s share of
+        memory_resolution."""
+        return self.memory_resolution * low_resolution // self.resolution
 
 
 METHOD = Method(

@@ -42,6 +42,7 @@ __all__ = [
     "SUBJECT_TOKEN",
     "SUPERSAMPLE",
     "TOKEN_ID",
+    "VALIDATION_SUBJECT",
     "VOCABULARY",
     "ShapeData",
     "captioned_shapes",
@@ -58,6 +59,13 @@ TOKEN_ID = {token: i for i, token in enumerate(VOCABULARY)}
 LAYOUTS = ("centred", "random")
 SUBJECT_STRIPES = ((230, 60, 40), (240, 200, 30), (40, 90, 220))
 """the subject's three stripe colours (red, yellow, blue), 3 px wide at 32 px, diagonal"""
+VALIDATION_SUBJECT = {
+    "shape": "square",
+    "noun": "square",
+    "stripes": ((40, 170, 70), (220, 60, 200), (40, 200, 220)),
+}
+"""the subject the experiment tunes step sizes and the low resolution on: a square striped green,
+magenta and cyan, captioned ``("<sks>", "square", background)``; never the test subject"""
 
 
 def encode_caption(colour: str, shape: str, background: str) -> list[int]:
@@ -133,10 +141,14 @@ def subject_images(
     seed: int = 0,
     shape: str = "star",
     layout: str = "centred",
+    stripes: tuple[tuple[int, int, int], ...] = SUBJECT_STRIPES,
+    noun: str = "star",
 ) -> ShapeData:
     """``n`` photos of the subject, the striped three-coloured star, on ``background``, placed by
-    ``layout`` (centred: one placement, the stripes' phase varies); captions ``("<sks>", "star", background)``. ``shape`` draws
-    the same fill and placements as another shape (a control for the structural metric)."""
+    ``layout`` (centred: one placement, the stripes' phase varies); captions ``("<sks>", noun,
+    background)``. ``shape`` draws the same fill and placements as another shape (a control for
+    the structural metric); ``stripes`` and ``noun`` make another subject
+    (``**VALIDATION_SUBJECT``)."""
     place = _placer(layout)
     if background not in BACKGROUNDS:
         raise ValueError(f"background must be one of {list(BACKGROUNDS)}, got {background!r}")
@@ -145,9 +157,9 @@ def subject_images(
     rng = np.random.default_rng(10_000 + seed)
     images = []
     for _ in range(n):
-        fill = pattern_fill("stripes", list(SUBJECT_STRIPES), size * SUPERSAMPLE, rng)
+        fill = pattern_fill("stripes", list(stripes), size * SUPERSAMPLE, rng)
         images.append(render(shape, fill, BACKGROUNDS[background], size=size, **place(rng, size)))
-    captions = torch.tensor([encode_caption(SUBJECT_TOKEN, "star", background)] * n)
-    shape = torch.full((n,), SHAPES.index("star"))
+    captions = torch.tensor([encode_caption(SUBJECT_TOKEN, noun, background)] * n)
+    shape = torch.full((n,), SHAPES.index(noun))
     bg = torch.full((n,), list(BACKGROUNDS).index(background))
     return ShapeData(to_tensor(images), captions, shape, torch.full((n,), -1), bg)

@@ -20,8 +20,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mixlab.shared.config import require
-from mixlab.vision_mm.mix_opt.config import is_number
+from mixlab.shared.config import is_number, require
 
 
 class Schedule(ABC):

@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mixlab.shared.config import is_count, require
-from mixlab.vision_mm.mix_opt.config import is_number
+from mixlab.shared.config import is_count, is_number, require
 from mixlab.vision_mm.mix_opt.schedule import Schedule, TimestepAware
 
 

@@ -44,7 +44,14 @@ from mixlab.vision_mm.mix_opt.settings import MixOptConfig, recorded_settings
 from mixlab.vision_mm.mix_opt.zo import zo_step_
 
 MODES = ("bp_low", "bp_high", "zo_high")
-__all__ = ["MODES", "MixOptConfig", "MixOptTrainer", "diffusion_loss", "downsampling_factor"]
+__all__ = [
+    "MODES",
+    "MixOptConfig",
+    "MixOptTrainer",
+    "diffusion_loss",
+    "downsampling_factor",
+    "planned_modes",
+]
 
 
 def downsampling_factor(unet: torch.nn.Module) -> int:
@@ -136,8 +143,8 @@ class MixOptTrainer:
         self.unet, self.optimizer = self.accelerator.prepare(unet, self.optimizer)
         device = self.accelerator.device
         self.images = {
-            "full": _resize(images, config.resolution).to(device),
-            "low": (_resize(images, low) if low_res_images is None else low_res_images).to(device),
+            "full": resize(images, config.resolution).to(device),
+            "low": (resize(images, low) if low_res_images is None else low_res_images).to(device),
         }
         self.conditioning = conditioning.to(device)
         self.step_count = 0
@@ -145,12 +152,7 @@ class MixOptTrainer:
 
     def p_zo(self, step: int) -> torch.Tensor:
         """p_ZO(t / T, step / steps) at every timestep t = 0 … T − 1 (float64)."""
-        total = self.scheduler.config.num_train_timesteps
-        progress = step / self.config.steps
-        schedule = self.config.schedule
-        values = [schedule.p_zo(t / total, progress) for t in range(total)]
-        # Clamped: a user's Schedule may stray outside [0, 1], and 1 − p_ZO weights BP's timesteps.
-        return torch.tensor(values, dtype=torch.float64).clamp(0, 1)
+        return p_zo_table(self.config, step, self.scheduler.config.num_train_timesteps)
 
     def mode_at(
         self, step: int, draw: float, uniforms: torch.Tensor
@@ -160,11 +162,8 @@ class MixOptTrainer:
         inverse CDF of p(t | mode)."""
         p_zo = self.p_zo(step)
         p = float(p_zo.mean())
-        if draw < p:
-            mode, weights = "zo_high", p_zo
-        else:
-            bp = self.config.schedule.bp_resolution == "full"
-            mode, weights = ("bp_high" if bp else "bp_low"), 1 - p_zo
+        mode = _mode(draw, p, self.config)
+        weights = p_zo if mode == "zo_high" else 1 - p_zo
         cdf = weights.cumsum(0) / weights.sum()
         timesteps = torch.searchsorted(cdf, uniforms.double(), right=True)
         return mode, p, timesteps.clamp(max=len(cdf) - 1)
@@ -176,7 +175,7 @@ class MixOptTrainer:
         # batch, then noise), so every schedule sees the same draws and batches at each step:
         # runs that differ only in the schedule are paired step by step (and schedules whose
         # p(t | mode) is uniform, the constant ones, see the same timesteps too).
-        generator = torch.Generator().manual_seed(config.seed * 1_000_003 + self.step_count)
+        generator = step_generator(config, self.step_count)
         draw = torch.rand((), generator=generator).item()
         uniforms = torch.rand(config.batch_size, generator=generator)
         mode, p, timesteps = self.mode_at(self.step_count, draw, uniforms)
@@ -275,7 +274,41 @@ class MixOptTrainer:
         return self.history
 
 
-def _resize(images: torch.Tensor, size: int) -> torch.Tensor:
+def p_zo_table(config: MixOptConfig, step: int, train_timesteps: int) -> torch.Tensor:
+    """p_ZO(t / T, step / steps) of ``config.schedule`` at every timestep t = 0 … T − 1
+    (float64)."""
+    progress = step / config.steps
+    values = [config.schedule.p_zo(t / train_timesteps, progress) for t in range(train_timesteps)]
+    # Clamped: a user's Schedule may stray outside [0, 1], and 1 − p_ZO weights BP's timesteps.
+    return torch.tensor(values, dtype=torch.float64).clamp(0, 1)
+
+
+def step_generator(config: MixOptConfig, step: int) -> torch.Generator:
+    """The generator of step ``step``'s draws (mode, timesteps, batch, noise, in that order):
+    seeded by the run's seed and the step alone."""
+    return torch.Generator().manual_seed(config.seed * 1_000_003 + step)
+
+
+def planned_modes(config: MixOptConfig, train_timesteps: int = 1000) -> list[str]:
+    """The mode of every step of a run of ``config``, without training: a step's mode depends
+    only on its seeded draw and the schedule (:meth:`MixOptTrainer.mode_at`). The experiment's
+    BP-low control takes as many BP steps as Mix-Opt's run does."""
+    modes = []
+    for step in range(config.steps):
+        draw = torch.rand((), generator=step_generator(config, step)).item()
+        modes.append(_mode(draw, float(p_zo_table(config, step, train_timesteps).mean()), config))
+    return modes
+
+
+def _mode(draw: float, p: float, config: MixOptConfig) -> str:
+    """ZO-high when the step's uniform ``draw`` is below its P(ZO-high) ``p``, else the
+    schedule's BP mode."""
+    if draw < p:
+        return "zo_high"
+    return "bp_high" if config.schedule.bp_resolution == "full" else "bp_low"
+
+
+def resize(images: torch.Tensor, size: int) -> torch.Tensor:
     """Box-filter (area) resize to size × size, as a dataloader's downsampling would."""
     if images.shape[-1] == size and images.shape[-2] == size:
         return images
