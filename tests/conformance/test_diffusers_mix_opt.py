@@ -93,3 +93,70 @@ def test_the_pipelines_lora_loader_reads_the_adapter(folders, tmp_path):
         torch.testing.assert_close(fresh(x, t, encoder_hidden_states=text).sample, expected)
         plain = UNet2DConditionModel.from_pretrained(folders / "unet")
         assert not torch.allclose(plain(x, t, encoder_hidden_states=text).sample, expected)
+
+
+def tiny_text_side(root) -> tuple:
+    """A CLIP text encoder and tokenizer of a 16-wide, one-layer config, saved to and loaded
+    from local folders: the tokenizer's vocabulary is every lower-case letter (with and without
+    the end-of-word mark), so any lower-case prompt encodes without merges."""
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
+
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    for letter in letters:
+        vocab[letter], vocab[letter + "</w>"] = len(vocab), len(vocab) + 1
+    CLIPTokenizer(vocab, [], model_max_length=16).save_pretrained(root / "tokenizer")
+    torch.manual_seed(5)
+    CLIPTextModel(
+        CLIPTextConfig(vocab_size=len(vocab), hidden_size=16, intermediate_size=32,
+                       num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=16,
+                       bos_token_id=0, eos_token_id=1, pad_token_id=1)
+    ).save_pretrained(root / "text_encoder")  # fmt: skip
+    return (CLIPTextModel.from_pretrained(root / "text_encoder"),
+            CLIPTokenizer.from_pretrained(root / "tokenizer"))  # fmt: skip
+
+
+def test_a_stable_diffusion_pipeline_loads_the_trained_adapter(folders, tmp_path):
+    """The whole pipeline from local parts (UNet, VAE, CLIP text encoder and tokenizer, DDIM):
+    an adapter trained by MixOptTrainer, saved by save_lora and loaded by
+    ``pipe.load_lora_weights`` draws the trained UNet's images; at scale 0 and after unloading,
+    the base model's."""
+    from diffusers import DDIMScheduler
+
+    text_encoder, tokenizer = tiny_text_side(tmp_path)
+    vae = AutoencoderKL.from_pretrained(folders / "vae").eval()
+    scheduler = DDPMScheduler.from_pretrained(folders / "scheduler")
+
+    prompt = "a photo of sks dog"
+    trained = UNet2DConditionModel.from_pretrained(folders / "unet")
+    pipe = StableDiffusionPipeline(
+        vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=trained,
+        scheduler=DDIMScheduler.from_config(scheduler.config), safety_checker=None,
+        feature_extractor=None, requires_safety_checker=False,
+    )  # fmt: skip
+    pipe.set_progress_bar_config(disable=True)
+    photos = torch.rand(2, 3, 16, 16, generator=torch.Generator().manual_seed(6)) * 2 - 1
+    with torch.no_grad():
+        text = pipe.encode_prompt(prompt, "cpu", 1, False)[0].repeat(2, 1, 1)
+    add_lora(trained, rank=2)
+    config = MixOptConfig(resolution=8, low_resolution=4, steps=6, batch_size=2,
+                          schedule=Constant(0.5), bp_lr=3e-2, zo_lr=1e-2)  # fmt: skip
+    MixOptTrainer(trained, scheduler, encode(vae, photos), text, config).train()
+    trained.eval()
+    save_lora(trained, tmp_path / "lora")
+
+    def draw(pipe: StableDiffusionPipeline, **kwargs) -> torch.Tensor:
+        return pipe(prompt, height=16, width=16, num_inference_steps=3, output_type="pt",
+                    generator=torch.Generator().manual_seed(7), **kwargs).images  # fmt: skip
+
+    expected = draw(pipe)
+    base = StableDiffusionPipeline(**{**pipe.components,
+                                      "unet": UNet2DConditionModel.from_pretrained(folders / "unet")})  # fmt: skip
+    base.set_progress_bar_config(disable=True)
+    plain = draw(base)
+    assert (expected - plain).abs().max() > 1e-3  # the adapter changes what is drawn
+    base.load_lora_weights(tmp_path / "lora")
+    torch.testing.assert_close(draw(base), expected)
+    torch.testing.assert_close(draw(base, cross_attention_kwargs={"scale": 0.0}), plain)
+    base.unload_lora_weights()
+    torch.testing.assert_close(draw(base), plain)

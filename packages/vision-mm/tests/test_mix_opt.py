@@ -23,6 +23,7 @@ from mixlab.vision_mm.mix_opt import (
     load_lora,
     make_schedule,
     perturb_,
+    planned_modes,
     projected_gradient,
     save_lora,
     subject_images,
@@ -194,6 +195,29 @@ def test_trainer_draws_modes_from_the_schedule():
         runs.append(MixOptTrainer(tiny_unet(), DDPMScheduler(), images, text, config).train())
     assert [h["timesteps"] for h in runs[0]] == [h["timesteps"] for h in runs[1]]
     assert all(len(set(h["timesteps"])) > 1 for h in runs[0])  # per example, not per batch
+    # planned_modes knows every step's mode without training (the matched BP-low control's
+    # length): Mix-Opt's schedule, whose ZO share grows with progress
+    config = MixOptConfig(resolution=16, low_resolution=8, steps=12, seed=3,
+                          schedule=TimestepAware(p_min=0.2), zo_lr=1e-3)  # fmt: skip
+    history = MixOptTrainer(tiny_unet(), DDPMScheduler(), images, text, config).train()
+    planned = planned_modes(config)
+    assert planned == [h["mode"] for h in history]
+    assert {"bp_low", "zo_high"} == set(planned)
+    config.seed = 4
+    assert planned_modes(config) != planned  # the draws are the seed's
+
+
+def test_pretraining_spreads_its_low_resolution_steps_evenly():
+    from mixlab.vision_mm.mix_opt.model import ModelSpec, _cache_key, _is_low_step
+
+    for share, steps in ((0.5, 1500), (0.3, 100), (0.0, 50)):
+        low = [_is_low_step(step, share) for step in range(steps)]
+        assert sum(low) == int(steps * share)
+        assert all(abs(sum(low[:n]) - n * share) < 1 for n in range(1, steps))
+    assert [_is_low_step(step, 0.5) for step in range(4)] == [False, True, False, True]
+    # a single-resolution model keeps the cache key it had before the multi-resolution fields
+    assert "low_share" not in _cache_key(ModelSpec())
+    assert _cache_key(ModelSpec(low_share=0.5))["low_size"] == 16
 
 
 # --- trainer ----------------------------------------------------------------------------------
@@ -533,11 +557,12 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
     # that mix take their modes' choices
     cells = json.loads((tmp_path / "run" / "cells.json").read_text())
     tuning = [c for c in cells if c["part"] == "tune"]
-    assert len(tuning) == 6
+    assert len(tuning) == 7  # the un-personalized model's score, then 2 candidates a system
+    assert result.metrics["base"]["validation_fidelity"] == tuning[0]["validation_fidelity"]
     for system in ("bp_high", "bp_low", "zo_high"):
         mine = [c for c in tuning if c["system"] == system]
-        best = min(mine, key=lambda c: c["validation_loss"])
-        assert result.metrics[system]["validation_loss"] == best["validation_loss"]
+        best = max(mine, key=lambda c: c["validation_fidelity"])
+        assert result.metrics[system]["validation_fidelity"] == best["validation_fidelity"]
         for name, value in best["settings"].items():
             assert result.metrics[system][name] == value
     for name in ("bp_lr", "low_resolution"):

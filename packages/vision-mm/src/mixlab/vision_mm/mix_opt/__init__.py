@@ -55,6 +55,7 @@ _MODULE_OF = {
     "make_schedule": "schedule",
     "nearest_ssim": "metrics",
     "perturb_": "zo",
+    "planned_modes": "trainer",
     "pretrained_model": "model",
     "profile_modes": "profile",
     "projected_gradient": "zo",
@@ -91,6 +92,7 @@ __all__ = [
     "make_schedule",
     "nearest_ssim",
     "perturb_",
+    "planned_modes",
     "pretrained_model",
     "profile_modes",
     "projected_gradient",
@@ -132,5 +134,5 @@ if TYPE_CHECKING:
         make_schedule,
     )
     from mixlab.vision_mm.mix_opt.settings import MixOptConfig
-    from mixlab.vision_mm.mix_opt.trainer import MixOptTrainer, diffusion_loss
+    from mixlab.vision_mm.mix_opt.trainer import MixOptTrainer, diffusion_loss, planned_modes
     from mixlab.vision_mm.mix_opt.zo import perturb_, projected_gradient, zo_step_

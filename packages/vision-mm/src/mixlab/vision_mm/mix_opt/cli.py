@@ -202,10 +202,10 @@ def personalize(
     from mixlab.shared.files import write_text_atomic
     from mixlab.vision_mm.mix_opt.data import SUBJECT_TOKEN, encode_caption, subject_images
     from mixlab.vision_mm.mix_opt.lora import add_lora, save_lora
-    from mixlab.vision_mm.mix_opt.model import ModelSpec, noise_scheduler, pretrained_model
+    from mixlab.vision_mm.mix_opt.model import noise_scheduler, pretrained_model
     from mixlab.vision_mm.mix_opt.trainer import MixOptTrainer
 
-    spec = ModelSpec(steps=pretrain_steps)
+    spec = bundled_model(pretrain_steps)
     caption = encode_caption(SUBJECT_TOKEN, noun, background)
     if images is None:
         pictures = subject_images(background=background, seed=seed).images
@@ -224,6 +224,16 @@ def personalize(
         f"{schedule}: {len(history)} steps ({zo:.0%} ZO-high), mean loss of the last 50 "
         f"{sum(h['loss'] for h in history[-50:]) / len(history[-50:]):.4f}; wrote {path}"
     )
+
+
+def bundled_model(pretrain_steps: int):
+    """The experiment's shapes UNet (pre-trained on half its steps at 16² too) of
+    ``pretrain_steps``: the one ``mixlab run mix_opt`` caches."""
+    from mixlab.vision_mm.mix_opt.config import Config
+    from mixlab.vision_mm.mix_opt.model import ModelSpec
+
+    return ModelSpec(steps=pretrain_steps, low_share=Config.pretrain_low_share,
+                     low_size=Config.low_resolution)  # fmt: skip
 
 
 @app.command("sample")
@@ -264,11 +274,11 @@ def sample_grid(
 
     from mixlab.vision_mm.mix_opt.data import SUBJECT_TOKEN, encode_caption
     from mixlab.vision_mm.mix_opt.lora import load_lora
-    from mixlab.vision_mm.mix_opt.model import ModelSpec, null_captions, pretrained_model, sample
+    from mixlab.vision_mm.mix_opt.model import null_captions, pretrained_model, sample
     from mixlab.vision_mm.mix_opt.model import save_grid as write_grid
 
     captions = [encode_caption(SUBJECT_TOKEN, noun, b) for b in chosen for _ in range(per_prompt)]
-    spec = ModelSpec(steps=pretrain_steps)
+    spec = bundled_model(pretrain_steps)
     unet, encoder = pretrained_model(spec)
     if lora is not None:
         load_lora(unet, lora)
@@ -288,6 +298,7 @@ OPTION_OF = {
     "low_resolution": "--low-resolution",
     "batch_size": "--batch-size",
     "rank": "--rank",
+    "unet": "--unet",
 }
 
 
@@ -301,6 +312,13 @@ def profile(
     batch_size: int = 4,
     rank: int = 4,
     device: Annotated[str, typer.Option(help="auto (CUDA when available), cpu or cuda")] = "auto",
+    unet: Annotated[
+        str,
+        typer.Option(
+            help="shapes (the experiment's UNet) or sd15 (Stable Diffusion 1.5's layout, no "
+            "weights; resolutions are latent sizes: 64 for 512² images)"
+        ),
+    ] = "shapes",
 ) -> None:
     """Peak training memory (total, and what one step adds) and seconds per step, per mode,
     each in a fresh process; on CUDA the allocator's peak, on a CPU the resident set."""
@@ -313,6 +331,7 @@ def profile(
         "low_resolution": low_resolution,
         "batch_size": batch_size,
         "rank": rank,
+        "unet": unet,
     }
     specs = [{**common, "mode": mode} for mode in chosen]
     for spec in specs:  # here, in this process: the probe's child never sees bad input

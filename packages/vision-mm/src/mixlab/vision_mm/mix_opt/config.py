@@ -181,16 +181,17 @@ class Config(ExperimentConfig):
     rank: int = 4
     """LoRA rank"""
     tune_steps: int = 100
-    """steps of each tuning run on the validation subject (a green/magenta/cyan striped square)"""
-    tune_bp_lrs: tuple[float, ...] = (3e-4, 1e-3, 3e-3, 1e-2)
+    """steps of each tuning run on the validation subject (a green/magenta/cyan striped square),
+    scored by the subject fidelity of its samples"""
+    tune_bp_lrs: tuple[float, ...] = (1e-3, 3e-3, 1e-2, 3e-2)
     """BP-high's candidate AdamW learning rates (each > 0; as many candidates as every tuned
     system gets)"""
     tune_low_resolutions: tuple[int, ...] = (16, 24)
     """BP-low's candidate resolutions, crossed with ``tune_low_bp_lrs``"""
-    tune_low_bp_lrs: tuple[float, ...] = (1e-3, 3e-3)
+    tune_low_bp_lrs: tuple[float, ...] = (3e-3, 1e-2)
     """BP-low's candidate AdamW learning rates"""
-    tune_zo_lrs: tuple[float, ...] = (0.01, 0.02, 0.05, 0.1)
-    """ZO-high's candidate step sizes η (each > 0; 0.2 and up diverged on the first base model)"""
+    tune_zo_lrs: tuple[float, ...] = (0.02, 0.05, 0.1, 0.2)
+    """ZO-high's candidate step sizes η (each > 0)"""
     zo_eps: float = 1e-2
     """ZO perturbation scale ε (> 0)"""
     kappa: float = 10.0

@@ -196,13 +196,20 @@ def trainer_settings(
 
 
 def choose(cells: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Each tuned system's candidate with the lowest validation loss (:func:`run_tuning`)."""
+    """Each tuned system's candidate of the highest subject fidelity on the validation subject
+    (:func:`run_tuning`)."""
     best: dict[str, dict[str, Any]] = {}
     for cell in cells:
-        if cell["part"] == "tune" and (
-            cell["system"] not in best or cell["validation_loss"] < best[cell["system"]]["loss"]
+        if cell["part"] != "tune" or cell["system"] == "base":
+            continue
+        if (
+            cell["system"] not in best
+            or cell["validation_fidelity"] > best[cell["system"]]["score"]
         ):
-            best[cell["system"]] = {"loss": cell["validation_loss"], "settings": cell["settings"]}
+            best[cell["system"]] = {
+                "score": cell["validation_fidelity"],
+                "settings": cell["settings"],
+            }
     return {system: entry["settings"] for system, entry in best.items()}
 
 
@@ -247,31 +254,36 @@ def personalize(
 
 
 def run_tuning(
-    config: Config, system: str, settings: dict[str, Any], out_dir: Path
+    config: Config, system: str, settings: dict[str, Any], out_dir: Path, nets
 ) -> dict[str, Any]:
     """One tuning run: ``system`` with candidate ``settings`` for ``tune_steps`` on the validation
-    subject's photos (seed 0), scored by :func:`fixed_loss` on other photos of it (seed 1)."""
+    subject's photos (:data:`~.data.VALIDATION_SUBJECT`), scored by the subject fidelity
+    (DINO_local) of its samples of that subject, the claims' metric; ``base`` is the
+    un-personalized model's score, the floor."""
     seed_everything(config.seed)
-    tuned = {source: settings for source in TUNED_FROM[system]}
-    trainer = trainer_settings(config, system, config.seed, tuned, steps=config.tune_steps)
-    photos, held_out = (
-        subject_images(config.subject_images, background=config.subject_background,
-                       size=config.resolution, seed=seed, **VALIDATION_SUBJECT)
-        for seed in (0, 1)
-    )  # fmt: skip
-    name = "-".join(f"{k}{v:g}" for k, v in sorted(settings.items()))
-    folder = out_dir / "checkpoints" / f"tune-{system}-{name}"
-    unet, encoder, _ = personalize(config, trainer, photos, folder)
-    return {"validation_loss": fixed_loss(unet, encoder, held_out, config, config.seed)}
+    photos = subject_images(config.subject_images, background=config.subject_background,
+                            size=config.resolution, seed=config.seed, **VALIDATION_SUBJECT)  # fmt: skip
+    if system == "base":
+        unet, encoder = pretrained_model(model_spec(config), resolve_device(config.device))
+    else:
+        tuned = {source: settings for source in TUNED_FROM[system]}
+        trainer = trainer_settings(config, system, config.seed, tuned, steps=config.tune_steps)
+        name = "-".join(f"{k}{v:g}" for k, v in sorted(settings.items()))
+        folder = out_dir / "checkpoints" / f"tune-{system}-{name}"
+        unet, encoder, _ = personalize(config, trainer, photos, folder)
+    noun = VALIDATION_SUBJECT["noun"]
+    scores = evaluate(unet, encoder, photos.images, config, config.seed, nets, noun=noun)
+    return {"validation_fidelity": scores["subject_fidelity"],
+            "validation_distortion": 1 - scores["edge_iou"]}  # fmt: skip
 
 
-def evaluation_prompts(config: Config) -> tuple[torch.Tensor, torch.Tensor]:
-    """(captions, background labels): ``samples_per_prompt`` per background, twice as many for
-    the training background (the structural metrics use those)."""
+def evaluation_prompts(config: Config, noun: str = "star") -> tuple[torch.Tensor, torch.Tensor]:
+    """(captions, background labels) of "<sks> ``noun``": ``samples_per_prompt`` per background,
+    twice as many for the training background (the structural metrics use those)."""
     captions, labels = [], []
     for index, background in enumerate(BACKGROUNDS):
         n = config.samples_per_prompt * (2 if background == config.subject_background else 1)
-        captions += [encode_caption(SUBJECT_TOKEN, "star", background)] * n
+        captions += [encode_caption(SUBJECT_TOKEN, noun, background)] * n
         labels += [index] * n
     return torch.tensor(captions), torch.tensor(labels)
 
@@ -296,9 +308,11 @@ def samples_of(unet, encoder, captions: torch.Tensor, config: Config, seed: int)
     ).cpu()
 
 
-def evaluate(unet, encoder, references, config: Config, seed: int, nets) -> dict[str, Any]:
+def evaluate(
+    unet, encoder, references, config: Config, seed: int, nets, *, noun: str = "star"
+) -> dict[str, Any]:
     """Samples for the evaluation prompts and their quality metrics."""
-    captions, backgrounds = evaluation_prompts(config)
+    captions, backgrounds = evaluation_prompts(config, noun)
     samples = samples_of(unet, encoder, captions, config, seed + 4242)
     feature_net, attribute_net, center = nets
     own = backgrounds == list(BACKGROUNDS).index(config.subject_background)
@@ -415,7 +429,8 @@ def _run_cell(
         torch.set_num_threads(1)  # one thread a worker: two on two cores slow each other down
     torch.set_flush_denormal(True)
     if cell["part"] == "tune":
-        return {**cell, **run_tuning(config, cell["system"], cell["settings"], out_dir)}
+        scores = run_tuning(config, cell["system"], cell["settings"], out_dir, _nets(config))
+        return {**cell, **scores}
     if cell["part"] == "memory":
         return {**cell, "modes": run_memory(config, cell["low_resolution"])}
     if cell["part"] == "recognition":
@@ -438,9 +453,10 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
         return run_cells(out_dir, config, planned, job, resume=resume or not first,
                          label=label, workers=workers)  # fmt: skip
 
-    tuning = [{"part": "tune", "system": system, "settings": settings}
-              for system, candidates in tuning_candidates(config).items()
-              for settings in candidates]  # fmt: skip
+    tuning = [{"part": "tune", "system": "base", "settings": {}}]
+    tuning += [{"part": "tune", "system": system, "settings": settings}
+               for system, candidates in tuning_candidates(config).items()
+               for settings in candidates]  # fmt: skip
     first = run_phase([*tuning, {"part": "recognition"}], {}, "mix_opt tuning", first=True)
     tuned = choose(first)
     low = tuned["bp_low"]["low_resolution"]
@@ -551,7 +567,8 @@ def summarise(cells: list[dict[str, Any]], config: Config) -> dict[str, dict[str
     """One row per system: quality metrics (mean and sample std over seeds), structural
     distortion (1 − edge IoU), ZO share of steps, final training loss, the loss on the subject's
     photos with fixed draws (:func:`fixed_loss`), steps, the tuned settings it ran with and
-    (tuned systems) the best validation loss, training seconds,
+    (tuned systems and the base model) the best subject fidelity on the validation subject,
+    training seconds,
     peak training memory in all and added per step (MiB; mixing: the larger of its modes), the
     ratios of the total to ZO-high's and BP-high's, and seconds per step of its modes (mixing:
     weighted by its ZO share). The base row also carries how recognisably it draws
@@ -559,9 +576,9 @@ def summarise(cells: list[dict[str, Any]], config: Config) -> dict[str, dict[str
     memory = next(c["modes"] for c in cells if c["part"] == "memory")
     recognition = next(c for c in cells if c["part"] == "recognition")
     tuned = choose(cells)
-    validation = {system: min(c["validation_loss"] for c in cells
+    validation = {system: max(c["validation_fidelity"] for c in cells
                               if c["part"] == "tune" and c["system"] == system)
-                  for system in tuned}  # fmt: skip
+                  for system in ("base", *tuned)}  # fmt: skip
     metrics: dict[str, dict[str, float | None]] = {}
     for system in ("base", *config.systems):
         mine = _rows(cells, system)
@@ -581,7 +598,7 @@ def summarise(cells: list[dict[str, Any]], config: Config) -> dict[str, dict[str
             chosen |= tuned[source]
         for name in ("bp_lr", "zo_lr", "low_resolution"):
             row[name] = chosen.get(name)
-        row["validation_loss"] = validation.get(system)
+        row["validation_fidelity"] = validation.get(system)
         for name in RECOGNITION:
             row[name] = recognition[name] if system == "base" else None
         modes = MODES_OF.get(system)

@@ -1,8 +1,11 @@
 """Peak training memory and time per step of each mode, each spec in its own fresh process.
 
 A spec is ``{"mode": "bp_high" | "bp_low" | "zo_high", "resolution", "low_resolution",
-"batch_size", "channels", "text_dim", "rank", "steps", "device"}``; the UNet is
-:func:`build_unet` with a LoRA adapter of ``rank`` (weights do not change memory or time),
+"batch_size", "channels", "text_dim", "rank", "steps", "device", "unet"}``; the UNet is
+:func:`build_unet` (``"unet": "shapes"``) or Stable Diffusion 1.5's UNet layout
+(``"unet": "sd15"``, :data:`SD15_UNET`, 860 M parameters: resolutions are then latent sizes, 64
+for 512² images, and the text 77 CLIP states of width 768) with a LoRA adapter of ``rank``,
+randomly initialised (weights do not change memory or time),
 trained by :class:`MixOptTrainer` on ``device`` ("cpu", "cuda" or "cuda:N"). Two figures per mode
 (:mod:`mixlab.shared.memory`):
 
@@ -40,6 +43,18 @@ from mixlab.vision_mm.mix_opt.schedule import BPHigh, Constant
 MODE_SCHEDULES = {"bp_high": BPHigh(), "bp_low": Constant(0.0), "zo_high": Constant(1.0)}
 
 
+SD15_UNET: dict[str, Any] = {
+    "in_channels": 4, "out_channels": 4, "block_out_channels": (320, 640, 1280, 1280),
+    "down_block_types": ("CrossAttnDownBlock2D",) * 3 + ("DownBlock2D",),
+    "up_block_types": ("UpBlock2D",) + ("CrossAttnUpBlock2D",) * 3, "layers_per_block": 2,
+    "cross_attention_dim": 768, "attention_head_dim": 8, "norm_num_groups": 32,
+}  # fmt: skip
+"""Stable Diffusion 1.5's UNet2DConditionModel configuration (its ``unet/config.json``, the
+fields that differ from diffusers' defaults): the memory probe builds it without weights"""
+SD15_TEXT = (77, 768)
+"""the CLIP text states SD 1.5's UNet cross-attends to: tokens × width"""
+UNETS = ("shapes", "sd15")
+
 SPEC_DEFAULTS: dict[str, Any] = {
     "resolution": 32,
     "low_resolution": 16,
@@ -49,6 +64,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "rank": 4,
     "steps": 5,
     "device": "cpu",
+    "unet": "shapes",
 }
 """what a spec's missing keys default to (``low_resolution``: half the resolution)"""
 
@@ -71,10 +87,14 @@ def check_spec(spec: dict[str, Any], name: Callable[[str], str] = str) -> None:
         "cpu, cuda or cuda:N",
         values["device"],
     )
+    require(values["unet"] in UNETS, name("unet"), f"one of {list(UNETS)}", values["unet"])
     check_base_unet(values["channels"], values["text_dim"])
     for key in ("batch_size", "rank", "steps"):
         require(is_count(values[key]), name(key), "an integer >= 1", values[key])
-    factor = downsampling_factor(tuple(values["channels"]))
+    if values["unet"] == "sd15":  # three downsampling blocks
+        factor = 2 ** (len(SD15_UNET["block_out_channels"]) - 1)
+    else:
+        factor = downsampling_factor(tuple(values["channels"]))
     resolution, low = values["resolution"], values["low_resolution"]
     for key, value in (("resolution", resolution), ("low_resolution", low)):
         require(is_count(value), name(key), "an integer >= 1", value)
@@ -107,6 +127,7 @@ def profile_modes(specs: list[dict[str, Any]], *, timeout: float = 1800) -> list
 def _probe(spec: dict[str, Any]) -> dict[str, float]:
     import torch
     from accelerate import Accelerator
+    from diffusers import UNet2DConditionModel
 
     from mixlab.shared.memory import added_peak_bytes, current_bytes, peak_bytes, reset_peak
     from mixlab.vision_mm.mix_opt.lora import add_lora
@@ -126,8 +147,12 @@ def _probe(spec: dict[str, Any]) -> dict[str, float]:
     start = current_bytes(memory_device)
     torch.manual_seed(0)
     size = spec.get("resolution", SPEC_DEFAULTS["resolution"])
-    text_dim = spec.get("text_dim", SPEC_DEFAULTS["text_dim"])
-    unet = build_unet(size, tuple(spec.get("channels", SPEC_DEFAULTS["channels"])), text_dim)
+    if spec.get("unet", SPEC_DEFAULTS["unet"]) == "sd15":
+        unet = UNet2DConditionModel(sample_size=size, **SD15_UNET)
+        (tokens, text_dim), channels = SD15_TEXT, SD15_UNET["in_channels"]
+    else:
+        tokens, text_dim, channels = 3, spec.get("text_dim", SPEC_DEFAULTS["text_dim"]), 3
+        unet = build_unet(size, tuple(spec.get("channels", SPEC_DEFAULTS["channels"])), text_dim)
     add_lora(unet, rank=spec.get("rank", SPEC_DEFAULTS["rank"]))
     n = spec.get("batch_size", SPEC_DEFAULTS["batch_size"])
     config = MixOptConfig(
@@ -137,8 +162,8 @@ def _probe(spec: dict[str, Any]) -> dict[str, float]:
         steps=10_000,
         schedule=MODE_SCHEDULES[spec["mode"]],
     )
-    images = torch.rand(n, 3, size, size) * 2 - 1
-    text = torch.randn(n, 3, text_dim)
+    images = torch.rand(n, channels, size, size) * 2 - 1
+    text = torch.randn(n, tokens, text_dim)
     trainer = MixOptTrainer(
         unet,
         noise_scheduler(),
