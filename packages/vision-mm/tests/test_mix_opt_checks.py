@@ -93,6 +93,23 @@ def test_registry_and_cli_import_no_heavy_module():
     assert done.stdout.strip() == "[]"
 
 
+def test_config_imports_nothing_of_the_trainer():
+    """No import circle config ↔ model/schedule/settings/trainer (issue 63): the config module
+    loads none of the package's other modules, and they load without it."""
+    code = (
+        "import sys, mixlab.vision_mm.mix_opt.config; "
+        "print(sorted(m for m in sys.modules if m.startswith('mixlab.vision_mm.mix_opt.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "['mixlab.vision_mm.mix_opt.config']"
+    code = (  # nor does the trainer's side need the experiment's config
+        "import sys, mixlab.vision_mm.mix_opt.settings, mixlab.vision_mm.mix_opt.schedule; "
+        "print('mixlab.vision_mm.mix_opt.config' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
 # --- regime check -----------------------------------------------------------------------------
 
 

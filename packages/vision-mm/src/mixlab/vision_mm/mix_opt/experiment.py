@@ -1,16 +1,22 @@
-"""Mix-Opt against BP-high, BP-low, ZO-high and random mixing (``mixlab run mix_opt``).
+"""Mix-Opt against BP-high, BP-low, ZO-high, random mixing and a matched BP-low
+(``mixlab run mix_opt``).
 
-The shapes UNet pre-trained here (cached) is personalized with a rank-4 LoRA to the subject, a
-striped three-coloured star, from 4 images on white, under each system with the same steps,
-batch, learning rates and seeds. Samples for "<sks> star on <background>" (every background,
-three of them never seen with the subject) are scored for subject fidelity (DINO_local cosine,
-nearest SSIM), prompt fidelity (background classifier) and structural distortion (edge IoU at
-32²); the un-personalized model is the ``base`` row. Peak training memory (in all, and what
-one step adds) and time per step of each mode are measured on the experiment's UNet at
-``memory_resolution``, each mode in a fresh process (on CUDA the allocator's peak, on a CPU the
-resident set); a mixing schedule's peak is the larger of its modes'.
+The shapes UNet pre-trained here (cached; half its steps at the low resolution) is personalized
+with a rank-4 LoRA to the subject, a striped three-coloured star, from 4 images on white, under
+each system with the same steps, batch and seeds. First the step sizes (and BP-low's
+resolution) are tuned on a validation subject, as many candidates for each tuned system
+(:func:`tuning_candidates`, :func:`choose`); the mixing systems take their modes' choices.
+Samples for "<sks> star on <background>" (every background, three of them never seen with the
+subject) are scored for subject fidelity (DINO_local cosine, nearest SSIM), prompt fidelity
+(background classifier) and structural distortion (edge IoU at 32²); the un-personalized model
+is the ``base`` row. Peak training memory (in all, and what one step adds) and time per step of
+each mode are measured on the experiment's UNet at ``memory_resolution``, each mode in a fresh
+process (on CUDA the allocator's peak, on a CPU the resident set); a mixing schedule's peak is
+the larger of its modes'.
 
-Random mixing takes ZO-high steps with Mix-Opt's mean probability E[p_ZO] (same BP/ZO ratio).
+Random mixing takes ZO-high steps with Mix-Opt's mean probability E[p_ZO] (same BP/ZO ratio);
+the matched BP-low takes as many BP-low steps as Mix-Opt's run on the same seed
+(:func:`~.trainer.planned_modes`).
 
 Regime checks (:func:`regime`), with margins fixed before measuring:
 
@@ -18,7 +24,7 @@ Regime checks (:func:`regime`), with margins fixed before measuring:
   solid colour in at least :data:`RECOGNISABLE` (80 %) of its samples, one per colour × shape ×
   background caption;
 - BP-high, the upper bound the claims measure against, beats the un-personalized model's
-  DINO_local by more than :data:`ADAPT_MARGIN` (0.02) on every seed;
+  DINO_local by more than :data:`~.config.ADAPT_MARGIN` (0.02) on every seed;
 
 either failing leaves the quality claims untested. The memory claim needs every mode to add at
 least :data:`MEMORY_FLOOR_MIB` (50 MiB) per step, where the probe is well above its noise.
@@ -26,8 +32,9 @@ least :data:`MEMORY_FLOOR_MIB` (50 MiB) per step, where the probe is well above 
 Claims (declared with their controls in :data:`~.config.CLAIMS`): the memory claim (control:
 BP-low alone); the quality claims on every seed, each assuming issue 63's premises
 (:func:`premises`: BP-low alone adapts, ZO-high alone makes progress on its loss), with BP-low
-alone (fidelity) and random mixing (distortion, schedule) as controls. The config
-(:mod:`mixlab.vision_mm.mix_opt.config`) loads without torch.
+alone (fidelity), the matched BP-low (distortion) and random mixing (schedule) as controls.
+The config (:mod:`mixlab.vision_mm.mix_opt.config`) imports neither torch nor this package's
+other modules.
 """
 
 from __future__ import annotations
@@ -102,6 +109,9 @@ MODES_OF = {
     "mix_opt": ("bp_low", "zo_high"),
     "bp_low_matched": ("bp_low",),
 }
+"""the modes each system trains with: its peak memory is the larger of theirs, and it takes their
+tuned settings (a mixing system has no tuning of its own; a mode is tuned as the system of its
+name)"""
 RECOGNISABLE = 0.8
 """regime: the share of the base model's samples whose shape and colour the evaluation networks
 read as the caption's (fixed before measuring)"""
@@ -159,25 +169,19 @@ def tuning_candidates(config: Config) -> dict[str, list[dict[str, Any]]]:
     }
 
 
-TUNED_FROM = {
-    "bp_high": ("bp_high",),
-    "bp_low": ("bp_low",),
-    "zo_high": ("zo_high",),
-    "random": ("bp_low", "zo_high"),
-    "mix_opt": ("bp_low", "zo_high"),
-    "bp_low_matched": ("bp_low",),
-}
-"""whose tuned settings each system takes: a mixing system, its modes' (no tuning of its own)"""
-
-
 def trainer_settings(
-    config: Config, system: str, seed: int, tuned: dict[str, dict[str, Any]], *, steps: int = 0
+    config: Config,
+    system: str,
+    seed: int,
+    tuned: dict[str, dict[str, Any]],
+    *,
+    steps: int | None = None,
 ) -> MixOptConfig:
     """The trainer settings of ``system`` at ``seed`` with the ``tuned`` choices of
     :func:`choose` (``steps``: the run's length when not ``config.steps``). The matched BP-low
     control runs as many steps as Mix-Opt's run at ``seed`` takes BP-low steps."""
     chosen: dict[str, Any] = {}
-    for source in TUNED_FROM[system]:
+    for source in MODES_OF[system]:
         chosen |= tuned[source]
     if system == "bp_low_matched":
         mix = trainer_settings(config, "mix_opt", seed, tuned)
@@ -185,7 +189,7 @@ def trainer_settings(
     return MixOptConfig(
         resolution=config.resolution,
         low_resolution=chosen.get("low_resolution", config.low_resolution),
-        steps=steps or config.steps,
+        steps=config.steps if steps is None else steps,
         batch_size=config.batch_size,
         schedule=schedule_of(config, "bp_low" if system == "bp_low_matched" else system),
         bp_lr=chosen.get("bp_lr", MixOptConfig.bp_lr),
@@ -198,19 +202,12 @@ def trainer_settings(
 def choose(cells: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Each tuned system's candidate of the highest subject fidelity on the validation subject
     (:func:`run_tuning`)."""
-    best: dict[str, dict[str, Any]] = {}
-    for cell in cells:
-        if cell["part"] != "tune" or cell["system"] == "base":
-            continue
-        if (
-            cell["system"] not in best
-            or cell["validation_fidelity"] > best[cell["system"]]["score"]
-        ):
-            best[cell["system"]] = {
-                "score": cell["validation_fidelity"],
-                "settings": cell["settings"],
-            }
-    return {system: entry["settings"] for system, entry in best.items()}
+    scored = [c for c in cells if c["part"] == "tune" and c["system"] != "base"]
+    return {
+        system: max((c for c in scored if c["system"] == system),
+                    key=lambda c: c["validation_fidelity"])["settings"]
+        for system in sorted({c["system"] for c in scored})
+    }  # fmt: skip
 
 
 FIXED_DRAWS = 16
@@ -266,7 +263,7 @@ def run_tuning(
     if system == "base":
         unet, encoder = pretrained_model(model_spec(config), resolve_device(config.device))
     else:
-        tuned = {source: settings for source in TUNED_FROM[system]}
+        tuned = {source: settings for source in MODES_OF[system]}
         trainer = trainer_settings(config, system, config.seed, tuned, steps=config.tune_steps)
         name = "-".join(f"{k}{v:g}" for k, v in sorted(settings.items()))
         folder = out_dir / "checkpoints" / f"tune-{system}-{name}"
@@ -594,7 +591,7 @@ def summarise(cells: list[dict[str, Any]], config: Config) -> dict[str, dict[str
         row["subject_loss"], row["subject_loss_std"] = mean_std([c["subject_loss"] for c in mine])
         row["steps"] = float(np.mean([c["steps"] for c in mine]))
         chosen: dict[str, Any] = {}
-        for source in TUNED_FROM.get(system, ()):
+        for source in MODES_OF.get(system, ()):
             chosen |= tuned[source]
         for name in ("bp_lr", "zo_lr", "low_resolution"):
             row[name] = chosen.get(name)
