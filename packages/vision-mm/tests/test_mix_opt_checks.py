@@ -489,10 +489,9 @@ def test_trainer_refuses_a_checkpoint_that_does_not_fit(run_folder):
 def test_damaged_cached_base_model_is_one_line_exit_2(damage, tmp_path, monkeypatch, capsys):
     from mixlab.vision_mm.cli import main
     from mixlab.vision_mm.mix_opt import model
-    from mixlab.vision_mm.mix_opt.cli import bundled_model
 
     monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
-    spec = bundled_model(7)  # what `sample --pretrain-steps 7` loads
+    spec = model.model_spec(Config(pretrain_steps=7))  # what `sample --pretrain-steps 7` loads
     key = json.dumps(model._cache_key(spec))
     monkeypatch.setattr(model, "_pretrain", lambda *args: None)  # the entry, untrained
     model.pretrained_model(spec)

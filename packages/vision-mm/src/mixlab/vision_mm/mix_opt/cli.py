@@ -200,12 +200,13 @@ def personalize(
     import torch
 
     from mixlab.shared.files import write_text_atomic
+    from mixlab.vision_mm.mix_opt.config import Config
     from mixlab.vision_mm.mix_opt.data import SUBJECT_TOKEN, encode_caption, subject_images
     from mixlab.vision_mm.mix_opt.lora import add_lora, save_lora
-    from mixlab.vision_mm.mix_opt.model import noise_scheduler, pretrained_model
+    from mixlab.vision_mm.mix_opt.model import model_spec, noise_scheduler, pretrained_model
     from mixlab.vision_mm.mix_opt.trainer import MixOptTrainer
 
-    spec = bundled_model(pretrain_steps)
+    spec = model_spec(Config(pretrain_steps=pretrain_steps))
     caption = encode_caption(SUBJECT_TOKEN, noun, background)
     if images is None:
         pictures = subject_images(background=background, seed=seed).images
@@ -224,16 +225,6 @@ def personalize(
         f"{schedule}: {len(history)} steps ({zo:.0%} ZO-high), mean loss of the last 50 "
         f"{sum(h['loss'] for h in history[-50:]) / len(history[-50:]):.4f}; wrote {path}"
     )
-
-
-def bundled_model(pretrain_steps: int):
-    """The experiment's shapes UNet (pre-trained on half its steps at 16² too) of
-    ``pretrain_steps``: the one ``mixlab run mix_opt`` caches."""
-    from mixlab.vision_mm.mix_opt.config import Config
-    from mixlab.vision_mm.mix_opt.model import ModelSpec
-
-    return ModelSpec(steps=pretrain_steps, low_share=Config.pretrain_low_share,
-                     low_size=Config.low_resolution)  # fmt: skip
 
 
 @app.command("sample")
@@ -272,13 +263,14 @@ def sample_grid(
 
     import torch
 
+    from mixlab.vision_mm.mix_opt.config import Config
     from mixlab.vision_mm.mix_opt.data import SUBJECT_TOKEN, encode_caption
     from mixlab.vision_mm.mix_opt.lora import load_lora
-    from mixlab.vision_mm.mix_opt.model import null_captions, pretrained_model, sample
+    from mixlab.vision_mm.mix_opt.model import model_spec, null_captions, pretrained_model, sample
     from mixlab.vision_mm.mix_opt.model import save_grid as write_grid
 
     captions = [encode_caption(SUBJECT_TOKEN, noun, b) for b in chosen for _ in range(per_prompt)]
-    spec = bundled_model(pretrain_steps)
+    spec = model_spec(Config(pretrain_steps=pretrain_steps))
     unet, encoder = pretrained_model(spec)
     if lora is not None:
         load_lora(unet, lora)

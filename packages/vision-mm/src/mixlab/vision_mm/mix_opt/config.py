@@ -15,10 +15,6 @@ from mixlab.shared.config import ExperimentConfig, is_count, is_number, require
 from mixlab.shared.registry import Method
 
 SYSTEMS = ("bp_high", "bp_low", "zo_high", "random", "mix_opt", "bp_low_matched")
-TUNED = ("bp_high", "bp_low", "zo_high")
-"""the systems whose step sizes (and BP-low's resolution) are chosen on the validation subject,
-each from as many candidates; random mixing, Mix-Opt and the matched BP-low take BP-low's and
-ZO-high's choices"""
 CLOSE_TO_ZO = 2.0
 """claim 1, "close to ZO-high": peak memory at most twice ZO-high's"""
 WELL_BELOW_BP = 0.5

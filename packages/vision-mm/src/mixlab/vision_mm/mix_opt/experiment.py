@@ -89,7 +89,7 @@ from mixlab.vision_mm.mix_opt.metrics import (
     prompt_accuracy,
 )
 from mixlab.vision_mm.mix_opt.model import (
-    ModelSpec,
+    model_spec,
     noise_scheduler,
     null_captions,
     pretrained_model,
@@ -130,19 +130,6 @@ __all__ = [
 ]
 
 
-def model_spec(config: Config) -> ModelSpec:
-    """The pre-trained (cached) shapes UNet ``config`` personalizes."""
-    return ModelSpec(
-        size=config.resolution,
-        channels=tuple(config.base_channels),
-        text_dim=config.base_text_dim,
-        steps=config.pretrain_steps,
-        train_size=config.pretrain_images,
-        low_share=config.pretrain_low_share,
-        low_size=config.low_resolution,
-    )
-
-
 def schedule_of(config: Config, system: str) -> Schedule:
     """The p_ZO schedule of ``system``."""
     mix = TimestepAware(config.kappa, config.t0, config.gamma, config.p_min)
@@ -180,9 +167,7 @@ def trainer_settings(
     """The trainer settings of ``system`` at ``seed`` with the ``tuned`` choices of
     :func:`choose` (``steps``: the run's length when not ``config.steps``). The matched BP-low
     control runs as many steps as Mix-Opt's run at ``seed`` takes BP-low steps."""
-    chosen: dict[str, Any] = {}
-    for source in MODES_OF[system]:
-        chosen |= tuned[source]
+    chosen = settings_of(system, tuned)
     if system == "bp_low_matched":
         mix = trainer_settings(config, "mix_opt", seed, tuned)
         steps = planned_modes(mix, model_spec(config).train_timesteps).count("bp_low")
@@ -199,15 +184,30 @@ def trainer_settings(
     )
 
 
-def choose(cells: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Each tuned system's candidate of the highest subject fidelity on the validation subject
-    (:func:`run_tuning`)."""
-    scored = [c for c in cells if c["part"] == "tune" and c["system"] != "base"]
+def settings_of(system: str, tuned: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The tuned settings ``system`` runs with: those of the modes it trains with
+    (:data:`MODES_OF`); none for the un-personalized model."""
+    chosen: dict[str, Any] = {}
+    for mode in MODES_OF.get(system, ()):
+        chosen |= tuned[mode]
+    return chosen
+
+
+def best_tuning_runs(cells: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each tuned system's tuning run of the highest subject fidelity on the validation subject
+    (:func:`run_tuning`), and the un-personalized model's score as ``base``."""
+    scored = [c for c in cells if c["part"] == "tune"]
     return {
         system: max((c for c in scored if c["system"] == system),
-                    key=lambda c: c["validation_fidelity"])["settings"]
+                    key=lambda c: c["validation_fidelity"])
         for system in sorted({c["system"] for c in scored})
     }  # fmt: skip
+
+
+def choose(cells: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each tuned system's chosen candidate settings (:func:`best_tuning_runs`)."""
+    best = best_tuning_runs(cells)
+    return {system: run["settings"] for system, run in best.items() if system != "base"}
 
 
 FIXED_DRAWS = 16
@@ -233,12 +233,15 @@ def fixed_loss(unet, encoder, photos, config: Config, seed: int) -> float:
 
 
 def personalize(
-    config: Config, settings: MixOptConfig, photos, checkpoints: Path
+    config: Config, settings: MixOptConfig | None, photos, checkpoints: Path
 ) -> tuple[Any, Any, list[dict[str, Any]]]:
     """The pre-trained UNet with a fresh LoRA trained on ``photos`` under ``settings`` (in eval
-    mode), its caption encoder, and the training history."""
+    mode), its caption encoder, and the training history; with no ``settings``, the
+    un-personalized model and no history."""
     device = resolve_device(config.device)
     unet, encoder = pretrained_model(model_spec(config), device)
+    if settings is None:
+        return unet, encoder, []
     add_lora(unet, rank=config.rank)
     with torch.inference_mode():
         text = encoder(photos.captions.to(device))
@@ -260,14 +263,13 @@ def run_tuning(
     seed_everything(config.seed)
     photos = subject_images(config.subject_images, background=config.subject_background,
                             size=config.resolution, seed=config.seed, **VALIDATION_SUBJECT)  # fmt: skip
-    if system == "base":
-        unet, encoder = pretrained_model(model_spec(config), resolve_device(config.device))
-    else:
-        tuned = {source: settings for source in MODES_OF[system]}
+    trainer = None
+    if system != "base":
+        tuned = {mode: settings for mode in MODES_OF[system]}
         trainer = trainer_settings(config, system, config.seed, tuned, steps=config.tune_steps)
-        name = "-".join(f"{k}{v:g}" for k, v in sorted(settings.items()))
-        folder = out_dir / "checkpoints" / f"tune-{system}-{name}"
-        unet, encoder, _ = personalize(config, trainer, photos, folder)
+    name = "-".join(f"{k}{v:g}" for k, v in sorted(settings.items()))
+    folder = out_dir / "checkpoints" / f"tune-{system}-{name}"
+    unet, encoder, _ = personalize(config, trainer, photos, folder)
     noun = VALIDATION_SUBJECT["noun"]
     scores = evaluate(unet, encoder, photos.images, config, config.seed, nets, noun=noun)
     return {"validation_fidelity": scores["subject_fidelity"],
@@ -367,13 +369,9 @@ def run_system(
         seed=seed,
     )
     start = time.perf_counter()
-    history: list[dict[str, Any]] = []
-    if system == "base":
-        unet, encoder = pretrained_model(model_spec(config), resolve_device(config.device))
-    else:
-        settings = trainer_settings(config, system, seed, tuned)
-        folder = out_dir / "checkpoints" / f"train-{system}-seed{seed}"
-        unet, encoder, history = personalize(config, settings, subject, folder)
+    settings = None if system == "base" else trainer_settings(config, system, seed, tuned)
+    folder = out_dir / "checkpoints" / f"train-{system}-seed{seed}"
+    unet, encoder, history = personalize(config, settings, subject, folder)
     seconds = time.perf_counter() - start
     scores = evaluate(unet, encoder, subject.images, config, seed, nets)
     modes = [h["mode"] for h in history]
@@ -573,9 +571,7 @@ def summarise(cells: list[dict[str, Any]], config: Config) -> dict[str, dict[str
     memory = next(c["modes"] for c in cells if c["part"] == "memory")
     recognition = next(c for c in cells if c["part"] == "recognition")
     tuned = choose(cells)
-    validation = {system: max(c["validation_fidelity"] for c in cells
-                              if c["part"] == "tune" and c["system"] == system)
-                  for system in ("base", *tuned)}  # fmt: skip
+    validation = {s: run["validation_fidelity"] for s, run in best_tuning_runs(cells).items()}
     metrics: dict[str, dict[str, float | None]] = {}
     for system in ("base", *config.systems):
         mine = _rows(cells, system)
@@ -590,9 +586,7 @@ def summarise(cells: list[dict[str, Any]], config: Config) -> dict[str, dict[str
         row["train_seconds"] = float(np.mean([c["seconds"] for c in mine]))
         row["subject_loss"], row["subject_loss_std"] = mean_std([c["subject_loss"] for c in mine])
         row["steps"] = float(np.mean([c["steps"] for c in mine]))
-        chosen: dict[str, Any] = {}
-        for source in MODES_OF.get(system, ()):
-            chosen |= tuned[source]
+        chosen = settings_of(system, tuned)
         for name in ("bp_lr", "zo_lr", "low_resolution"):
             row[name] = chosen.get(name)
         row["validation_fidelity"] = validation.get(system)

@@ -38,6 +38,7 @@ from mixlab.shared.cache import cached
 from mixlab.shared.files import CheckpointError, checkpoint_errors
 from mixlab.shared.plotting import image_grid
 from mixlab.vision_mm.mix_opt.cache import load_cached
+from mixlab.vision_mm.mix_opt.config import Config
 from mixlab.vision_mm.mix_opt.data import NULL_TOKEN, TOKEN_ID, VOCABULARY, captioned_shapes
 from mixlab.vision_mm.mix_opt.trainer import diffusion_loss, resize
 
@@ -71,6 +72,20 @@ class ModelSpec:
     un-personalized model's at 16² and at 24², issue 63). 0: the first versions' model"""
     low_size: int = 16
     """the low resolution of those steps (BP-low's)"""
+
+
+def model_spec(config: Config) -> ModelSpec:
+    """The pre-trained (cached) shapes UNet the experiment's ``config`` personalizes (the CLI's
+    ``--pretrain-steps`` changes only its steps)."""
+    return ModelSpec(
+        size=config.resolution,
+        channels=tuple(config.base_channels),
+        text_dim=config.base_text_dim,
+        steps=config.pretrain_steps,
+        train_size=config.pretrain_images,
+        low_share=config.pretrain_low_share,
+        low_size=config.low_resolution,
+    )
 
 
 class CaptionEncoder(nn.Module):

@@ -91,10 +91,10 @@ def check_spec(spec: dict[str, Any], name: Callable[[str], str] = str) -> None:
     check_base_unet(values["channels"], values["text_dim"])
     for key in ("batch_size", "rank", "steps"):
         require(is_count(values[key]), name(key), "an integer >= 1", values[key])
-    if values["unet"] == "sd15":  # three downsampling blocks
-        factor = 2 ** (len(SD15_UNET["block_out_channels"]) - 1)
-    else:
-        factor = downsampling_factor(tuple(values["channels"]))
+    sd15 = values["unet"] == "sd15"
+    factor = downsampling_factor(
+        SD15_UNET["block_out_channels"] if sd15 else tuple(values["channels"])
+    )
     resolution, low = values["resolution"], values["low_resolution"]
     for key, value in (("resolution", resolution), ("low_resolution", low)):
         require(is_count(value), name(key), "an integer >= 1", value)
