@@ -75,3 +75,18 @@ def test_one_hot_instance_weights_equal_torch_instance_norm_with_its_affine():
     torch.testing.assert_close(norm(h), expected, atol=1e-5, rtol=1e-5)
     norm.eval()  # instance statistics do not depend on the mode
     torch.testing.assert_close(norm(h), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_the_fixed_blend_keeps_equal_weights_through_training():
+    h = torch.randn(3, 5, 8)
+    fixed, learned = MixNorm(8, learn_weights=False), MixNorm(8)
+    torch.testing.assert_close(fixed(h), learned(h))  # both start at weights 1/3
+    assert not [name for name, _ in fixed.named_parameters() if "logits" in name]
+    assert {"mean_logits", "var_logits"} <= set(fixed.state_dict())  # saved with the model
+    optimizer = torch.optim.Adam(fixed.parameters(), lr=0.1)
+    fixed(h).square().sum().backward()
+    optimizer.step()
+    torch.testing.assert_close(fixed.weights()["mean"], torch.full((3,), 1 / 3))
+    assert isinstance(make_norm("mixnorm-fixed", 8), MixNorm)
+    with pytest.raises(ValueError, match="adaptive=True needs learn_weights=True"):
+        MixNorm(8, adaptive=True, learn_weights=False)

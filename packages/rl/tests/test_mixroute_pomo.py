@@ -52,9 +52,32 @@ def test_every_norm_trains_and_gradients_reach_the_mixing_weights(norm):
     (lengths - lengths.mean(1, keepdim=True)).mul(log_prob).mean().backward()
     assert model.embed_node.weight.grad.abs().sum() > 0
     for module in model.modules():
-        if isinstance(module, MixNorm):
+        if isinstance(module, MixNorm) and norm != "mixnorm-fixed":
             assert module.mean_logits.grad.abs().sum() > 0
             assert module.var_logits.grad.abs().sum() > 0
+        elif isinstance(module, MixNorm):  # the equal-weight blend's logits are buffers
+            assert module.mean_logits.grad is None
+
+
+def test_the_mixing_logits_take_their_own_step_size():
+    """Adam moves a parameter by about its step size each step: at POMO's lr the mixing weights
+    cannot leave 1/3 in a short run, at ``mix_lr`` they can; no weight decay pulls them back."""
+    from mixlab.rl.mixroute.training import optimizer_groups, train_pomo
+
+    moved = {}
+    for mix_lr in (None, 0.1):
+        model = _tiny("cvrp", "mixnorm")
+        groups = optimizer_groups(model, 1e-3, 1e-6, mix_lr)
+        assert [(len(g["params"]), g["lr"], g["weight_decay"]) for g in groups][1] == (
+            2 * 2 * len(model.encoder),
+            mix_lr or 1e-3,
+            0.0,
+        )
+        train_pomo(model, 3, n=6, batch_size=4, lr=1e-3, mix_lr=mix_lr)
+        moved[mix_lr] = max(
+            m.mean_logits.abs().max().item() for m in model.modules() if isinstance(m, MixNorm)
+        )
+    assert moved[None] < 0.005 < 0.05 < moved[0.1]
 
 
 @pytest.mark.parametrize("norm", ["instance", "layer", "mixnorm", "mixnorm-adaptive"])

@@ -3,6 +3,7 @@ reference against brute force, Clarke–Wright savings, and model files."""
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -78,6 +79,41 @@ def test_pyvrp_keeps_time_windows_and_caches(tmp_path, monkeypatch):
         instances.locs, instances.depot, instances.demand, instances.capacity
     )
     assert (costs >= pyvrp_solve(relaxed, seconds=0.1) - 1e-6).all()  # windows cost distance
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_pyvrp_solves_a_vrplib_file_in_other_units_as_pyvrp_itself_does(tmp_path):
+    """Coordinates in [0, 1000] (VRPLIB's X set): the instance is scaled by its own range, so HGS
+    finds routes (a fixed ×10⁴ scale made it report no feasible solution), and on EUC_2D's
+    integer distances it reaches the cost of PyVRP's own reader and solver."""
+    from pyvrp import read as pyvrp_read
+    from pyvrp import solve as pyvrp_own
+    from pyvrp.stop import MaxRuntime
+
+    unit = generate("cvrp", "uniform", 1, 12, np.random.default_rng(4))
+    big = RoutingInstances(unit.locs * 1000, unit.depot * 1000, unit.demand, unit.capacity)
+    path = write_vrplib(big, tmp_path, stem="thousands")[0]
+    instance = read_vrplib(path)
+    exact, feasible = check_routes(instance, 0, pyvrp_routes(instance, 0, seconds=0.2))
+    assert feasible
+    assert exact == pytest.approx(1000 * pyvrp_solve(unit, seconds=0.2)[0], rel=1e-3)
+    rounded = pyvrp_solve(instance, seconds=0.2, euc_2d=True)[0]
+    theirs = pyvrp_own(pyvrp_read(path, round_func="round"), MaxRuntime(0.2), display=False)
+    assert rounded == theirs.cost()
+    assert rounded == float(int(rounded))  # a sum of integer legs
+    assert abs(rounded - exact) <= 0.5 * (instance.n + 4)  # each leg moves by at most 0.5
+
+
+def test_a_cvrplib_instance_reaches_its_best_known_cost():
+    """A-n32-k5 (Augerat et al. 1995, shipped in tests/data), optimal 784 on EUC_2D distances;
+    unrounded, the same routes cost more than 784 (787.08 for the published optimum's)."""
+    instance = read_vrplib(DATA / "A-n32-k5.vrp")
+    routes = pyvrp_routes(instance, 0, seconds=1.0, euc_2d=True)
+    assert check_routes(instance, 0, routes, euc_2d=True) == (784.0, True)
+    legs = sum(len(route) + 1 for route in routes)
+    assert 784 < check_routes(instance, 0, routes)[0] <= 784 + 0.5 * legs
 
 
 def test_savings_is_feasible_and_beats_one_route_per_customer():

@@ -31,8 +31,13 @@ app = typer.Typer(
 )
 
 PROBLEMS = ("tsp", "cvrp", "vrptw")
-NORM_NAMES = ("instance", "batch", "layer", "mixnorm", "mixnorm-adaptive", "mix", "mix-adaptive")
-"""``mix`` and ``mix-adaptive`` are short for ``mixnorm`` and ``mixnorm-adaptive``"""
+NORM_NAMES = ("instance", "batch", "layer", "mixnorm", "mixnorm-adaptive", "mixnorm-fixed", "mix",
+              "mix-adaptive", "mix-fixed")  # fmt: skip
+"""``mix``, ``mix-adaptive`` and ``mix-fixed`` are short for the ``mixnorm`` names"""
+EUC_2D_HELP = (
+    "cost on VRPLIB's EUC_2D convention (each leg rounded to the nearest integer), as CVRPLIB's "
+    "best-known costs are stated"
+)
 
 
 @app.command()
@@ -43,6 +48,9 @@ def train(
     steps: int = 1000,
     batch_size: int = 64,
     lr: float = 3e-4,
+    mix_lr: Annotated[
+        float | None, typer.Option(help="MixNorm's mixing logits' step size (default: --lr)")
+    ] = None,
     dim: int = 128,
     layers: int = 6,
     heads: int = 8,
@@ -66,6 +74,8 @@ def train(
                           (layers, "--layers"), (heads, "--heads"), (hidden, "--hidden")):  # fmt: skip
         check_count(value, option)
     check_number(lr, "--lr", lr > 0, "a number > 0")
+    if mix_lr is not None:
+        check_number(mix_lr, "--mix-lr", mix_lr > 0, "a number > 0")
     check_seed(seed)
     check_output_folder(out, "--out")
     if dim % heads:
@@ -85,12 +95,14 @@ def train(
 
     for family in names:  # refuse an unknown family before training
         generate(problem, family, 1, n, np.random.default_rng(0))
-    norm = {"mix": "mixnorm", "mix-adaptive": "mixnorm-adaptive"}.get(norm, norm)
+    norm = {"mix": "mixnorm", "mix-adaptive": "mixnorm-adaptive", "mix-fixed": "mixnorm-fixed"}.get(
+        norm, norm
+    )
     torch.manual_seed(seed)
     model = POMOModel(problem, dim, layers, heads, hidden, norm)
     out.mkdir(parents=True, exist_ok=True)
-    history = train_pomo(model, steps, n=n, batch_size=batch_size, lr=lr, families=names,
-                         seed=seed, checkpoint=out / "train")  # fmt: skip
+    history = train_pomo(model, steps, n=n, batch_size=batch_size, lr=lr, mix_lr=mix_lr,
+                         families=names, seed=seed, checkpoint=out / "train")  # fmt: skip
     save_model(model, out, n=n, steps=steps, families=names, seed=seed,
                final_length=history[-1]["length"] if history else None)  # fmt: skip
     typer.echo(f"wrote {out / 'model.safetensors'} ({problem}{n}, {norm}, {steps} steps)")
@@ -119,6 +131,7 @@ def solve(
         Path | None, typer.Option(help="reference.json from `reference`: adds the gaps")
     ] = None,
     no_augment: Annotated[bool, typer.Option(help="skip the ×8 augmentation")] = False,
+    euc_2d: Annotated[bool, typer.Option("--euc-2d", help=EUC_2D_HELP)] = False,
 ) -> None:
     """Routes, costs and feasibility per instance (and gaps against a reference)."""
     check_input_folder(model, "--model", containing=("config.json", "model.safetensors"))
@@ -128,7 +141,7 @@ def solve(
     from mixlab.rl.mixroute.solver import solve as solve_instances
     from mixlab.shared.files import write_json_atomic
 
-    solutions = solve_instances(load_model(model), source, augment=not no_augment)
+    solutions = solve_instances(load_model(model), source, augment=not no_augment, euc_2d=euc_2d)
     costs = None
     if reference is not None:
         known = {row["name"]: row["cost"] for row in json.loads(reference.read_text())["instances"]}
@@ -183,8 +196,9 @@ def reference(
     out: Annotated[
         Path | None, typer.Option(help="reference.json (default: in the folder)")
     ] = None,
+    euc_2d: Annotated[bool, typer.Option("--euc-2d", help=EUC_2D_HELP)] = False,
 ) -> None:
-    """PyVRP (HGS) routes and costs per instance at a fixed time limit."""
+    """PyVRP (HGS) routes and costs per instance at a fixed time limit, each route checked."""
     check_number(seconds, "--seconds", seconds > 0, "a number > 0")
     check_seed(seed)
     if not instances.exists():
@@ -197,14 +211,16 @@ def reference(
 
     paths = vrplib_paths(instances)
     solutions = Solutions(names=[p.stem for p in paths])
-    costs = []
+    costs, feasible = [], []
     for path in paths:
         one = read_vrplib(path)
-        routes = pyvrp_routes(one, 0, seconds=seconds, seed=seed)
-        costs.append(check_routes(one, 0, routes)[0])
+        routes = pyvrp_routes(one, 0, seconds=seconds, seed=seed, euc_2d=euc_2d)
+        cost, ok = check_routes(one, 0, routes, euc_2d=euc_2d)
+        costs.append(cost)
+        feasible.append(ok)
         solutions.routes.append(routes)
     import numpy as np
 
-    solutions.costs, solutions.feasible = np.asarray(costs), np.ones(len(costs), dtype=bool)
+    solutions.costs, solutions.feasible = np.asarray(costs), np.asarray(feasible)
     write_json_atomic(out, solutions.to_json())
     typer.echo(f"wrote {out}: {len(costs)} instances, mean cost {np.mean(costs):.4f}")

@@ -10,12 +10,14 @@ from mixlab.shared.claims import ClaimSpec
 from mixlab.shared.config import ExperimentConfig, is_count, require
 from mixlab.shared.registry import Method
 
-NORM_SYSTEMS = ("instance", "batch", "layer", "mixnorm", "mixnorm-adaptive")
+NORM_SYSTEMS = ("instance", "batch", "layer", "mixnorm", "mixnorm-fixed", "mixnorm-adaptive")
 """POMO's encoder normalisations compared (:data:`~.norms.NORMS` less ``none``)"""
 EXPERIMENT_PROBLEMS = ("tsp", "cvrp", "vrptw")
 FAMILY_SETS = ("quick", "full")
 MULTI = "instance-multi"
 """POMO-IN trained on the mixture of the shift families (``multi_distribution``)"""
+FIXED = "mixnorm-fixed"
+"""MixNorm with its weights frozen at 1/3: everything but the learned mixing"""
 SYSTEMS = (*NORM_SYSTEMS, MULTI, "savings", "untrained")
 """every system the experiment runs, as the claims' tests read them (rows
 ``<problem><N>/<family>/<system>``)"""
@@ -28,36 +30,35 @@ MULTI_TIE = 0.10
 MIX_MOVE = 0.1
 """MixNorm's weights have left their uniform start when some layer's weight on some statistic
 lies at least this far from 1/3 (the premise of the claims on learned mixing, issue 64)"""
-_PREMISES = ("weights_move", "pomo_beats_savings")
-_SINGLE_NORM = (
-    "norm at the same budget, data stream and seeds: a single normalisation, no learned mixing"
+SHIFT_HURTS = 0.2
+"""POMO-IN's shift penalty (points) above which the shifted families count as harder than the
+training distribution: the seed-to-seed sd of its uniform gap in the runs before issue 64
+(0.15) rounded up, so a penalty this size is not seed noise"""
+_PREMISES = ("weights_move", "shift_hurts", "pomo_beats_savings")
+_FIXED_BLEND = (
+    "the equal-weight blend (mixnorm-fixed: MixNorm's three statistics at frozen weights 1/3) at "
+    "the same budget, data stream and seeds: everything MixNorm has but the learned mixing"
 )
 
 CLAIMS = (
     ClaimSpec(
         key="shift_gain",
-        text=f"(1) MixNorm's mean gap over the shifted families is >= {RELATIVE_GAIN:.0%} "
-        "(relative) below instance and batch norm's, beyond noise over seeds (one-sided paired "
-        f"t-test of {1 - RELATIVE_GAIN:g}·reference − MixNorm per seed)",
+        text=f"(1) MixNorm's shift penalty (mean gap over the shifted families − uniform gap) is "
+        f">= {RELATIVE_GAIN:.0%} (relative) below instance and batch norm's, on every seed "
+        "(each seed against the norms trained with that seed)",
         system="mixnorm",
-        control="instance",
-        why_control=f"instance {_SINGLE_NORM}, POMO's own and the stronger of the two; it is also "
-        "the claim's own reference, so the control is judged against batch norm alone (it passes "
-        "when instance norm is 10 % below batch norm on the shifted families). "
-        "Layer norm, the single norm that is no reference, is trained only in full (quick trains "
-        "instance, batch and MixNorm), so it cannot be the one control of both profiles, and the "
-        "run has no fixed blend (savings covers CVRP only); issue 64 should add an equal-weight "
-        "blend (MixNorm's statistics at frozen weights 1/3: everything but the learned mixing) "
-        "and make it this claim's control",
+        control=FIXED,
+        why_control=f"{_FIXED_BLEND}; if it lowers the penalty as much, mixing the statistics "
+        "helps but learning the weights does not",
         premises=_PREMISES,
     ),
     ClaimSpec(
         key="family_wins",
-        text=f"(2) MixNorm beats instance norm on >= {WIN_SHARE:.0%} of the shifted families "
-        "(on every seed, against instance norm trained with the same seed)",
+        text=f"(2) MixNorm's shift penalty is below instance norm's on >= {WIN_SHARE:.0%} of the "
+        "shifted families (on every seed, against instance norm trained with the same seed)",
         system="mixnorm",
-        control="batch",
-        why_control=f"batch {_SINGLE_NORM} (instance norm is the claim's reference)",
+        control=FIXED,
+        why_control=_FIXED_BLEND,
         premises=_PREMISES,
         threshold=WIN_SHARE,
         floor=0.0,
@@ -69,8 +70,8 @@ CLAIMS = (
         f"{UNIFORM_SLACK} points (on every seed)",
         system="mixnorm",
         control="batch",
-        why_control=f"batch {_SINGLE_NORM} (instance norm is the claim's reference): if it too "
-        "stays within the slack, the slack does not measure MixNorm",
+        why_control="batch norm at the same budget, data stream and seeds (instance norm is the "
+        "claim's reference): if it too stays within the slack, the slack does not measure MixNorm",
         premises=("pomo_beats_savings",),
     ),
     ClaimSpec(
@@ -79,13 +80,15 @@ CLAIMS = (
         "(relative) of multi-distribution POMO-IN's (on every seed)",
         system="mixnorm",
         control="instance",
-        why_control=f"single-distribution instance {_SINGLE_NORM}: if it is within the tie as "
-        "well, multi-distribution training gains nothing to match",
+        why_control="single-distribution instance norm at the same budget, data stream and seeds: "
+        "if it is within the tie as well, multi-distribution training gains nothing to match",
         premises=_PREMISES,
     ),
 )
 """the claims (:class:`~mixlab.shared.claims.ClaimSpec`), judged in
-:func:`mixlab.rl.mixroute.experiment.claims`; (4) with ``multi_distribution``"""
+:func:`mixlab.rl.mixroute.experiment.claims`; (4) with ``multi_distribution``. (1) and (2) are
+judged on the shift penalty, what generalisation costs, not on absolute shifted gaps, which also
+measure how far training got."""
 
 QUICK_COORDINATES = (
     "cluster:n_c=3", "mixed:n_c=1", "gaussian_mixture:m=3,c=20", "explosion", "implosion",
@@ -142,11 +145,11 @@ def shift_families(problem: str, family_set: str) -> tuple[str, ...]:
 
 @dataclass
 class Config(ExperimentConfig):
-    """Defaults are the quick profile (CVRP20, an estimated 8 to 10 minutes on 2 CPU cores from an
-    empty cache, the six policies' one-time training included; about a minute once they are
-    cached); full is the issue's GPU run."""
+    """Defaults are the quick profile (CVRP20, an estimated 11 to 12 minutes on 2 CPU cores from
+    an empty cache, the twelve policies' one-time training included; about a minute once they are
+    cached); full is sized for one GPU (CVRP50, tested at 50 and 100)."""
 
-    n_seeds: int = 2
+    n_seeds: int = 3
     """training seeds per normalisation: seed, seed + 1, ..."""
     problems: tuple[str, ...] = ("cvrp",)
     """routing problems, each trained and tested on its own: tsp, cvrp, vrptw"""
@@ -154,8 +157,9 @@ class Config(ExperimentConfig):
     """customers (cities) per training instance"""
     eval_sizes: tuple[int, ...] = (20,)
     """customers per test instance, one panel each (n must be among them)"""
-    norms: tuple[str, ...] = ("instance", "batch", "mixnorm")
-    """POMO encoder normalisations trained and compared (instance is POMO's own)"""
+    norms: tuple[str, ...] = ("instance", "batch", "mixnorm", FIXED)
+    """POMO encoder normalisations trained and compared (instance is POMO's own; the
+    equal-weight blend mixnorm-fixed is the control of the claims on learned mixing)"""
     multi_distribution: bool = False
     """also train POMO-IN on the mixture of the shift families (the stand-in for Omni-VRP/AMDKD)"""
     family_set: str = "quick"
@@ -171,6 +175,10 @@ class Config(ExperimentConfig):
     """Adam's step size. Quick: 1e-3 for its 600 steps (the spec pilot's 3e-4 needed 1,000 steps for
     the same uniform gap and left MixNorm's weights within 0.09 of 1/3, under the premise's 0.1);
     POMO's 1e-4 belongs to its 8,000-epoch schedule"""
+    mix_lr: float = 1e-2
+    """Adam's step size for MixNorm's mixing logits (no weight decay): Adam moves a logit by at
+    most about this much a step, so at ``lr`` 1e-3 the weights could not leave 1/3 by more than
+    ~0.1 in 600 steps (issue 64 measured 0.32/0.34/0.33 after 1,000 steps at 3e-4)"""
     dim: int = 64
     """POMO's embedding width (POMO: 128)"""
     layers: int = 3
@@ -193,22 +201,23 @@ class Config(ExperimentConfig):
 
     PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {},
-        "full": {
-            "n_seeds": 3,
-            "problems": ("cvrp", "tsp", "vrptw"),
+        "full": {  # one GPU: 21 policies of 10,000 steps, PyVRP on 8 CPU processes beside them
+            "problems": ("cvrp",),
             "n": 50,
             "eval_sizes": (50, 100),
             "norms": NORM_SYSTEMS,
             "multi_distribution": True,
             "family_set": "full",
-            "steps": 20_000,
+            "steps": 10_000,
             "lr": 1e-4,
+            "mix_lr": 1e-3,
             "dim": 128,
             "layers": 6,
             "heads": 8,
             "hidden": 512,
-            "reference_seconds": 2.0,
+            "reference_seconds": 1.0,
             "regime_gap": 2.0,
+            "workers": 8,
         },
     }
 
@@ -221,7 +230,7 @@ class Config(ExperimentConfig):
         ok = isinstance(self.eval_sizes, tuple | list) and len(self.eval_sizes) > 0
         ok = ok and all(is_count(s, 2) for s in self.eval_sizes) and self.n in self.eval_sizes
         require(ok, "eval_sizes", f"integers >= 2 including n = {self.n}", self.eval_sizes)
-        for name in ("lr", "reference_seconds", "regime_gap"):
+        for name in ("lr", "mix_lr", "reference_seconds", "regime_gap"):
             value = getattr(self, name)
             ok = isinstance(value, int | float) and not isinstance(value, bool)
             require(ok and 0 < value < float("inf"), name, "a finite number > 0", value)
@@ -236,10 +245,10 @@ class Config(ExperimentConfig):
         ok = (
             ok
             and all(m in NORM_SYSTEMS for m in self.norms)
-            and {"instance", "batch", "mixnorm"} <= set(self.norms)
+            and {"instance", "batch", "mixnorm", FIXED} <= set(self.norms)
         )
         require(ok, "norms", f"distinct names from {list(NORM_SYSTEMS)} including instance, batch "
-                "(a claim's reference and control) and mixnorm", self.norms)  # fmt: skip
+                f"(the claims' references), mixnorm and {FIXED} (its control)", self.norms)  # fmt: skip
         require(isinstance(self.multi_distribution, bool), "multi_distribution", "true or false",
                 self.multi_distribution)  # fmt: skip
         require(
@@ -264,6 +273,7 @@ METHOD = Method(
 __all__ = [
     "CLAIMS",
     "EXPERIMENT_PROBLEMS",
+    "FIXED",
     "METHOD",
     "MULTI",
     "NORM_SYSTEMS",

@@ -1,4 +1,5 @@
-"""MixNorm against POMO with instance, batch and layer norm (``mixlab run mixroute``).
+"""MixNorm against POMO with instance, batch and layer norm and the equal-weight blend
+(``mixlab run mixroute``).
 
 Every normalisation is trained on uniform instances only, with the same steps, data stream and
 seeds, then solves the same generated test instances: uniform and each shifted family of
@@ -14,20 +15,22 @@ seeds, then solves the same generated test instances: uniform and each shifted f
 
 Gap = 100·(cost − PyVRP)/PyVRP per instance; per family the mean over instances with a bootstrap
 CI (of the seed-averaged gaps) and the sd over seeds of the per-seed means; ``shifted`` averages
-the shifted families, and its win rate is the share of them on which a system's mean gap is
+the shifted families, its ``penalty`` is that mean less the uniform gap (what the shift costs,
+per seed), and its win rate is the share of shifted families on which a system's penalty is
 below instance norm's.
 
 Regime (thresholds fixed before any run): POMO-IN's uniform gap <= ``regime_gap`` (4 % quick,
 2 % full) and <= a fifth of the untrained policy's. Claims (``Config.CLAIMS``), judged seed by
 seed (each training seed against the other norms trained with the same seed): (1) MixNorm's
-shifted gap is >= 10 % (relative) below IN's and below BN's, beyond noise (a one-sided paired
-t-test over seeds of d = 0.9·ref − mix); (2) MixNorm beats IN on >= 2/3 of the shifted families on
-every seed; (3) its uniform gap is <= IN's + 0.2 points on every seed; (4) (with the
-multi-distribution reference) MixNorm's shifted gap is within 10 % (relative) of
-multi-distribution POMO-IN's on every seed. Each is judged again with its control in MixNorm's
-place: instance norm for (1) and (4), batch norm for (2) and (3). Premises (issue 64): MixNorm's
-mixing weights leave their uniform start (some layer's weight at least 0.1 from 1/3 on every seed;
-(1), (2), (4)) and POMO-IN beats Clarke–Wright savings in distribution on every seed (all four).
+shift penalty is >= 10 % (relative) below IN's and below BN's on every seed; (2) its penalty is
+below IN's on >= 2/3 of the shifted families on every seed; (3) its uniform gap is <= IN's + 0.2
+points on every seed; (4) (with the multi-distribution reference) its shifted gap is within 10 %
+(relative) of multi-distribution POMO-IN's on every seed. Each is judged again with its control
+in MixNorm's place: the equal-weight blend (mixnorm-fixed) for (1) and (2), batch norm for (3),
+instance norm for (4). Premises (issue 64), per seed: MixNorm's mixing weights leave their
+uniform start (some layer's weight at least 0.1 from 1/3; (1), (2), (4)), the shifted families
+cost POMO-IN at least 0.2 points of gap ((1), (2), (4)), and POMO-IN beats Clarke–Wright savings
+in distribution (all four).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from mixlab.rl.mixroute.config import (
     MULTI,
     MULTI_TIE,
     RELATIVE_GAIN,
+    SHIFT_HURTS,
     UNIFORM_SLACK,
     WIN_SHARE,
     Config,
@@ -60,7 +64,7 @@ from mixlab.rl.mixroute.pomo import POMOModel, RoutingBatch
 from mixlab.rl.mixroute.reference import pyvrp_solve, savings
 from mixlab.rl.mixroute.solver import check_routes, load_model, save_model, solve
 from mixlab.rl.mixroute.training import train_policy
-from mixlab.shared import Claim, Result, mean_std, progress, run_cells
+from mixlab.shared import Claim, Result, mean_std, progress, resolve_device, run_cells
 from mixlab.shared.cache import cached
 from mixlab.shared.files import write_json_atomic
 
@@ -73,6 +77,7 @@ __all__ = [
     "Config",
     "claims",
     "mixnorm_weights",
+    "per_seed_gaps",
     "regime",
     "run",
     "summarise",
@@ -136,22 +141,24 @@ def trained_policy(config: Config, problem: str, system: str, seed: int) -> tupl
         if system == MULTI
         else ("uniform",)
     )
-    recipe = {k: getattr(config, k) for k in ("n", "steps", "batch_size", "lr", "dim", "layers",
-                                               "heads", "hidden")}  # fmt: skip
+    recipe = {k: getattr(config, k) for k in ("n", "steps", "batch_size", "lr", "mix_lr", "dim",
+                                               "layers", "heads", "hidden")}  # fmt: skip
     key = {"problem": problem, "system": system, "norm": norm, "families": list(families),
            "seed": seed, **recipe}  # fmt: skip
 
     def build(folder: Path) -> None:
         resume = folder / "training"  # kept by a kill: the next run resumes there
         model, seconds = train_policy(
-            problem, norm, families=families, seed=seed, checkpoint=resume / "train", **recipe
-        )
+            problem, norm, families=families, seed=seed, checkpoint=resume / "train",
+            device=resolve_device(config.device), **recipe,
+        )  # fmt: skip
         save_model(model, folder, train_seconds=seconds, families=list(families), seed=seed)
         shutil.rmtree(resume, ignore_errors=True)
 
     name = f"policy-{problem}{config.n}-{system}-seed{seed}-steps{config.steps}"
     folder = cached("mixroute", name, key, build, code=POLICY_CODE, resumable=True)
-    return load_model(folder), json.loads((folder / "config.json").read_text())["train_seconds"]
+    seconds = json.loads((folder / "config.json").read_text())["train_seconds"]
+    return load_model(folder, resolve_device(config.device)), seconds
 
 
 def _mix_weights(model: POMOModel, instances: RoutingInstances) -> list[list[float]]:
@@ -166,7 +173,7 @@ def _mix_weights(model: POMOModel, instances: RoutingInstances) -> list[list[flo
 
     handles = [m.register_forward_pre_hook(hook) for m in model.modules() if isinstance(m, MixNorm)]
     with torch.no_grad():
-        model.encode(RoutingBatch.from_instances(instances))
+        model.encode(RoutingBatch.from_instances(instances, next(model.parameters()).device))
     for handle in handles:
         handle.remove()
     return captured
@@ -185,7 +192,7 @@ def _policy_cell(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
                 if not solved.feasible.all():
                     raise RuntimeError(f"{cell}: infeasible routes on {family} at N = {size}")
                 costs[f"{size}|{family}"] = solved.costs.tolist()
-                if cell["system"].startswith("mixnorm") and size == config.n:
+                if cell["system"] in ("mixnorm", "mixnorm-adaptive") and size == config.n:
                     weights[family] = _mix_weights(model, instances)
                 bar.advance()
     return {"costs": costs, "weights": weights, "train_seconds": train_seconds}
@@ -260,7 +267,7 @@ def per_seed_gaps(
     }
 
 
-ROW_KEYS = ("gap", "gap_std", "ci_low", "ci_high", "win_rate", "seeds")
+ROW_KEYS = ("gap", "gap_std", "ci_low", "ci_high", "penalty", "penalty_std", "win_rate", "seeds")
 
 
 def _bootstrap(values: np.ndarray, resamples: int) -> tuple[float, float]:
@@ -274,27 +281,31 @@ def summarise(
 ) -> dict[str, dict[str, Any]]:
     """Rows ``<problem><N>/<family>/<system>`` (gap mean over seeds and instances, sd over
     seeds, bootstrap CI over instances) and ``<problem><N>/shifted/<system>`` (the mean over
-    shifted families per seed, and the win rate against instance norm)."""
+    shifted families per seed; its shift penalty, that mean less the uniform gap, per seed; and
+    the share of shifted families on which the system's penalty is below instance norm's)."""
     rows: dict[str, dict[str, Any]] = {}
     for (where, family, system), g in gaps.items():
         low, high = _bootstrap(g.mean(0), config.bootstrap)
         mean, std = mean_std(g.mean(1).tolist())
-        rows[f"{where}/{family}/{system}"] = {"gap": mean, "gap_std": std, "ci_low": low, "ci_high": high,
-                                              "win_rate": None, "seeds": len(g)}  # fmt: skip
+        rows[f"{where}/{family}/{system}"] = {**dict.fromkeys(ROW_KEYS), "gap": mean, "gap_std": std,
+                                              "ci_low": low, "ci_high": high, "seeds": len(g)}  # fmt: skip
     for where in sorted({w for w, _, _ in gaps}):
-        problem = where.rstrip("0123456789")
-        shifted = shift_families(problem, config.family_set)
+        shifted = shift_families(where.rstrip("0123456789"), config.family_set)
+        trained = len(gaps[(where, "uniform", "instance")])  # seeds
         for system in sorted({s for w, _, s in gaps if w == where}):
-            if any((where, f, system) not in gaps for f in shifted):
+            if any((where, f, system) not in gaps for f in (*shifted, "uniform")):
                 continue
-            per_seed = np.mean([gaps[(where, f, system)].mean(1) for f in shifted], axis=0)
-            mean, std = mean_std(per_seed.tolist())
-            wins = [
-                rows[f"{where}/{f}/{system}"]["gap"] < rows[f"{where}/{f}/instance"]["gap"]
+            n = len(gaps[(where, "uniform", system)])
+            gap, gap_std = mean_std(_per_seed(gaps, where, shifted, system, n).tolist())
+            penalty, penalty_std = mean_std(_penalty(gaps, where, shifted, system, n).tolist())
+            wins = [  # seed-averaged penalties per family (savings has one row: broadcast)
+                _penalty(gaps, where, f, system, trained).mean()
+                < _penalty(gaps, where, f, "instance", trained).mean()
                 for f in shifted
             ]
-            rows[f"{where}/shifted/{system}"] = {"gap": mean, "gap_std": std, "ci_low": None, "ci_high": None,
-                                                 "win_rate": float(np.mean(wins)), "seeds": len(per_seed)}  # fmt: skip
+            rows[f"{where}/shifted/{system}"] = {**dict.fromkeys(ROW_KEYS), "gap": gap, "gap_std": gap_std,
+                                                 "penalty": penalty, "penalty_std": penalty_std,
+                                                 "win_rate": float(np.mean(wins)), "seeds": n}  # fmt: skip
     return dict(sorted(rows.items()))
 
 
@@ -354,15 +365,35 @@ def _per_seed(
     return np.broadcast_to(values, (n,)) if len(values) == 1 else values
 
 
+def _penalty(
+    gaps: dict[tuple[str, str, str], np.ndarray], where: str, families: Any, system: str, n: int
+) -> np.ndarray:
+    """``system``'s shift penalty per seed, [n]: its mean gap over ``families`` less its uniform
+    gap (each seed against itself, so how far training got cancels)."""
+    return _per_seed(gaps, where, families, system, n) - _per_seed(
+        gaps, where, "uniform", system, n
+    )
+
+
 def _premises(
     gaps: dict[tuple[str, str, str], np.ndarray],
     config: Config,
     weights: dict[tuple[str, int], np.ndarray],
 ) -> dict[str, Claim]:
-    """Issue 64's premises, per seed: MixNorm's mixing weights leave their uniform start, and
-    POMO-IN beats Clarke–Wright savings in distribution (on the problems savings solves)."""
+    """Issue 64's premises, per seed: MixNorm's mixing weights leave their uniform start, the
+    shifted families cost POMO-IN accuracy, and POMO-IN beats Clarke–Wright savings in
+    distribution (on the problems savings solves)."""
     wheres = [f"{p}{config.n}" for p in config.problems]
     seeds = _seeds(config, config.n_seeds)
+    hurts = [
+        Claim.worst_seed(
+            where,
+            _penalty(gaps, where, shift_families(where.rstrip("0123456789"), config.family_set),
+                     "instance", config.n_seeds).tolist(),
+            ">=", SHIFT_HURTS, seeds=seeds, value_label=f"{where} IN shift penalty",
+        )
+        for where in wheres
+    ]  # fmt: skip
     moved = [
         min(float(np.abs(weights[(where, seed)] - 1 / 3).max()) for where in wheres)
         for seed in seeds
@@ -372,7 +403,11 @@ def _premises(
             f"MixNorm's mixing weights leave their uniform start: some layer's weight on some "
             f"statistic lies >= {MIX_MOVE} from 1/3 (mean weights on uniform instances)",
             moved, ">=", MIX_MOVE, seeds=seeds, value_label="largest |w − 1/3|",
-        )
+        ),
+        "shift_hurts": Claim.all_of(
+            "The shifted families are harder for POMO-IN: its mean shifted gap exceeds its "
+            f"uniform gap by >= {SHIFT_HURTS} points on every seed", hurts,
+        ),
     }  # fmt: skip
     text = "POMO-IN beats Clarke–Wright savings in distribution: uniform gap below savings' on every seed"
     solved = [w for w in wheres if (w, "uniform", "savings") in gaps]
@@ -405,35 +440,33 @@ def claims(
     n, seeds = config.n_seeds, _seeds(config, config.n_seeds)
     premises = _premises(gaps, config, weights)
 
-    def shifted(where: str, system: str) -> np.ndarray:
-        problem = where.rstrip("0123456789")
-        return _per_seed(gaps, where, shift_families(problem, config.family_set), system, n)
+    def families(where: str) -> tuple[str, ...]:
+        return shift_families(where.rstrip("0123456789"), config.family_set)
 
     def shift_gain(system: str) -> Claim:
         parts = []
         for where in wheres:
-            ours = shifted(where, system)
+            ours = _penalty(gaps, where, families(where), system, n)
             for ref in ("instance", "batch"):
-                if ref == system:  # the control, instance norm, is not judged against itself
-                    continue
-                d = (1 - RELATIVE_GAIN) * shifted(where, ref) - ours
-                parts.append(Claim.paired(
-                    f"{where} vs {ref}", d.tolist(),
-                    label=f"{where}: {1 - RELATIVE_GAIN:g}·{ref} − {system} shifted gap",
+                theirs = _penalty(gaps, where, families(where), ref, n)
+                parts.append(Claim.worst_seed(
+                    f"{where} vs {ref}", ours.tolist(), "<=",
+                    ((1 - RELATIVE_GAIN) * theirs).tolist(), seeds=seeds,
+                    value_label=f"{where} {system} shift penalty",
+                    reference_label=f"{1 - RELATIVE_GAIN:g}·{ref}'s",
                 ))  # fmt: skip
         return Claim.all_of(f"{system} generalises", parts)
 
     def family_wins(system: str) -> Claim:
         parts = []
         for where in wheres:
-            families = shift_families(where.rstrip("0123456789"), config.family_set)
             wins = np.mean(
-                [_per_seed(gaps, where, f, system, n) < _per_seed(gaps, where, f, "instance", n)
-                 for f in families], axis=0,
+                [_penalty(gaps, where, f, system, n) < _penalty(gaps, where, f, "instance", n)
+                 for f in families(where)], axis=0,
             )  # fmt: skip
             parts.append(Claim.worst_seed(
                 where, wins.tolist(), ">=", WIN_SHARE, seeds=seeds,
-                value_label=f"{where} {system}'s share of shifted families below IN's",
+                value_label=f"{where} {system}'s share of shifted families with a penalty below IN's",
             ))  # fmt: skip
         return Claim.all_of(f"{system} wins families", parts)
 
@@ -451,8 +484,8 @@ def claims(
     def multi_tie(system: str) -> Claim:
         parts = []
         for where in wheres:
-            multi = shifted(where, MULTI)
-            distance = np.abs(shifted(where, system) - multi) / multi
+            multi = _per_seed(gaps, where, families(where), MULTI, n)
+            distance = np.abs(_per_seed(gaps, where, families(where), system, n) - multi) / multi
             parts.append(Claim.worst_seed(
                 where, distance.tolist(), "<=", MULTI_TIE, seeds=seeds,
                 value_label=f"{where} |{system} − multi| / multi shifted gap",

@@ -10,7 +10,9 @@ statistics with learned softmax weights per layer, means and variances separatel
 
 with w = softmax(λ), w′ = softmax(λ′), and running batch statistics at evaluation. The adaptive
 variant conditions the weights on the instance: λ + g([mean_n H_b; std_n H_b]), g a 2-layer MLP
-whose last layer starts at zero (so it starts as the static mix).
+whose last layer starts at zero (so it starts as the static mix). The fixed variant
+(``mixnorm-fixed``) keeps λ = λ′ = 0, an equal-weight blend of the three statistics: everything
+MixNorm has but the learned mixing, the control of the claims about it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from torch import nn
 
 from mixlab.shared.checks import check_count
 
-NORMS = ("instance", "batch", "layer", "mixnorm", "mixnorm-adaptive", "none")
+NORMS = ("instance", "batch", "layer", "mixnorm", "mixnorm-adaptive", "mixnorm-fixed", "none")
 SOURCES = ("instance", "node", "batch")
 """MixNorm's three statistics, in the order of its weights"""
 
@@ -81,20 +83,36 @@ class LayerNormRL4CO(nn.Module):
 
 class MixNorm(nn.Module):
     """Mix Normalization (see the module docstring). ``adaptive=True`` gives instance-conditioned
-    weights. :meth:`weights` returns the current mixing weights for logging."""
+    weights; ``learn_weights=False`` freezes the mixing logits at zero (weights 1/3: the
+    equal-weight blend). :meth:`weights` returns the current mixing weights for logging."""
+
+    LOGITS = ("mean_logits", "var_logits")
+    """the names of the static mixing logits λ, λ′ (an optimiser may give them their own step)"""
 
     def __init__(
-        self, dim: int, *, adaptive: bool = False, momentum: float = 0.1, eps: float = 1e-5
+        self,
+        dim: int,
+        *,
+        adaptive: bool = False,
+        learn_weights: bool = True,
+        momentum: float = 0.1,
+        eps: float = 1e-5,
     ) -> None:
         super().__init__()
         check_count(dim, "dim")
         if not 0 < momentum <= 1:
             raise ValueError(f"momentum must be a number in (0, 1], got {momentum!r}")
+        if adaptive and not learn_weights:
+            raise ValueError("adaptive=True needs learn_weights=True (the gate learns the mix)")
         self.dim, self.momentum, self.eps = dim, momentum, eps
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim))
-        self.mean_logits = nn.Parameter(torch.zeros(len(SOURCES)))
-        self.var_logits = nn.Parameter(torch.zeros(len(SOURCES)))
+        for name in self.LOGITS:
+            logits = torch.zeros(len(SOURCES))
+            if learn_weights:
+                self.register_parameter(name, nn.Parameter(logits))
+            else:  # a buffer: saved with the model, never trained
+                self.register_buffer(name, logits)
         self.register_buffer("running_mean", torch.zeros(dim))
         self.register_buffer("running_var", torch.ones(dim))
         self.gate = None
@@ -147,7 +165,11 @@ class MixNorm(nn.Module):
         return (h - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
 
     def extra_repr(self) -> str:
-        return f"{self.dim}, adaptive={self.gate is not None}, sources={list(SOURCES)}"
+        learned = isinstance(self.mean_logits, nn.Parameter)
+        return (
+            f"{self.dim}, adaptive={self.gate is not None}, learn_weights={learned}, "
+            f"sources={list(SOURCES)}"
+        )
 
 
 def make_norm(kind: str, dim: int) -> nn.Module:
@@ -156,6 +178,8 @@ def make_norm(kind: str, dim: int) -> nn.Module:
         raise ValueError(f"norm must be one of {list(NORMS)}, got {kind!r}")
     if kind == "none":
         return nn.Identity()
-    if kind in ("mixnorm", "mixnorm-adaptive"):
-        return MixNorm(dim, adaptive=kind == "mixnorm-adaptive")
+    if kind.startswith("mixnorm"):
+        return MixNorm(
+            dim, adaptive=kind == "mixnorm-adaptive", learn_weights=kind != "mixnorm-fixed"
+        )
     return {"instance": InstanceNorm, "batch": BatchNorm, "layer": LayerNormRL4CO}[kind](dim)

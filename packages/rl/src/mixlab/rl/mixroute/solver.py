@@ -27,6 +27,7 @@ from mixlab.rl.mixroute.training import evaluate
 __all__ = [
     "Solutions",
     "check_routes",
+    "leg_length",
     "load_model",
     "read_vrplib",
     "save_model",
@@ -83,18 +84,25 @@ def split_routes(tour: Sequence[int], problem: str) -> list[list[int]]:
     return routes
 
 
+def leg_length(a: np.ndarray, b: np.ndarray, euc_2d: bool = False) -> float:
+    """The Euclidean length from point ``a`` to ``b``; ``euc_2d``: rounded to the nearest
+    integer as TSPLIB's EUC_2D defines it, nint(x) = ⌊x + 0.5⌋."""
+    length = float(np.linalg.norm(b - a))
+    return float(np.floor(length + 0.5)) if euc_2d else length
+
+
 def check_routes(
-    instances: RoutingInstances, index: int, routes: list[list[int]]
+    instances: RoutingInstances, index: int, routes: list[list[int]], *, euc_2d: bool = False
 ) -> tuple[float, bool]:
     """The cost of ``routes`` for instance ``index`` recomputed from the coordinates, and
     whether they are feasible: each customer (city) exactly once, every load within the
-    capacity, every service inside its window and every vehicle back by the depot's horizon."""
+    capacity, every service inside its window and every vehicle back by the depot's horizon.
+    ``euc_2d``: every leg (and travel time) rounded as VRPLIB's EUC_2D (:func:`leg_length`), the
+    convention CVRPLIB's best-known costs use."""
     locs = instances.locs[index]
     if instances.problem == "tsp":
         tour = routes[0] if len(routes) == 1 else []
-        cost = sum(
-            float(np.linalg.norm(locs[tour[k]] - locs[tour[k - 1]])) for k in range(len(tour))
-        )
+        cost = sum(leg_length(locs[tour[k - 1]], locs[tour[k]], euc_2d) for k in range(len(tour)))
         return cost, sorted(tour) == list(range(instances.n))
     points = np.concatenate([instances.depot[index][None], locs])
     visits = sorted(node for route in routes for node in route)
@@ -102,7 +110,7 @@ def check_routes(
     cost = 0.0
     for route in routes:
         path = [0, *route, 0]
-        legs = [float(np.linalg.norm(points[b] - points[a])) for a, b in itertools.pairwise(path)]
+        legs = [leg_length(points[a], points[b], euc_2d) for a, b in itertools.pairwise(path)]
         cost += sum(legs)
         demand = sum(int(instances.demand[index, node - 1]) for node in route)
         feasible &= demand <= instances.capacity[index]
@@ -140,15 +148,18 @@ def solve(
     *,
     augment: bool = True,
     batch_size: int = 100,
+    euc_2d: bool = False,
 ) -> Solutions:
     """Greedy multi-start (×8 augmentation unless ``augment=False``) routes for ``instances``:
     arrays as :class:`~.instances.RoutingInstances` or a mapping of its fields, or VRPLIB files
-    (one path, a folder of them or a list; each is solved alone, so sizes may differ)."""
+    (one path, a folder of them or a list; each is solved alone, so sizes may differ). Costs are
+    Euclidean, or with ``euc_2d`` sums of legs rounded as VRPLIB's EUC_2D (to compare with
+    CVRPLIB's best-known costs)."""
     if isinstance(instances, Mapping):
         instances = RoutingInstances(**instances)
     if not isinstance(instances, RoutingInstances):
         paths = vrplib_paths(instances)
-        parts = [solve(model, read_vrplib(p), augment=augment) for p in paths]
+        parts = [solve(model, read_vrplib(p), augment=augment, euc_2d=euc_2d) for p in paths]
         return Solutions(
             [r for part in parts for r in part.routes],
             np.concatenate([part.costs for part in parts]),
@@ -162,7 +173,7 @@ def solve(
     costs, feasible = [], []
     for i, tour in enumerate(tours):
         routes = split_routes(tour, instances.problem)
-        cost, ok = check_routes(instances, i, routes)
+        cost, ok = check_routes(instances, i, routes, euc_2d=euc_2d)
         solutions.routes.append(routes)
         costs.append(cost)
         feasible.append(ok)
