@@ -14,7 +14,8 @@ calls each.
 Solving: the quick experiment's MixNorm policy (seed 0; from the cache, or trained here with the
 quick profile's recipe if the cache is empty), greedy with ×8 augmentation and without, against
 PyVRP at 0.05 s and 0.2 s per instance; gaps against PyVRP at 1 s per instance. Times are wall
-seconds for all 100 instances on one thread (PyVRP solves one instance at a time).
+seconds for all 100 instances on one thread (PyVRP solves one instance at a time); the speed
+ratio's reference is PyVRP at 0.05 s, its shortest limit here, already converged at CVRP20.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ NORMS = {
     "layer": LayerNormRL4CO,
     "mixnorm": MixNorm,
     "mixnorm-adaptive": lambda d: MixNorm(d, adaptive=True),
+    "mixnorm-fixed": lambda d: MixNorm(d, learn_weights=False),
 }
 
 
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     rows: dict[str, dict[str, float | None]] = {}
     empty = {"fwd_bwd_ms": None, "vs_torch_instance": None, "seconds": None, "gap": None,
-             "vs_pyvrp_0.2s": None}  # fmt: skip
+             "vs_pyvrp_0.05s": None}  # fmt: skip
     for dim in (64, 128):
         times = norm_times(dim, args.rounds, args.repeats)
         for name, seconds in times.items():
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     solved = solve_rows(config)
     for name, row in solved.items():
         rows[f"solve-cvrp20/{name}"] = {**empty, **row,
-                                        "vs_pyvrp_0.2s": row["seconds"] / solved["pyvrp-0.2s"]["seconds"]}  # fmt: skip
+                                        "vs_pyvrp_0.05s": row["seconds"] / solved["pyvrp-0.05s"]["seconds"]}  # fmt: skip
     for name, row in rows.items():
         print(f"{name}: {row}")
     claims = [
@@ -136,9 +138,10 @@ def main(argv: list[str] | None = None) -> None:
         )
         for dim in (64, 128)
     ]  # fmt: skip
-    claims.append(Claim.compare(
-        "MixRoute (×8 augmentation) solves the 100 instances in under a tenth of PyVRP's time at 0.2 s each",
-        rows["solve-cvrp20/mixroute-x8"]["vs_pyvrp_0.2s"], "<", 0.1, value_label="MixRoute / PyVRP-0.2s seconds",
+    claims.append(Claim.compare(  # the reference is PyVRP's shortest limit tried: at CVRP20 it has
+        # converged by then (its gap to 1 s is ~0.004 %), so a longer limit would be a strawman
+        "MixRoute (×8 augmentation) solves the 100 instances in under half PyVRP's time at 0.05 s each",
+        rows["solve-cvrp20/mixroute-x8"]["vs_pyvrp_0.05s"], "<", 0.5, value_label="MixRoute / PyVRP-0.05s seconds",
     ))  # fmt: skip
     write_benchmark(
         args.out,
