@@ -184,6 +184,52 @@ def test_the_router_saves_and_loads_alone(tmp_path):
     torch.testing.assert_close(a.weights, b.weights)
 
 
+def test_the_adapter_carries_a_fine_tuned_projector(tmp_path):
+    """``mol.safetensors`` + ``mol.json`` + ``projector.safetensors``: a fresh base wrapped from
+    the adapter gives the trained model's logits; without the projector it does not."""
+    from mixlab.attention_arch.mol.training import TrainSpec, train
+
+    llava, tokenizer = tiny_llava()
+    model = MoLLlava.from_llava(llava, [1, 2, 3, 4], granularity="hybrid")
+    pixels, prompts = batch(llava, tokenizer, n=6)
+
+    def batch_of(index):
+        return model.vision_states(pixels[index]), prompts.select(index)
+
+    train(model, batch_of, 6, TrainSpec(steps=3, batch_size=4, lr=1e-2, trainable="projector"))
+    model.save_router(tmp_path / "adapter")
+    model.save_router(tmp_path / "router-only", projector=False)
+    assert (tmp_path / "adapter" / "projector.safetensors").is_file()
+    assert not (tmp_path / "router-only" / "projector.safetensors").exists()
+
+    def logits(wrapped):
+        return wrapped(prompts.input_ids, prompts.attention_mask, pixel_values=pixels).logits
+
+    with torch.no_grad():
+        expected = logits(model)
+        torch.testing.assert_close(
+            logits(MoLLlava.load_router(tiny_llava()[0], tmp_path / "adapter")), expected
+        )
+        partial = MoLLlava.load_router(tiny_llava()[0], tmp_path / "router-only")
+        assert (logits(partial) - expected).abs().max() > 1e-3
+
+
+def test_llava_next_is_refused_with_a_clear_error():
+    """LLaVA-NeXT packs anyres crops with newline tokens; MoL mixes one grid, so it says so."""
+    from transformers import LlavaNextConfig, LlavaNextForConditionalGeneration
+
+    config = toy_config(SPEC, toy_tokenizer())
+    next_config = LlavaNextConfig(
+        vision_config=config.vision_config, text_config=config.text_config,
+        image_token_index=config.image_token_id, image_grid_pinpoints=[[32, 32], [32, 64]],
+    )  # fmt: skip
+    llava_next = LlavaNextForConditionalGeneration(next_config)
+    with pytest.raises(ValueError, match="model must be a LlavaForConditionalGeneration"):
+        MoLLlava.from_llava(llava_next, [1, 2, 3, 4])
+    with pytest.raises(ValueError, match="anyres"):
+        MoLLlava(llava_next, FixedLayer(SPEC.vision_width, -2, SPEC.vision_depth))
+
+
 def test_training_resumed_after_a_kill_ends_at_the_same_weights(tmp_path):
     from mixlab.attention_arch.mol.training import TrainSpec, train
 

@@ -11,10 +11,10 @@ Regime checks first: the encoder learnt its caption labels; the base reads the i
 the blind base on the semantic control); and there is headroom, a shallow layer that answers the
 V*-like questions clearly better than the penultimate one (with a per-layer probe of the small
 object's colour beside it). Each claim (:data:`~.config.CLAIMS`) is judged seed by seed (every
-seed must pass) on MoL-hybrid and again on its control (the static mixture, or the uniform average
-for "beats the blind mixtures"): a claim its control passes too is vacuous. Its premises (the
-probe shows the deep layers drop the detail; each fine-grained task beats the blind base) make it
-untested when they fail.
+seed must pass) on MoL-hybrid and again on its control (the best fixed layer chosen on the
+validation split, the uniform average, or the static mixture): a claim its control passes too is
+vacuous. Its premises (the probe shows the deep layers drop the detail; on each fine-grained task
+the best fixed layer beats the answer prior) make it untested when they fail.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from mixlab.attention_arch.mol.config import (
+    BEST_FIXED,
     CONCAT,
     MOL_HYBRID,
     PENULTIMATE,
@@ -44,8 +45,10 @@ from mixlab.shared.files import write_json_atomic
 from mixlab.shared.plotting import save_figure
 
 FINE_QUESTIONS = tuple(q for q in QUESTION_TYPES if TASK_OF[q] in FINE_TASKS)
-SPLIT_SEEDS = {"train": 10, "test": 11}
-"""offsets of each split's data seed from config.seed (the toy's own data uses 1-4)"""
+SPLIT_SEEDS = {"train": 10, "val": 12, "test": 13}
+"""offsets of each split's data seed from config.seed (the toy's own data uses 1-4); issue 65's
+pilots, which chose the testbed's size, steps and invariance weight, scored on offset 11, so the
+test split is one no choice has seen"""
 PROBE_STEPS = 600
 
 
@@ -56,6 +59,7 @@ def toy_spec(config: Config):
         size=config.size, patch_size=config.patch_size, vision_width=config.vision_width,
         vision_depth=config.vision_depth, lm_width=config.lm_width, lm_depth=config.lm_depth,
         encoder_images=config.encoder_images, encoder_steps=config.encoder_steps,
+        invariance_weight=config.invariance_weight, invariant_layers=config.invariant_layers,
         base_examples=config.base_examples, base_steps=config.base_steps,
         batch_size=config.batch_size, seed=config.seed,
     )  # fmt: skip
@@ -93,7 +97,7 @@ def _write_states(config: Config, llava, n: int, seed: int, folder: Path) -> Non
 
 
 def _split_size(config: Config, split: str) -> int:
-    return config.n_train if split == "train" else config.n_test
+    return {"train": config.n_train, "val": config.n_val, "test": config.n_test}[split]
 
 
 def _split_seed(config: Config, split: str) -> int:
@@ -169,6 +173,21 @@ def _reference(config: Config, folders: dict[str, Path], cell: dict[str, Any]) -
     for name, zero in (("base", False), ("blind", True)):
         hits, _ = answer_hits(model, batch_of, n, zero_image=zero)
         out[name] = _per_question(hits, types)
+    out["prior"] = answer_prior(folders)
+    return out
+
+
+def answer_prior(folders: dict[str, Path]) -> dict[str, float]:
+    """The floor of a model that ignores the image: per question type, the test accuracy of
+    always giving that type's most common training answer."""
+    saved = {split: torch.load(folders[split] / "states.pt") for split in ("train", "test")}
+    out = {}
+    for question in QUESTION_TYPES:
+        answers = {split: [a for a, q in zip(s["answers"], s["question_types"], strict=True)
+                           if q == question] for split, s in saved.items()}  # fmt: skip
+        if answers["train"] and answers["test"]:
+            common = max(set(answers["train"]), key=answers["train"].count)
+            out[question] = float(np.mean([a == common for a in answers["test"]]))
     return out
 
 
@@ -239,10 +258,13 @@ def _train_cell(config: Config, folders: dict[str, Path], cell: dict[str, Any]) 
     started = time.perf_counter()
     history = train(model, train_batches, n_train, spec)
     train_s = time.perf_counter() - started
+    val_batches, n_val, val_types = _split(folders, "val")
+    val_hits, _ = answer_hits(model, val_batches, n_val)
     test_batches, n_test, types = _split(folders, "test")
     hits, weights = answer_hits(model, test_batches, n_test)
     layers = torch.tensor(model.mol.layers, dtype=torch.float32)
-    out = {**cell, "accuracy": _per_question(hits, types), "train_s": train_s,
+    out = {**cell, "accuracy": _per_question(hits, types),
+           "val_accuracy": _per_question(val_hits, val_types), "train_s": train_s,
            "loss": [[h["step"], h["loss"]] for h in history]}  # fmt: skip
     if weights.shape[1] == len(layers) and len(layers) > 1:
         out["pi"], out["layer_index"] = {}, {}
@@ -273,11 +295,32 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     done = run_cells(out_dir, config, cells, run_cell, resume=resume, label="mol",
                      workers=config.workers)  # fmt: skip
     write_json_atomic(out_dir / "cells.json", done, indent=1)
+    done = [*done, *best_fixed_cells(done, config)]
     metrics = summarise(done, config, info, prepare_s)
     _plots(done, metrics, config, out_dir)
     return Result(
         metrics=metrics, claims=claims(done, metrics, config), regime=regime(metrics, config)
     )
+
+
+def _fixed_systems(config: Config) -> list[str]:
+    return [
+        s for s in config.systems if system_mixer(s, (), config.vision_depth)["kind"] == "fixed"
+    ]
+
+
+def best_fixed_cells(done, config: Config) -> list[dict[str, Any]]:
+    """Per seed, the fixed-layer cell with the best fine-grained accuracy on the validation
+    split (the first of a tie, shallowest first), as the pseudo-system :data:`BEST_FIXED` with
+    the layer it chose (``chosen``): the test split never picks it."""
+    fixed = _fixed_systems(config)
+    out = []
+    for seed in sorted({d["seed"] for d in done if "seed" in d}):
+        cells = {d["system"]: d for d in done if d.get("seed") == seed and d["system"] in fixed}
+        order = sorted(cells, key=lambda s: system_mixer(s, (), config.vision_depth)["layer"])
+        best = max(order, key=lambda s: task_scores(cells[s]["val_accuracy"])["fine"])
+        out.append({**cells[best], "system": BEST_FIXED, "chosen": best})
+    return out
 
 
 def _paired(done, a: str, b: str, fn) -> list[float]:
@@ -307,13 +350,16 @@ def summarise(
     π and the π-weighted layer index), the paired quantities of the claims on MoL-hybrid's row,
     and the regime's references."""
     metrics: dict[str, dict[str, Any]] = {}
-    for system in config.systems:
+    for system in (*config.systems, BEST_FIXED):
         rows = [d for d in done if d["system"] == system and "seed" in d]
         out: dict[str, Any] = {"n_seeds": len(rows)}
         scores = [{**r["accuracy"], **task_scores(r["accuracy"])} for r in rows]
         for key in scores[0]:
             out[key], out[f"{key}_std"] = mean_std([s[key] for s in scores])
         out["train_s"], out["train_s_std"] = mean_std([r["train_s"] for r in rows])
+        if system == BEST_FIXED:  # which layer validation chose, over the seeds
+            chosen = [system_mixer(r["chosen"], (), config.vision_depth)["layer"] for r in rows]
+            out["chosen_layer"], out["chosen_layer_std"] = mean_std(chosen)
         if "layer_index" in rows[0]:
             for q in QUESTION_TYPES:
                 out[f"layer_index_{q}"] = float(np.mean([r["layer_index"][q] for r in rows]))
@@ -338,7 +384,7 @@ def summarise(
     reference = {d["system"]: d for d in done if "seed" not in d}
     base = {"n_seeds": 1, "encoder_accuracy": info["encoder_accuracy"],
             "toy_train_s": info["train_s"], "prepare_s": prepare_s}  # fmt: skip
-    for name in ("base", "blind"):
+    for name in ("base", "blind", "prior"):
         scores = {**reference["base"][name], **task_scores(reference["base"][name])}
         base.update({f"{name}_{k}": v for k, v in scores.items()})
     base.update({f"probe_colour_layer{i}": a for i, a in enumerate(reference["probe"]["probe"])})
@@ -378,20 +424,18 @@ def premises(metrics, config: Config) -> dict[str, Claim]:
     """What issue 65 says the claims assume, from numbers the run measures: the encoder's deep
     layers drop the fine detail (the colour probe reads the best shallow candidate layer at least
     ``min_headroom`` better than the penultimate), and each fine-grained task is learnable (the
-    best fixed layer beats the blind base on it)."""
+    best fixed layer, chosen on validation, beats the answer prior on it by ``min_learnable``)."""
     base = metrics["toy base"]
     probe = {layer: base[f"probe_colour_layer{layer}"] for layer in config.layers}
     shallow = [layer for layer in config.layers if layer < config.vision_depth - 1]
     best = max(shallow, key=lambda layer: probe[layer]) if shallow else None
-    fixed = [
-        s for s in config.systems if system_mixer(s, (), config.vision_depth)["kind"] == "fixed"
-    ]
-    learnable = []
-    for task in FINE_TASKS:
-        top = max(fixed, key=lambda s: metrics[s][task])
-        learnable.append(Claim.compare(
-            task, metrics[top][task], ">", base[f"blind_{task}"],
-            value_label=f"{top} {task} accuracy", reference_label="blind base"))  # fmt: skip
+    learnable = [
+        Claim.compare(
+            task, metrics[BEST_FIXED][task], ">=", base[f"prior_{task}"] + config.min_learnable,
+            value_label=f"best fixed layer {task} accuracy",
+            reference_label=f"answer prior + {config.min_learnable:g}")
+        for task in FINE_TASKS
+    ]  # fmt: skip
     return {
         "deep_layers_drop_detail": Claim.compare(
             f"the encoder's deep layers drop the detail: the colour probe reads the best shallow "
@@ -400,8 +444,8 @@ def premises(metrics, config: Config) -> dict[str, Claim]:
             config.min_headroom,
             value_label=f"probe accuracy, layer {best} minus the penultimate"),
         "fine_tasks_learnable": Claim.all_of(
-            "every fine-grained task is learnable: the best fixed layer beats the blind base on it",
-            learnable),
+            "every fine-grained task is learnable: the best fixed layer (validation) beats the "
+            f"answer prior on it by at least {config.min_learnable:g}", learnable),
     }  # fmt: skip
 
 

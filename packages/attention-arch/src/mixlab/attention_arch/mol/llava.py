@@ -24,6 +24,8 @@ __all__ = ["MoLLlava", "hooked_hidden_states", "vision_hidden_states", "widen_pr
 
 Mixer = MixtureOfLayers | FixedLayer | LayerConcat
 ROUTER_WEIGHTS, ROUTER_CONFIG = "mol.safetensors", "mol.json"
+PROJECTOR_WEIGHTS = "projector.safetensors"
+"""the fine-tuned projector, saved beside the router when it was trained (:meth:`save_router`)"""
 
 
 def hooked_hidden_states(
@@ -106,6 +108,20 @@ def _is_llava(model: Any) -> bool:
     )
 
 
+def _check_llava(model: Any) -> None:
+    """A LLaVA-1.5-style model: one image, one grid of patch tokens. LLaVA-NeXT and OneVision
+    (``image_grid_pinpoints``) tile an image into crops and pack them with newline tokens
+    ("anyres"); MoL mixes one grid's states, so it would silently skip that packing."""
+    require(_is_llava(model), "model", "a transformers LlavaForConditionalGeneration",
+            type(model).__name__)  # fmt: skip
+    pinpoints = getattr(model.config, "image_grid_pinpoints", None)
+    require(
+        pinpoints is None, "model",
+        "a LlavaForConditionalGeneration (LLaVA-NeXT's anyres packing of image crops is not "
+        "supported: mix the layers of a LLaVA-1.5-style model)", type(model).__name__,
+    )  # fmt: skip
+
+
 class MoLLlava(nn.Module):
     """A LLaVA whose projector reads a :class:`MixtureOfLayers` (or a baseline mixer) of its
     frozen vision tower's layers in place of ``vision_feature_layer``. The token count, the
@@ -118,8 +134,7 @@ class MoLLlava(nn.Module):
 
     def __init__(self, llava: nn.Module, mixer: Mixer) -> None:
         super().__init__()
-        require(_is_llava(llava), "model", "a transformers LlavaForConditionalGeneration",
-                type(llava).__name__)  # fmt: skip
+        _check_llava(llava)
         self.llava, self.mol = llava, mixer
         if isinstance(mixer, LayerConcat) and not isinstance(
             llava.config.vision_feature_layer, list
@@ -135,8 +150,7 @@ class MoLLlava(nn.Module):
         """Wrap ``llava`` with a fresh MoL over ``layers`` (default: every other layer of the
         tower and the default one) routed at ``granularity``; ``kwargs`` go to
         :class:`MixtureOfLayers` (top_k, temperature, router_hidden, default_bias)."""
-        require(_is_llava(llava), "model", "a transformers LlavaForConditionalGeneration",
-                type(llava).__name__)  # fmt: skip
+        _check_llava(llava)
         config = llava.config
         depth = config.vision_config.num_hidden_layers
         default = config.vision_feature_layer
@@ -257,20 +271,33 @@ class MoLLlava(nn.Module):
             return {"kind": "fixed", "layers": mol.layers}
         return {"kind": "concat", "layers": mol.layers}
 
-    def save_router(self, directory: str | Path) -> Path:
-        """The mixer's weights (safetensors) and how to rebuild it (JSON), without the LLaVA."""
+    def save_router(self, directory: str | Path, *, projector: bool = True) -> Path:
+        """The adapter without the LLaVA: the mixer's weights (``mol.safetensors``), how to
+        rebuild it (``mol.json``) and, unless ``projector=False``, the projector's weights
+        (``projector.safetensors``; ``"projector": true`` in the JSON), which LLaVA's stages 1
+        and 2 fine-tune with the mixer (``False`` suits a mixer trained with
+        ``trainable="router"``). A fine-tuned language model is not part of it: save the LLaVA
+        with ``save_pretrained``."""
         from safetensors.torch import save_file
 
+        module = self.llava.model.multi_modal_projector
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().cpu().contiguous() for k, v in self.mol.state_dict().items()}
         save_file(state, directory / ROUTER_WEIGHTS)
-        (directory / ROUTER_CONFIG).write_text(json.dumps(self.router_config(), indent=1))
+        if projector:
+            weights = {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}
+            save_file(weights, directory / PROJECTOR_WEIGHTS)
+        else:
+            (directory / PROJECTOR_WEIGHTS).unlink(missing_ok=True)
+        config = {**self.router_config(), "projector": bool(projector)}
+        (directory / ROUTER_CONFIG).write_text(json.dumps(config, indent=1))
         return directory
 
     @classmethod
     def load_router(cls, llava: nn.Module, directory: str | Path) -> MoLLlava:
-        """Wrap ``llava`` with the mixer saved in ``directory`` by :meth:`save_router`."""
+        """Wrap ``llava`` with the mixer saved in ``directory`` by :meth:`save_router`, and load
+        its projector into ``llava`` when the adapter holds one."""
         from safetensors.torch import load_file
 
         directory = Path(directory)
@@ -278,6 +305,7 @@ class MoLLlava(nn.Module):
                 f"a folder with {ROUTER_CONFIG} and {ROUTER_WEIGHTS}", str(directory))  # fmt: skip
         spec = json.loads((directory / ROUTER_CONFIG).read_text())
         kind, layers = spec.pop("kind"), spec.pop("layers")
+        has_projector = spec.pop("projector", False)
         config = llava.config
         depth, width = config.vision_config.num_hidden_layers, config.vision_config.hidden_size
         default = config.vision_feature_layer
@@ -290,4 +318,8 @@ class MoLLlava(nn.Module):
                                     default_layer=default, **spec)  # fmt: skip
         mixer.load_state_dict(load_file(directory / ROUTER_WEIGHTS))
         device = next(llava.parameters()).device
-        return cls(llava, mixer.to(device))
+        wrapped = cls(llava, mixer.to(device))  # widens the projector for a concat first
+        if has_projector:
+            projector = wrapped.llava.model.multi_modal_projector
+            projector.load_state_dict(load_file(directory / PROJECTOR_WEIGHTS, device=str(device)))
+        return wrapped

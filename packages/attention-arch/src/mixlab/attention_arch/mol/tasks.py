@@ -20,8 +20,10 @@ Question types (:data:`QUESTION_TYPES`), each answered with one word, grouped in
 - ``semantic``: the large shape (the control a semantic encoder answers well).
 
 :func:`encoder_labels` are what a web caption would mention: the large shape of a scene, or
-"chart". The vision encoder is pre-trained on them alone, so its deep layers have no reason to
-keep the small objects' colours or the bars' exact heights.
+"chart". The vision encoder is pre-trained on them, and with ``recoloured=True`` each image comes
+with a second rendering whose hues are permuted (the same scene, the small objects and bars in
+other colours): the view pair that teaches its deep layers to ignore hue, as colour-jitter
+augmentation does in contrastive pre-training.
 """
 
 from __future__ import annotations
@@ -139,7 +141,11 @@ def _free_spot(rng, size: int, side: int, taken: list[tuple[float, float, float]
     raise RuntimeError("no free spot for a small object; the image is too small")
 
 
-def _scene(question: str, size: int, rng: np.random.Generator):
+Palette = dict[str, tuple[int, int, int]]
+"""a colour name -> the RGB it is drawn in (:data:`COLOURS` itself, or a permutation of it)"""
+
+
+def _scene(question: str, size: int, rng: np.random.Generator, palette: Palette = COLOURS):
     image = _background(size, rng)
     draw = ImageDraw.Draw(image)
     shape = SHAPES[rng.integers(len(SHAPES))]
@@ -165,7 +171,7 @@ def _scene(question: str, size: int, rng: np.random.Generator):
         x, y = _free_spot(rng, size, side, taken)
         taken.append((x + side / 2, y + side / 2, side))
         spots.append((x + side / 2, y + side / 2))
-        draw.rectangle([x, y, x + side - 1, y + side - 1], fill=COLOURS[colour])
+        draw.rectangle([x, y, x + side - 1, y + side - 1], fill=palette[colour])
     answer = {
         "colour": first,
         "position": "left" if spots[0][0] < cx else "right",
@@ -175,7 +181,7 @@ def _scene(question: str, size: int, rng: np.random.Generator):
     return image, answer, ENCODER_CLASSES.index(shape)
 
 
-def _chart(question: str, size: int, rng: np.random.Generator):
+def _chart(question: str, size: int, rng: np.random.Generator, palette: Palette = COLOURS):
     image = _background(size, rng)
     draw = ImageDraw.Draw(image)
     levels = 10
@@ -191,7 +197,7 @@ def _chart(question: str, size: int, rng: np.random.Generator):
     colours = rng.permutation(list(COLOURS))[:4]
     for i, (h, colour) in enumerate(zip(heights, colours, strict=True)):
         x0 = left + slot * i + slot * 0.2
-        draw.rectangle([x0, base - h * step, x0 + slot * 0.6, base - 1], fill=COLOURS[colour])
+        draw.rectangle([x0, base - h * step, x0 + slot * 0.6, base - 1], fill=palette[colour])
     difference = int(heights[2] - heights[0])
     answer = {
         "tallest": ORDINALS[int(np.argmax(heights))],
@@ -201,20 +207,38 @@ def _chart(question: str, size: int, rng: np.random.Generator):
 
 
 def make_vqa(
-    n: int, *, size: int = 64, seed: int = 0, question_types: tuple[str, ...] = QUESTION_TYPES
+    n: int,
+    *,
+    size: int = 64,
+    seed: int = 0,
+    question_types: tuple[str, ...] = QUESTION_TYPES,
+    palette_seed: int | None = None,
 ) -> VQASet:
     """``n`` image-question-answer triples, the question types in turn (balanced), drawn from
-    ``seed``: the same arguments give the same set."""
+    ``seed``: the same arguments give the same set. With ``palette_seed`` every image draws its
+    colours through a random permutation of :data:`COLOURS` (its own, from ``palette_seed``):
+    the same scenes as without it, recoloured; the answers stay those of the original colours."""
     require(is_count(n), "n", "an integer >= 1", n)
     require(is_count(size, 32), "size", "an integer >= 32", size)
     require(len(question_types) > 0 and all(q in QUESTIONS for q in question_types),
             "question_types", f"names from {QUESTION_TYPES}", question_types)  # fmt: skip
     rng = np.random.default_rng(seed)
+    palettes = None if palette_seed is None else np.random.default_rng(palette_seed)
+    names = list(COLOURS)
     images, answers, labels, types = [], [], [], []
     for i in range(n):
         question = question_types[i % len(question_types)]
         draw = _chart if TASK_OF[question] == "charxiv" else _scene
-        image, answer, label = draw(question, size, rng)
+        palette = COLOURS
+        if palettes is not None:  # its own generator: the scene's draws stay the same
+            palette = dict(
+                zip(
+                    names,
+                    (COLOURS[names[k]] for k in palettes.permutation(len(names))),
+                    strict=True,
+                )
+            )
+        image, answer, label = draw(question, size, rng, palette)
         images.append(np.asarray(image))
         answers.append(answer)
         labels.append(label)
@@ -223,8 +247,14 @@ def make_vqa(
     return VQASet(pixels, [QUESTIONS[q] for q in types], answers, types, torch.tensor(labels))
 
 
-def encoder_labels(n: int, *, size: int = 64, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def encoder_labels(
+    n: int, *, size: int = 64, seed: int = 0, recoloured: bool = False
+) -> tuple[torch.Tensor, ...]:
     """Images and their caption-level labels (:data:`ENCODER_CLASSES`) for pre-training the
-    vision encoder: scenes and charts in the proportion of :func:`make_vqa`'s question types."""
+    vision encoder: scenes and charts in the proportion of :func:`make_vqa`'s question types.
+    ``recoloured``: also each image in permuted hues (``make_vqa``'s ``palette_seed``), third."""
     data = make_vqa(n, size=size, seed=seed)
-    return data.images, data.labels
+    if not recoloured:
+        return data.images, data.labels
+    views = make_vqa(n, size=size, seed=seed, palette_seed=seed + 1_000_003)
+    return data.images, data.labels, views.images

@@ -3,7 +3,11 @@
 
 1. The vision encoder is pre-trained on :func:`~.tasks.encoder_labels` (the large shape, or
    "chart": what a web caption mentions) through a linear head on CLIP's pooled CLS token, then
-   frozen.
+   frozen. Each image comes with a recoloured view (the same scene in permuted hues), and its
+   ``invariant_layers`` deepest layers are pulled to the same states on both views (weight
+   ``invariance_weight``, 1 − cosine per token), as colour-jitter augmentation makes a
+   contrastive encoder's deep features hue-invariant: those layers drop the small objects'
+   colours, which the shallow ones keep (issue 65's premise).
 2. Stage 1 trains the projector and the language model on the penultimate layer (LLaVA's
    ``vision_feature_layer = -2``) over every VQA question type.
 
@@ -58,7 +62,7 @@ SPECIALS = ("<pad>", "<s>", "</s>", "<unk>", "<image>")
 
 @dataclass(frozen=True)
 class ToySpec:
-    size: int = 64
+    size: int = 32
     patch_size: int = 8
     vision_width: int = 64
     vision_depth: int = 6
@@ -69,6 +73,8 @@ class ToySpec:
     encoder_images: int = 6000
     encoder_steps: int = 1500
     encoder_lr: float = 1e-3
+    invariance_weight: float = 0.1
+    invariant_layers: int = 2
     base_examples: int = 6000
     base_steps: int = 3000
     base_lr: float = 2e-3
@@ -80,6 +86,10 @@ class ToySpec:
             value = getattr(self, field.name)
             if isinstance(value, int) and field.name != "seed":
                 require(is_count(value), field.name, "an integer >= 1", value)
+        require(self.invariant_layers <= self.vision_depth, "invariant_layers",
+                f"at most vision_depth = {self.vision_depth}", self.invariant_layers)  # fmt: skip
+        require(self.invariance_weight >= 0, "invariance_weight", "a number >= 0",
+                self.invariance_weight)  # fmt: skip
         require(self.size % self.patch_size == 0, "patch_size", f"a divisor of size={self.size}",
                 self.patch_size)  # fmt: skip
 
@@ -143,9 +153,12 @@ def toy_processor(tokenizer, spec: ToySpec):
 
 
 def pretrain_encoder(tower, spec: ToySpec) -> float:
-    """Train ``tower`` (a CLIPVisionModel) with a linear head on caption labels; returns the
-    held-out accuracy."""
-    images, labels = encoder_labels(spec.encoder_images, size=spec.size, seed=spec.seed + 1)
+    """Train ``tower`` (a CLIPVisionModel) with a linear head on caption labels, on each image
+    and its recoloured view, its deepest ``spec.invariant_layers`` layers pulled to agree on the
+    two (module docstring); returns the held-out accuracy."""
+    images, labels, views = encoder_labels(
+        spec.encoder_images, size=spec.size, seed=spec.seed + 1, recoloured=True
+    )
     head = torch.nn.Linear(spec.vision_width, len(ENCODER_CLASSES))
     params = [*tower.parameters(), *head.parameters()]
     optimizer = torch.optim.AdamW(params, lr=spec.encoder_lr, weight_decay=0.05)
@@ -154,12 +167,21 @@ def pretrain_encoder(tower, spec: ToySpec) -> float:
     with progress(spec.encoder_steps, "toy MLLM: pre-train the vision encoder") as bar:
         for _ in range(spec.encoder_steps):
             index = torch.randint(len(labels), (spec.batch_size,), generator=generator)
-            logits = head(tower(pixel_values=images[index]).pooler_output)
-            loss = torch.nn.functional.cross_entropy(logits, labels[index])
+            out = tower(pixel_values=torch.cat([images[index], views[index]]),
+                        output_hidden_states=True)  # fmt: skip
+            loss = torch.nn.functional.cross_entropy(
+                head(out.pooler_output), labels[index].repeat(2)
+            )
+            deep = out.hidden_states[len(out.hidden_states) - spec.invariant_layers :]
+            disagreement = torch.stack([  # 1 − cos per token, the two views of each image
+                1 - torch.nn.functional.cosine_similarity(*states.chunk(2), dim=-1).mean()
+                for states in deep
+            ]).mean()  # fmt: skip
+            loss = loss + spec.invariance_weight * disagreement
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            bar.advance(loss=loss.item())
+            bar.advance(loss=loss.item(), disagreement=disagreement.item())
     tower.eval()
     test_images, test_labels = encoder_labels(1000, size=spec.size, seed=spec.seed + 2)
     with torch.no_grad():
