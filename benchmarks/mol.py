@@ -12,7 +12,7 @@ tokens in every system, so its cost is the same and is left out (a 7B LM does no
 
 Sizes, with random weights built from configs (nothing downloaded):
 
-- ``toy``: the experiment's toy (CLIP width 64, depth 6, 64² at patch 8: 64 tokens + CLS; LM
+- ``toy``: the experiment's toy (CLIP width 64, depth 6, 32² at patch 8: 16 tokens + CLS; LM
   width 64), S = 1..5;
 - ``llava-1.5``: CLIP ViT-L/14-336 (width 1024, 24 layers, 577 tokens) and LLaVA-1.5-7B's
   projector (1024 → 4096 → 4096), S = every fourth layer and the penultimate (4, 8, ..., 20, 23).
