@@ -147,7 +147,13 @@ def test_the_shift_claims_read_the_penalty_not_the_absolute_gap():
     config, gaps, weights = _gaps([5.0] * 3, [7.0] * 3, [7.5] * 3, uniform=0.8)
     shift_gain = claims(summarise(gaps, config), gaps, config, weights)[0]
     assert not shift_gain.holds
-    assert "cvrp20 mixnorm shift penalty 4.2 <= 0.9·batch's 4.05" in shift_gain.evidence
+    assert "cvrp20 mixnorm shift penalty 4.2 <= batch's less 10% of its size 4.05" in (
+        shift_gain.evidence
+    )
+    # a negative reference penalty (the shift helps batch norm) is to be beaten by 10 % of its
+    # size, not relaxed to 0.9 of it: -0.5 against batch's -0.5 fails
+    config, gaps, weights = _gaps([1.5] * 3, [7.0] * 3, [2.5] * 3, uniform=2.0)
+    assert not claims(summarise(gaps, config), gaps, config, weights)[0].holds
 
 
 def test_a_claim_its_control_also_passes_is_vacuous():
@@ -224,6 +230,13 @@ def test_cli_generate_reference_train_solve(tmp_path, capsys):
                  "--reference", str(data / "reference.json"), "--out", str(out)]) == 0  # fmt: skip
     report = json.loads(out.read_text())
     assert all(row["feasible"] and row["gap_percent"] >= -1e-6 for row in report["instances"])
+    capsys.readouterr()
+    assert main(["mixroute", "solve", "--model", str(model), "--instances", str(data), "--euc-2d",
+                 "--reference", str(data / "reference.json"), "--out", str(out)]) == 2  # fmt: skip
+    assert "--reference was made without --euc-2d" in capsys.readouterr().err
+    assert main(["mixroute", "solve", "--model", str(model), "--instances", str(data), "--euc-2d",
+                 "--out", str(out)]) == 2  # fmt: skip
+    assert "needs coordinates in VRPLIB's units" in capsys.readouterr().err  # the unit square
 
 
 @pytest.mark.parametrize(

@@ -141,10 +141,17 @@ def solve(
     from mixlab.rl.mixroute.solver import solve as solve_instances
     from mixlab.shared.files import write_json_atomic
 
+    saved = None if reference is None else json.loads(reference.read_text())
+    if saved is not None and saved.get("euc_2d", False) != euc_2d:
+        made = "with" if saved.get("euc_2d", False) else "without"
+        raise ValueError(
+            f"--reference was made {made} --euc-2d: solve the same way, or the gaps mix rounded "
+            "and unrounded costs"
+        )
     solutions = solve_instances(load_model(model), source, augment=not no_augment, euc_2d=euc_2d)
     costs = None
-    if reference is not None:
-        known = {row["name"]: row["cost"] for row in json.loads(reference.read_text())["instances"]}
+    if saved is not None:
+        known = {row["name"]: row["cost"] for row in saved["instances"]}
         names = solutions.names or [str(i) for i in range(len(solutions.costs))]
         missing = [name for name in names if name not in known]
         if missing:
@@ -222,5 +229,7 @@ def reference(
     import numpy as np
 
     solutions.costs, solutions.feasible = np.asarray(costs), np.asarray(feasible)
-    write_json_atomic(out, solutions.to_json())
-    typer.echo(f"wrote {out}: {len(costs)} instances, mean cost {np.mean(costs):.4f}")
+    write_json_atomic(out, {**solutions.to_json(), "euc_2d": euc_2d, "seconds": seconds})
+    infeasible = len(costs) - int(solutions.feasible.sum())
+    warning = f", {infeasible} INFEASIBLE (see 'feasible')" if infeasible else ""
+    typer.echo(f"wrote {out}: {len(costs)} instances, mean cost {np.mean(costs):.4f}{warning}")

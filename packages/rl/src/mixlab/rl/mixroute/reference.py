@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from mixlab.rl.mixroute.instances import RoutingInstances
-from mixlab.rl.mixroute.solver import check_routes, leg_length
+from mixlab.rl.mixroute.solver import check_euc_2d_units, check_routes, leg_length
 from mixlab.shared import progress
 from mixlab.shared.cache import cached
 
@@ -52,6 +52,8 @@ def pyvrp_routes(
     from pyvrp.stop import MaxRuntime
 
     tsp = instances.problem == "tsp"
+    if euc_2d:
+        check_euc_2d_units(instances[np.array([index])])
     locs = instances.locs[index]
     points = locs if tsp else np.concatenate([instances.depot[index][None], locs])
     scale = 1.0 if euc_2d else scale_of(points)

@@ -26,6 +26,7 @@ from mixlab.rl.mixroute.training import evaluate
 
 __all__ = [
     "Solutions",
+    "check_euc_2d_units",
     "check_routes",
     "leg_length",
     "load_model",
@@ -89,6 +90,25 @@ def leg_length(a: np.ndarray, b: np.ndarray, euc_2d: bool = False) -> float:
     integer as TSPLIB's EUC_2D defines it, nint(x) = ⌊x + 0.5⌋."""
     length = float(np.linalg.norm(b - a))
     return float(np.floor(length + 0.5)) if euc_2d else length
+
+
+EUC_2D_MIN_EXTENT = 10.0
+"""the smallest coordinate range that VRPLIB's integer rounding of legs can cost meaningfully"""
+
+
+def check_euc_2d_units(instances: RoutingInstances) -> None:
+    """Refuse ``euc_2d`` costing of instances whose coordinates span less than
+    :data:`EUC_2D_MIN_EXTENT` (the unit square of ``generate``): rounding each leg to an integer
+    would make every leg 0 or 1."""
+    points = instances.locs if instances.depot is None else np.concatenate(
+        [instances.depot[:, None], instances.locs], 1
+    )  # fmt: skip
+    extent = float(np.ptp(points, axis=1).max(-1).min())
+    if extent < EUC_2D_MIN_EXTENT:
+        raise ValueError(
+            f"euc_2d rounds each leg to an integer and needs coordinates in VRPLIB's units "
+            f"(a range of at least {EUC_2D_MIN_EXTENT:g}); these span {extent:.3g}"
+        )
 
 
 def check_routes(
@@ -168,6 +188,8 @@ def solve(
         )
     if instances.problem != model.problem:
         raise ValueError(f"instances are {instances.problem}, the model solves {model.problem}")
+    if euc_2d:
+        check_euc_2d_units(instances)
     _, tours = evaluate(model, normalise(instances), augment=augment, batch_size=batch_size)
     solutions = Solutions()
     costs, feasible = [], []
