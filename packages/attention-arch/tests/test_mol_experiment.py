@@ -216,3 +216,11 @@ def test_recoloured_views_keep_the_scene_and_change_only_its_hues():
     images, labels, views = encoder_labels(8, size=32, seed=1, recoloured=True)
     assert images.shape == views.shape
     assert len(labels) == 8
+
+
+def test_no_invariance_term_is_a_valid_toy():
+    """``invariance_weight=0`` (the encoder on caption labels and views, no invariance term) is
+    allowed by the Config and reaches the toy's spec as a weight, not as a count."""
+    from mixlab.attention_arch.mol.experiment import toy_spec
+
+    assert toy_spec(Config(invariance_weight=0)).invariance_weight == 0.0

@@ -106,7 +106,9 @@ def data(
         "runs/vqa"
     ),
     n: Annotated[int, typer.Option(help="examples, the question types in turn")] = 600,
-    size: int = 64,
+    size: Annotated[
+        int, typer.Option(help="image side in pixels (the toy's, ToySpec.size, is 32)")
+    ] = 32,
     seed: int = 0,
 ) -> None:
     """Write procedural VQA (V*-, HR-Bench-, CharXiv-like and the semantic control)."""

@@ -133,7 +133,8 @@ class Config(ExperimentConfig):
     """pre-training steps of the vision encoder on the caption labels (one-time, cached)"""
     invariance_weight: float = 0.1
     """weight of the pre-training term that pulls the deepest layers' states of an image and of
-    its recoloured view together (1 − cosine per token; 0: caption labels alone). 0.1 leaves the
+    its recoloured view together (1 − cosine per token; 0: no such term, the label head still
+    sees both views). 0.1 leaves the
     penultimate some hue, so that the base's stage 1 learns the colour words at all (at 1 it
     did not, and no system learnt them in the cells' budget)"""
     invariant_layers: int = 2
