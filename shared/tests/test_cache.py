@@ -127,6 +127,15 @@ def test_result_json_says_whether_the_run_was_cold_and_what_a_cold_run_takes(
     assert "with the cache empty, one-time work included" in expected_time(
         reference, "toy", "quick"
     )
+    # builds that ran side by side in two workers sum to more than the wall time: no warm
+    # estimate of 0:00, just "less"
+    parallel = {**data, "wall_s": 100.0,
+                "cache": {**data["cache"], "state": "cold", "build_s": 150.0, "cold_wall_s": 100.0}}  # fmt: skip
+    (reference / "toy" / "experiment-quick" / "result.json").write_text(json.dumps(parallel))
+    said = expected_time(reference, "toy", "quick")
+    assert "about 1:40 with the cache empty" in said
+    assert "less once cached: its one-time builds ran in parallel workers" in said
+    assert "0:00" not in said
 
 
 def test_a_resumable_build_continues_from_what_a_killed_one_left(empty_cache: Path) -> None:
