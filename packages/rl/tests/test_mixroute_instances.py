@@ -132,3 +132,12 @@ def test_bad_instances_are_refused_with_the_parameter_named():
         cvrp(1, 1, np.random.default_rng(0))
     with pytest.raises(ValueError, match="capacity must be an integer >= 1"):
         cvrp(1, 5, np.random.default_rng(0), capacity=0)
+
+
+def test_nodes_put_the_depot_first_and_are_the_cities_for_tsp():
+    cvrp = generate("cvrp", "uniform", 2, 5, np.random.default_rng(0))
+    assert cvrp.nodes.shape == (2, 6, 2)
+    np.testing.assert_array_equal(cvrp.nodes[:, 0], cvrp.depot)
+    np.testing.assert_array_equal(cvrp.nodes[:, 1:], cvrp.locs)
+    tsp = generate("tsp", "uniform", 2, 5, np.random.default_rng(0))
+    np.testing.assert_array_equal(tsp.nodes, tsp.locs)

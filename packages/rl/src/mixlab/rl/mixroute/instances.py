@@ -262,6 +262,14 @@ class RoutingInstances:
         """Customers (cities for TSP) per instance."""
         return self.locs.shape[1]
 
+    @property
+    def nodes(self) -> np.ndarray:
+        """Every node's coordinates, [B, 1 + N, 2] with the depot first (node 0, as routes and
+        windows number it); TSP: the cities, [B, N, 2]."""
+        if self.depot is None:
+            return self.locs
+        return np.concatenate([self.depot[:, None], self.locs], 1)
+
     def __len__(self) -> int:
         return len(self.locs)
 

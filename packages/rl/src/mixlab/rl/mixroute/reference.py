@@ -54,8 +54,7 @@ def pyvrp_routes(
     tsp = instances.problem == "tsp"
     if euc_2d:
         check_euc_2d_units(instances[np.array([index])])
-    locs = instances.locs[index]
-    points = locs if tsp else np.concatenate([instances.depot[index][None], locs])
+    points = instances.nodes[index]
     scale = 1.0 if euc_2d else scale_of(points)
     points = points * scale
     windows = instances.windows
@@ -157,7 +156,7 @@ def savings(instances: RoutingInstances, index: int) -> list[list[int]]:
     merged load fits the capacity."""
     if instances.problem != "cvrp":
         raise ValueError(f"savings solves CVRP instances, got {instances.problem}")
-    points = np.concatenate([instances.depot[index][None], instances.locs[index]])
+    points = instances.nodes[index]
     distance = np.linalg.norm(points[:, None] - points[None], axis=-1)
     n, demand = instances.n, instances.demand[index]
     route_of = {i: [i] for i in range(1, n + 1)}  # customer -> its route (shared lists)

@@ -100,10 +100,7 @@ def check_euc_2d_units(instances: RoutingInstances) -> None:
     """Refuse ``euc_2d`` costing of instances whose coordinates span less than
     :data:`EUC_2D_MIN_EXTENT` (the unit square of ``generate``): rounding each leg to an integer
     would make every leg 0 or 1."""
-    points = instances.locs if instances.depot is None else np.concatenate(
-        [instances.depot[:, None], instances.locs], 1
-    )  # fmt: skip
-    extent = float(np.ptp(points, axis=1).max(-1).min())
+    extent = float(np.ptp(instances.nodes, axis=1).max(-1).min())
     if extent < EUC_2D_MIN_EXTENT:
         raise ValueError(
             f"euc_2d rounds each leg to an integer and needs coordinates in VRPLIB's units "
@@ -124,7 +121,7 @@ def check_routes(
         tour = routes[0] if len(routes) == 1 else []
         cost = sum(leg_length(locs[tour[k - 1]], locs[tour[k]], euc_2d) for k in range(len(tour)))
         return cost, sorted(tour) == list(range(instances.n))
-    points = np.concatenate([instances.depot[index][None], locs])
+    points = instances.nodes[index]
     visits = sorted(node for route in routes for node in route)
     feasible = visits == list(range(1, instances.n + 1))
     cost = 0.0
@@ -147,9 +144,7 @@ def normalise(instances: RoutingInstances) -> RoutingInstances:
     """``instances`` in the unit square the model was trained on: an instance with a point
     outside [0, 1]² is shifted and scaled, one factor for both axes (and its times), so that
     it spans [0, 1]; one inside is kept as it is. Routes do not change, only their units."""
-    points = instances.locs if instances.depot is None else np.concatenate(
-        [instances.depot[:, None], instances.locs], 1
-    )  # fmt: skip
+    points = instances.nodes
     inside = ((points >= 0) & (points <= 1)).all((1, 2))[:, None, None]
     low = np.where(inside, 0.0, points.min(1, keepdims=True))
     scale = np.where(inside, 1.0, np.maximum((points - low).max((1, 2), keepdims=True), 1e-12))
@@ -296,10 +291,8 @@ def write_vrplib(
     for i in range(len(instances)):
         name = f"{stem}-{i:04d}"
         data: dict[str, Any] = {"NAME": name, "TYPE": instances.problem.upper()}
-        if instances.problem == "tsp":
-            coords = instances.locs[i]
-        else:
-            coords = np.concatenate([instances.depot[i][None], instances.locs[i]])
+        coords = instances.nodes[i]
+        if instances.problem != "tsp":
             data["CAPACITY"] = int(instances.capacity[i])
         data |= {
             "DIMENSION": len(coords),
