@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from mixlab.shared import Claim, Result, save_state
-from mixlab.shared.files import CheckpointError
 
 CLI = Path(sys.executable).with_name("mixlab-attn")
 
@@ -219,45 +218,30 @@ def test_swap_refuses_a_damaged_timm_checkpoint(tmp_path, capsys):
     assert not (tmp_path / "o.safetensors").exists()
 
 
-def test_a_damaged_cached_model_names_its_file(tmp_path, monkeypatch):
-    from mixlab.attention_arch.mita.training import TrainSpec, ViTShape, pretrained_full_vit
-
-    monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
-    shape = ViTShape(canvas=16, embed_dim=8, depth=1, num_heads=2)
-    args = (shape, TrainSpec(steps=1, batch_size=4))
-    pretrained_full_vit(*args, train_size=8)
-    (cached,) = (tmp_path / "cache" / "mita").glob("vit-full-*/model.safetensors")
-    pretrained_full_vit(*args, train_size=8)  # loads it back
-    _truncate(cached)
-    with pytest.raises(CheckpointError, match=str(cached)) as error:
-        pretrained_full_vit(*args, train_size=8)
-    _one_line(str(error.value), "delete")
-
-
 # --- regime check --------------------------------------------------------------------------------
 
 
 def _metrics(full: float, mita: float) -> dict[str, dict[str, float]]:
     row = {"accuracy": 0.0, "flops_vs_full": 1.0, "swap_finetuned": 0.5, "pruned_fraction": 0.2,
            "pruned_accuracy": 0.5, "random_pruned_accuracy": 0.4}  # fmt: skip
-    metrics = {kind: dict(row) for kind in ("full", "mita", "moba", "topk")}
+    kinds = ("full", "mita", "moba", "topk", "mita_shared_only", "window")
+    metrics = {kind: dict(row) for kind in kinds}
     metrics["full"]["accuracy"], metrics["mita"]["accuracy"] = full, mita
     metrics["mita"]["flops_vs_full"] = 0.3
     return metrics
 
 
 def _cells(metrics: dict[str, dict[str, float]]) -> list[dict]:
-    """One seed's from-scratch and swap cells carrying ``metrics``' numbers."""
+    """One seed's from-scratch cells carrying ``metrics``' numbers (the swaps in full's)."""
     pruning = ("pruned_fraction", "pruned_accuracy", "random_pruned_accuracy")
-    scratch = [
+    swaps = {k: {"finetuned": r["swap_finetuned"]} for k, r in metrics.items()}
+    return [
         {"part": "scratch", "system": kind, "seed": 0, "accuracy": row["accuracy"]}
         | ({name: row[name] for name in pruning} if kind == "mita" else {})
+        | ({"swaps": swaps} if kind == "full" else {})
         for kind, row in metrics.items()
+        if kind != "topk"  # swapped in only
     ]
-    swaps = [
-        {"part": "swap", "kind": k, "finetuned": r["swap_finetuned"]} for k, r in metrics.items()
-    ]
-    return scratch + swaps
 
 
 def test_regime_check_gates_the_claims():
@@ -268,7 +252,7 @@ def test_regime_check_gates_the_claims():
     check = regime(low)
     assert len(check) == 1
     assert not check[0].holds
-    assert check[0].evidence == "full-attention accuracy 0.331 >= required 0.8"
+    assert check[0].evidence == "full-attention accuracy 0.331 >= required 0.6"
     result = Result(metrics=low, claims=claims(config, _cells(low), low), regime=check)
     assert result.tally() == {"holds": 0, "fails": 0, "untested": 3, "vacuous": 0}
 

@@ -32,7 +32,7 @@ _MODULE_OF = {
     "TokenAttention": "attention",
     "TopKAttention": "baselines",
     "TrainSpec": "training",
-    "ViTShape": "training",
+    "ViTShape": "config",
     "accuracy": "training",
     "attention_modules": "swap",
     "build_vit": "training",
@@ -41,7 +41,6 @@ _MODULE_OF = {
     "gather_tokens": "attention",
     "gathered_attention": "attention",
     "mask_precision_recall": "introspection",
-    "pretrained_full_vit": "training",
     "pruned": "introspection",
     "pruned_logits": "introspection",
     "random_keep_like": "introspection",
@@ -74,7 +73,6 @@ __all__ = [
     "gather_tokens",
     "gathered_attention",
     "mask_precision_recall",
-    "pretrained_full_vit",
     "pruned",
     "pruned_logits",
     "random_keep_like",
@@ -98,6 +96,7 @@ if TYPE_CHECKING:
         sparse_attention,
     )
     from mixlab.attention_arch.mita.baselines import AgentAttention, MoBAAttention, TopKAttention
+    from mixlab.attention_arch.mita.config import ViTShape
     from mixlab.attention_arch.mita.data import ClutteredDigits, cluttered_digits
     from mixlab.attention_arch.mita.introspection import (
         coverage,
@@ -115,9 +114,7 @@ if TYPE_CHECKING:
     )
     from mixlab.attention_arch.mita.training import (
         TrainSpec,
-        ViTShape,
         accuracy,
         build_vit,
-        pretrained_full_vit,
         train,
     )

@@ -32,10 +32,11 @@ follows the model's patch embedding (``set_input_size``, ``dynamic_img_size=True
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 import torch
 import torch.nn.functional as F
@@ -61,6 +62,27 @@ def pool_grid(pool_size: int | Grid) -> Grid:
     if len(grid) != 2 or min(grid) < 1:
         raise ValueError(f"pool_size must be a positive integer or pair, got {pool_size!r}")
     return int(grid[0]), int(grid[1])
+
+
+@functools.lru_cache(maxsize=64)
+def pooling_matrix(
+    grid: Grid, pool_size: Grid, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
+    """(p_h·p_w, h·w): ``F.adaptive_avg_pool2d`` from the (h, w) grid to ``pool_size`` as one
+    matrix (cell i spans rows ⌊i·h/p⌋ … ⌈(i+1)·h/p⌉ − 1, each token weighted 1/area). A product
+    with it costs a few microseconds where the pooling op costs a fifth of a small layer's time
+    on a CPU (N = 197)."""
+
+    def spans(size: int, cells: int) -> torch.Tensor:  # (cells, size) row-normalised
+        index = torch.arange(size)
+        start = torch.arange(cells) * size // cells
+        end = -(-(torch.arange(cells) + 1) * size // cells)
+        inside = (index >= start[:, None]) & (index < end[:, None])
+        return inside.double() / inside.sum(1, keepdim=True)
+
+    with torch.inference_mode(False):  # cached: it must serve autograd calls too
+        matrix = torch.kron(spans(grid[0], pool_size[0]), spans(grid[1], pool_size[1]))
+        return matrix.to(device=device, dtype=dtype)
 
 
 class PatchGrid:
@@ -230,22 +252,20 @@ class TokenAttention(Attention, ABC):
         """Landmarks: the patch queries average-pooled to ``pool_size`` (B, H, M, d), over kept
         tokens only when a key mask is set; and then also the (B, 1, 1, M) cells with no kept
         token (their landmark is meaningless and must be ignored), else None."""
-        batch, heads, num_tokens, dim = q.shape
+        batch, num_tokens = q.shape[0], q.shape[2]
         h, w = self.token_grid(num_tokens)
         if pool_size[0] > h or pool_size[1] > w:
             raise ValueError(f"pool_size={pool_size} is larger than the token grid {(h, w)}")
-        grid = q[:, :, self.num_prefix_tokens :].transpose(-1, -2).reshape(-1, dim, h, w)
-        empty = None
+        # traced whole under torch.compile (its cache is the host's business)
+        build = pooling_matrix.__wrapped__ if torch.compiler.is_compiling() else pooling_matrix
+        pool = build((h, w), pool_size, q.device, q.dtype)  # (M, h·w)
+        patches = q[:, :, self.num_prefix_tokens :]
         if self.key_mask is None:
-            pooled = F.adaptive_avg_pool2d(grid, pool_size)
-        else:
-            keep = self.key_mask.to(q.device)[:, self.num_prefix_tokens :].to(q.dtype)
-            keep = keep.reshape(batch, 1, 1, h, w).expand(batch, heads, 1, h, w)
-            share = F.adaptive_avg_pool2d(keep.reshape(-1, 1, h, w), pool_size)
-            pooled = F.adaptive_avg_pool2d(grid * keep.reshape(-1, 1, h, w), pool_size)
-            pooled = pooled / share.clamp_min(1e-6)
-            empty = (share.reshape(batch, heads, -1)[:, :1] == 0).reshape(batch, 1, 1, -1)
-        return pooled.reshape(batch, heads, dim, -1).transpose(-1, -2), empty
+            return pool @ patches, None
+        keep = self.key_mask.to(q.device)[:, self.num_prefix_tokens :].to(q.dtype)
+        share = pool @ keep[:, None, :, None]  # (B, 1, M, 1): kept share of each cell
+        pooled = (pool @ (patches * keep[:, None, :, None])) / share.clamp_min(1e-6)
+        return pooled, (share == 0).reshape(batch, 1, 1, -1)
 
     def patch_grid_map(self, v: torch.Tensor) -> torch.Tensor:
         """(B, H, N, d) values → (B, H·d, h, w) over the patch grid, for depthwise convolutions."""
@@ -370,6 +390,12 @@ class TokenAttention(Attention, ABC):
         tokens, per image (masked products included); the algorithm's by default."""
         return self.attention_flops(num_tokens)
 
+    def _pooling_flops(self, num_tokens: int, pool_size: Grid) -> int:
+        """The landmark pooling as it executes: one (M, h·w) × (h·w, d) product per head
+        (:func:`pooling_matrix`)."""
+        patches = num_tokens - self.num_prefix_tokens
+        return 2 * self.num_heads * pool_size[0] * pool_size[1] * patches * self.head_dim
+
     def _dwc_flops(self, num_tokens: int) -> int:
         patches = num_tokens - self.num_prefix_tokens
         return 0 if self.dwc is None else 2 * 9 * patches * self.attn_dim
@@ -470,6 +496,48 @@ def gathered_attention(
     return out if extra_logits is None else out + weights[..., :slots] @ extra_values
 
 
+class TileLayout(NamedTuple):
+    """The grouped path's layout (:func:`tile_layout`): ``slot_entry`` (B, H, L) the entry each
+    of the L = tiles·T slots reads (padding slots read the last entry), ``slot_of_entry``
+    (B, H, E) each entry's slot (to read its output back), ``padding`` (B, H, L) bool, and
+    ``tile_expert`` (B, H, tiles) the expert of each tile."""
+
+    slot_entry: torch.Tensor
+    slot_of_entry: torch.Tensor
+    padding: torch.Tensor
+    tile_expert: torch.Tensor
+
+
+def tile_layout(entry_expert: torch.Tensor, num_experts: int, tile: int) -> TileLayout:
+    """Entries (B, H, E) sorted by their expert (stably) into tiles of ``tile`` slots, each
+    expert's run padded to whole tiles, in a static ⌈E/T⌉ + M ≥ Σ_m ⌈count_m/T⌉ tiles: no
+    host sync, so ``torch.compile`` traces it whole."""
+    batch, heads, entries = entry_expert.shape
+    device = entry_expert.device
+    num_tiles = -(-entries // tile) + num_experts
+    count = torch.zeros(batch, heads, num_experts, dtype=torch.long, device=device)
+    count = count.scatter_add_(2, entry_expert, torch.ones_like(entry_expert))
+    tiles = (count + tile - 1) // tile
+    tile_end = tiles.cumsum(-1)  # (B, H, M): the tile after each expert's last
+    first_slot = (tile_end - tiles) * tile
+    first_entry = count.cumsum(-1) - count  # where each expert's run starts, unpadded
+    order = entry_expert.argsort(dim=-1, stable=True)
+    sorted_expert = entry_expert.gather(2, order)
+    rank = torch.arange(entries, device=device) - first_entry.gather(2, sorted_expert)
+    slot_of_entry = torch.empty_like(order).scatter_(
+        2, order, first_slot.gather(2, sorted_expert) + rank
+    )
+    slot_entry = torch.full((batch, heads, num_tiles * tile), entries, device=device)
+    slot_entry = slot_entry.scatter_(
+        2, slot_of_entry, torch.arange(entries, device=device).expand_as(order)
+    )
+    padding = slot_entry == entries
+    tile_ids = torch.arange(num_tiles, device=device)[:, None]
+    tile_expert = (tile_ids >= tile_end[..., None, :]).sum(-1)  # (B, H, tiles)
+    tile_expert = tile_expert.clamp_max(num_experts - 1)  # trailing empty tiles
+    return TileLayout(slot_entry.clamp_max(entries - 1), slot_of_entry, padding, tile_expert)
+
+
 IMPLEMENTATIONS = ("auto", "grouped", "dense", "gather")
 """the execution paths of :class:`MiTAAttention` (``impl``)"""
 
@@ -524,6 +592,11 @@ class MiTAAttention(TokenAttention):
             ``"gather"``: each query gathers its own k keys, O(N·k·d) memory, the explicit
             normalised weights through ``attn_drop``: the reference.
     """
+
+    kernel = True
+    """run the grouped path's Eq. (5) through the Triton kernel where it applies
+    (:meth:`_kernel_runs`: CUDA, or a CPU under ``TRITON_INTERPRET=1``; no gradient, top-1, no
+    key mask or dropout); False: always the torch path"""
 
     min_tile, max_tile = 8, 64
     """queries per tile of the grouped path, at least and at most; in between a tile is 1/16 of
@@ -625,14 +698,15 @@ class MiTAAttention(TokenAttention):
         if not self.routed:
             out = self.attn_drop(shared_logits.softmax(dim=-1)) @ agent_values
         else:
-            selected = gate.topk(self.per_expert, dim=-1).indices  # S_m: (B, H, M, k')
+            # S_m: (B, H, M, k'), a set: unsorted is 1.6× faster on a CPU (N = 197)
+            selected = gate.topk(self.per_expert, dim=-1, sorted=False).indices
             if self.record_selection:  # the union ∪_m S_m per head, for coverage and pruning
                 union = q.new_zeros(q.shape[:3], dtype=torch.bool)
                 self.last_selection = union.scatter_(2, selected.detach().flatten(2), True)
                 if dropped is not None:
                     self.last_selection &= ~dropped.reshape(q.shape[0], 1, -1)
             if self.router_top == 1:  # e(i): (B, H, Nq, r)
-                experts = shared_logits.argmax(dim=-1, keepdim=True)
+                experts = shared_logits.max(dim=-1, keepdim=True).indices  # 2× argmax's speed
             else:
                 experts = shared_logits.topk(self.router_top, dim=-1).indices
             kept = None  # (B, H, M, k', 1): which selected keys are kept (fewer than k' kept)
@@ -719,33 +793,22 @@ class MiTAAttention(TokenAttention):
         experts_per_query = self.router_top
         entries = num_queries * experts_per_query
         tile = self.tile_size(entries)
-        num_tiles = -(-entries // tile) + self.num_landmarks  # static: ≥ Σ_m ⌈count_m / T⌉
-        device = queries.device
-        entry_expert = routes.experts.flatten(2)  # (B, H, E); entry e is query e // r
-        count = torch.zeros(batch, heads, self.num_landmarks, dtype=torch.long, device=device)
-        count = count.scatter_add_(2, entry_expert, torch.ones_like(entry_expert))
-        tiles = (count + tile - 1) // tile
-        tile_end = tiles.cumsum(-1)  # (B, H, M): the tile after each expert's last
-        first_slot = (tile_end - tiles) * tile
-        first_entry = count.cumsum(-1) - count  # where each expert's run starts, unpadded
-        order = entry_expert.argsort(dim=-1, stable=True)
-        sorted_expert = entry_expert.gather(2, order)
-        rank = torch.arange(entries, device=device) - first_entry.gather(2, sorted_expert)
-        slot_of_entry = torch.empty_like(order).scatter_(
-            2, order, first_slot.gather(2, sorted_expert) + rank
-        )  # (B, H, E)
-        slot_entry = torch.full(
-            (batch, heads, num_tiles * tile), entries, dtype=torch.long, device=device
-        ).scatter_(2, slot_of_entry, torch.arange(entries, device=device).expand_as(order))
-        slot_query = slot_entry.div(experts_per_query, rounding_mode="floor")
-        slot_query = slot_query.clamp_max(num_queries - 1)  # padding reads the last query
-        tile_ids = torch.arange(num_tiles, device=device)[:, None]
-        tile_expert = (tile_ids >= tile_end[..., None, :]).sum(-1)  # (B, H, tiles)
-        tile_expert = tile_expert.clamp_max(self.num_landmarks - 1)  # trailing empty tiles
+        layout = tile_layout(routes.experts.flatten(2), self.num_landmarks, tile)
+        slot_query = layout.slot_entry.div(experts_per_query, rounding_mode="floor")
+        tile_keys_index = gather_tokens(routes.selected, layout.tile_expert)  # (B, H, tiles, k')
+        if self._kernel_runs(queries, routes):
+            from mixlab.attention_arch.mita.kernels import grouped_tiles_forward
+
+            shared_keys = routes.landmarks * dim**-0.5 if self.shared else None
+            slot_out = grouped_tiles_forward(
+                queries, k, v, slot_query, tile_keys_index, tile, shared_keys, routes.agent_values
+            )
+            return gather_tokens(slot_out, layout.slot_of_entry)
+        num_tiles = tile_keys_index.shape[2]
+        slot_of_entry, padding = layout.slot_of_entry, layout.padding
         # Row gathers (index_select, whose backward is an index_add) throughout; a padding
         # slot's output is never read back.
         slot_queries = gather_tokens(queries, slot_query)
-        tile_keys_index = gather_tokens(routes.selected, tile_expert)  # (B, H, tiles, k')
         tile_keys = gather_tokens(k, tile_keys_index)  # (B, H, tiles, k', d)
         tile_values = gather_tokens(v, tile_keys_index)
         # In-place edits of fresh tensors from here on (autograd allows them: no backward
@@ -753,11 +816,11 @@ class MiTAAttention(TokenAttention):
         logits = slot_queries.view(batch, heads, num_tiles, tile, dim) @ tile_keys.transpose(-1, -2)
         logits = logits.mul_(dim**-0.5)  # (B, H, tiles, T, k')
         if routes.kept is not None:
-            tile_kept = gather_tokens(routes.kept.squeeze(-1), tile_expert)  # (B, H, tiles, k')
+            tile_kept = gather_tokens(routes.kept.squeeze(-1), layout.tile_expert)
             logits = logits.masked_fill_(~tile_kept[..., None, :], float("-inf"))
         # Padding rows get the most negative finite logit: their weights come out 0, and their
         # log-sum-exp stays finite, so no 0·NaN reaches a gradient.
-        padding = (slot_entry == entries).view(batch, heads, num_tiles, tile, 1)
+        padding = padding.view(batch, heads, num_tiles, tile, 1)
         logits = logits.masked_fill_(padding, torch.finfo(logits.dtype).min)
         slot_lse = logits.logsumexp(-1).flatten(2)  # (B, H, L): each entry's part, in slots
         parts = slot_lse.gather(2, slot_of_entry).view(batch, heads, num_queries, -1)
@@ -774,6 +837,23 @@ class MiTAAttention(TokenAttention):
             shared_weights = self.attn_drop((routes.shared_logits - total[..., None]).exp_())
             out = out.add_(shared_weights @ routes.agent_values)
         return out
+
+    def _kernel_runs(self, queries: torch.Tensor, routes: Routes) -> bool:
+        """Whether :func:`~.kernels.grouped_tiles_forward` computes the grouped path: it is
+        forward-only, top-1, without key masks or attention dropout, and runs where
+        :func:`~.kernels.triton_available` (CUDA; a CPU only under the interpreter, for tests)."""
+        if not self.kernel or self.router_top != 1:
+            return False
+        if routes.kept is not None or routes.empty is not None:
+            return False
+        if self.attn_drop.training and getattr(self.attn_drop, "p", 0.0) > 0:
+            return False
+        if torch.is_grad_enabled() and queries.requires_grad:
+            return False
+        from mixlab.attention_arch.mita.kernels import MAX_BLOCK, triton_available
+
+        sizes = (self.max_tile, self.per_expert, self.num_landmarks, queries.shape[-1])
+        return triton_available(queries.device) and max(sizes) <= MAX_BLOCK
 
     def attention_flops(self, num_tokens: int) -> int:
         """The algorithm's FLOPs (what the authors' varlen kernel, ``"grouped"`` up to padding,
@@ -792,10 +872,12 @@ class MiTAAttention(TokenAttention):
 
     def executed_flops(self, num_tokens: int, batch: int = 1) -> int:
         """FLOPs of the path :meth:`path` takes: the grouped one also multiplies its padded
-        slots, the dense one every key (and the M slots) for every query."""
+        slots, the dense one every key (and the M slots) for every query; each pools the
+        landmarks by a product (:func:`pooling_matrix`)."""
+        pooling = self._pooling_flops(num_tokens, self.pool_size)
         path = self.path(num_tokens)
         if path == "gather" or not self.routed:
-            return self.attention_flops(num_tokens)
+            return self.attention_flops(num_tokens) + pooling
         n, m, d = num_tokens, self.num_landmarks, self.head_dim
         queries = self.routed_queries(n)
         routed = 4 * queries * self.top_k * d
@@ -806,10 +888,12 @@ class MiTAAttention(TokenAttention):
             return (
                 self.attention_flops(n)
                 + self.num_heads * 4 * (slots - entries) * self.per_expert * d
+                + pooling
             )
         # dense: every query (prefix ones too) over N keys and the M slots in one softmax, which
         # computes the routing logits q·R a second time
         shared_use = 2 * queries * m * d if self.shared else 0
         prefix = 4 * (n - queries) * n * d
         dense = 4 * n * (n + (m if self.shared else 0)) * d
-        return self.attention_flops(n) + self.num_heads * (dense - routed - shared_use - prefix)
+        extra = self.num_heads * (dense - routed - shared_use - prefix)
+        return self.attention_flops(n) + extra + pooling

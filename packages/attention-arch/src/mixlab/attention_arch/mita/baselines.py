@@ -186,3 +186,62 @@ class AgentAttention(TokenAttention):
     def attention_flops(self, num_tokens: int) -> int:
         m = self.pool_size[0] * self.pool_size[1]
         return self.num_heads * 8 * num_tokens * m * self.head_dim + self._dwc_flops(num_tokens)
+
+    def executed_flops(self, num_tokens: int, batch: int = 1) -> int:
+        return self.attention_flops(num_tokens) + self._pooling_flops(num_tokens, self.pool_size)
+
+
+class WindowAttention(TokenAttention):
+    """Local window attention, the reach control: the patch grid is cut into non-overlapping
+    ``window`` tiles (Swin's windows, without the shift), and each patch query attends to the
+    keys of its own tile and to the prefix tokens; prefix queries (CLS, registers) attend to
+    every key, as MiTA's do (``full_prefix``). Nothing a patch query sees lies outside its
+    window, so on a task where it loses to full attention, attention's reach matters."""
+
+    def __init__(
+        self, dim: int, num_heads: int = 8, *, window: int | Grid = 4, **kwargs: Any
+    ) -> None:
+        super().__init__(dim, num_heads, **kwargs)
+        self.window = pool_grid(window)
+        if (grid := self.current_grid) is not None:
+            self._tiles(grid)
+
+    def _tiles(self, grid: Grid) -> tuple[int, int]:
+        """(tiles down, tiles across) of the ``grid``; the window must tile it."""
+        (h, w), (wh, ww) = grid, self.window
+        if h % wh or w % ww:
+            raise ValueError(f"window={self.window} does not tile the patch grid {grid}")
+        return h // wh, w // ww
+
+    def attend(self, q, k, v, attn_mask, is_causal):
+        batch, heads, num_tokens, dim = q.shape
+        prefix = self.num_prefix_tokens
+        grid = self.token_grid(num_tokens)
+        down, across = self._tiles(grid)
+        wh, ww = self.window
+
+        def tiled(x: torch.Tensor) -> torch.Tensor:  # patches → (B, H, tiles, wh·ww, d)
+            x = x[:, :, prefix:].reshape(*x.shape[:2], down, wh, across, ww, x.shape[-1])
+            return x.transpose(3, 4).reshape(*x.shape[:2], down * across, wh * ww, -1)
+
+        def with_prefix(x: torch.Tensor) -> torch.Tensor:  # every tile also holds the prefix
+            shared = x[:, :, None, :prefix].expand(-1, -1, down * across, -1, -1)
+            return torch.cat([shared, tiled(x)], dim=3)
+
+        mask = None
+        if (dropped := self.masked_keys(batch, q.device)) is not None:
+            keep = ~dropped.reshape(batch, 1, num_tokens, 1)
+            mask = with_prefix(keep).transpose(-1, -2)  # (B, 1, tiles, 1, prefix + wh·ww)
+        out = self.softmax_attention(tiled(q), with_prefix(k), with_prefix(v), mask)
+        out = out.reshape(batch, heads, down, across, wh, ww, dim).transpose(3, 4)
+        out = out.reshape(batch, heads, grid[0] * grid[1], dim)
+        if not prefix:
+            return out
+        head = self.softmax_attention(q[:, :, :prefix], k, v, None if dropped is None else ~dropped)
+        return torch.cat([head, out], dim=2)
+
+    def attention_flops(self, num_tokens: int) -> int:
+        prefix = self.num_prefix_tokens
+        patches = num_tokens - prefix
+        keys = prefix + self.window[0] * self.window[1]
+        return self.num_heads * 4 * self.head_dim * (patches * keys + prefix * num_tokens)

@@ -15,7 +15,12 @@ from mixlab.attention_arch.mita.attention import (
     PatchGrid,
     TokenAttention,
 )
-from mixlab.attention_arch.mita.baselines import AgentAttention, MoBAAttention, TopKAttention
+from mixlab.attention_arch.mita.baselines import (
+    AgentAttention,
+    MoBAAttention,
+    TopKAttention,
+    WindowAttention,
+)
 from mixlab.attention_arch.mita.config import ATTENTION_KIND_NAMES, budget_grid, matched_config
 
 ATTENTION_KINDS: dict[str, Any] = {
@@ -27,6 +32,7 @@ ATTENTION_KINDS: dict[str, Any] = {
     "moba": MoBAAttention,
     "topk": TopKAttention,
     "agent": AgentAttention,
+    "window": WindowAttention,
 }
 """Name → attention class (or a partial of one) accepted by :func:`replace_attention`."""
 if tuple(ATTENTION_KINDS) != ATTENTION_KIND_NAMES:  # config.py names them without importing torch

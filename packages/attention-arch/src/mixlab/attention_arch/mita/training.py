@@ -1,10 +1,8 @@
-"""A small timm ViT on cluttered digits: build, train (resumable), evaluate, and the cached
-full-attention model that the swap experiment starts from."""
+"""A small timm ViT on the experiment's canvases: build, train (resumable), evaluate."""
 
 from __future__ import annotations
 
 import contextlib
-import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -15,49 +13,11 @@ import torch.nn.functional as F
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from mixlab.attention_arch.mita.data import ClutteredDigits, cluttered_digits
+from mixlab.attention_arch.mita.config import ViTShape
+from mixlab.attention_arch.mita.data import ClutteredDigits
 from mixlab.attention_arch.mita.swap import replace_attention
 from mixlab.shared import load_state, progress, save_state, warmup_cosine
-from mixlab.shared.cache import cached
 from mixlab.shared.files import CheckpointError, checkpoint_errors
-
-PRETRAIN_CODE = (
-    "mixlab.attention_arch.mita.training",
-    "mixlab.attention_arch.mita.data",
-    "mixlab.attention_arch.mita.swap",
-    "mixlab.attention_arch.mita.attention",
-)
-"""the modules whose source makes the cached full-attention ViT (its cache key covers them)"""
-
-
-@dataclass(frozen=True)
-class ViTShape:
-    """The architecture of the experiment's ViT: patch tokens on a square grid, max-pooled.
-
-    Max pooling over tokens, not a CLS token: trained from scratch on a few thousand cluttered
-    canvases, a CLS-token (or average-pooled) ViT sits on the ln 10 loss plateau for hundreds of
-    steps, because near-uniform attention averages the digit away; max pooling passes the
-    strongest token's gradient from the first step (measured here: 41 % against 10 % test
-    accuracy after 400 steps). ``class_token=True, global_pool="token"`` builds the CLS-token
-    ViT (the experiment's ``class_token`` option).
-    """
-
-    canvas: int = 32
-    patch_size: int = 4
-    embed_dim: int = 64
-    depth: int = 4
-    num_heads: int = 4
-    mlp_ratio: float = 2.0
-    global_pool: str = "max"
-    class_token: bool = False
-
-    @property
-    def grid(self) -> int:
-        return self.canvas // self.patch_size
-
-    @property
-    def num_tokens(self) -> int:
-        return self.grid * self.grid + int(self.class_token)
 
 
 def build_vit(shape: ViTShape, attention: str = "full", **attention_config: Any) -> nn.Module:
@@ -217,44 +177,3 @@ def predict(
 
 def accuracy(model: nn.Module, data: ClutteredDigits, **kwargs: Any) -> float:
     return (predict(model, data.images, **kwargs) == data.labels).float().mean().item()
-
-
-def pretrained_full_vit(
-    shape: ViTShape,
-    spec: TrainSpec,
-    *,
-    train_size: int,
-    scale: int = 2,
-    clutter: int = 4,
-    device: torch.device | str = "cpu",
-) -> nn.Module:
-    """A full-attention ViT trained on ``train_size`` cluttered-digit canvases (the training
-    split, seeded by ``spec.seed``), cached under ``mixlab`` cache/mita/vit-full-<digest>/ (keyed
-    by every argument but ``device`` and by the source of :data:`PRETRAIN_CODE`,
-    :func:`mixlab.shared.cache.cached`) so that later runs load it in a second. A killed
-    pre-training resumes from its last training checkpoint, kept beside the entry."""
-    digits = {"n": train_size, "canvas": shape.canvas, "scale": scale, "clutter": clutter}
-    key = {"shape": asdict(shape), "spec": asdict(spec), "digits": digits}
-
-    def build(folder: Path) -> None:
-        torch.manual_seed(spec.seed)
-        model = build_vit(shape, "full")
-        data = cluttered_digits(**digits, split="train", seed=spec.seed)
-        resume = folder / "training" / "train"  # kept by a kill: the next run resumes there
-        train(model, data, spec, device=device, checkpoint=resume, description="pre-train full ViT")
-        save_state({"model": model.state_dict()}, folder / "model")
-        shutil.rmtree(resume.parent, ignore_errors=True)
-
-    folder = cached("mita", "vit-full", key, build, code=PRETRAIN_CODE, resumable=True)
-    torch.manual_seed(spec.seed)
-    model = build_vit(shape, "full")
-    stale = f"a cached model: delete the folder {folder} to train it again"
-    try:
-        state = load_state(folder / "model")
-        if not isinstance(state, dict) or "model" not in state:
-            raise CheckpointError(f"{folder / 'model.json'}: not a cached full-attention ViT")
-        with _as_checkpoint_error(folder / "model.json", "cached full-attention ViT"):
-            model.load_state_dict(state["model"])
-    except CheckpointError as error:
-        raise CheckpointError(f"{error} ({stale})") from error
-    return model.to(device)
