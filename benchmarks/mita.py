@@ -119,13 +119,15 @@ def main() -> None:
     specs = {n: {k: layer_spec(k, args.budget, n) for k in KINDS} for n in tokens}
     common = {"heads": args.heads, "head_dim": args.head_dim}
     seconds = {(k, m): [] for k in KINDS for m in MODES}  # per N: the repeats' seconds
-    flops = {k: {"algorithm": [], "executed": []} for k in KINDS}
+    flops = {k: {"algorithm": [], "executed": [], "pooling": []} for k in KINDS}
     paths = []
     for n in tokens:
         layers = {k: build_layer({**common, **c}, device) for k, c in specs[n].items()}
         for kind, layer in layers.items():
             flops[kind]["algorithm"].append(layer.attention_flops(n))
             flops[kind]["executed"].append(layer.executed_flops(n))
+            pool = getattr(layer, "pool_size", None)  # landmarks pooled by a matrix product
+            flops[kind]["pooling"].append(0 if pool is None else layer._pooling_flops(n, pool))
         paths.append(layers["mita"].path(n))
         x = layer_input({**common, **specs[n]["full"]}, requires_grad=False, device=device)
         repeats = args.repeats if n >= SLOPE_FROM else max(args.repeats, SMALL_REPEATS)
@@ -155,6 +157,9 @@ def main() -> None:
         for i, n in enumerate(tokens):
             row[f"gflops_N{n}"] = flops[kind]["algorithm"][i] / 1e9
             row[f"executed_gflops_N{n}"] = flops[kind]["executed"][i] / 1e9
+            row[f"padded_vs_algorithm_N{n}"] = (
+                flops[kind]["executed"][i] - flops[kind]["pooling"][i]
+            ) / flops[kind]["algorithm"][i]
             row[f"executed_vs_algorithm_N{n}"] = (
                 flops[kind]["executed"][i] / flops[kind]["algorithm"][i]
             )
@@ -273,13 +278,14 @@ def benchmark_claims(
         claims.append(
             Claim.compare(
                 f"Where MiTA runs grouped (N = {grouped[0]}..{grouped[-1]}), the FLOPs it "
-                f"executes are within {FLOP_OVERHEAD - 1:.0%} of the algorithm's (executed_flops: "
+                f"executes, less the landmark pooling's matrix product, are within "
+                f"{FLOP_OVERHEAD - 1:.0%} of the algorithm's: the tiles' padding (executed_flops: "
                 "arithmetic over the tile layout, checked against torch's FlopCounterMode in the "
                 "tests)",
-                max(mita[f"executed_vs_algorithm_N{n}"] for n in grouped),
+                max(mita[f"padded_vs_algorithm_N{n}"] for n in grouped),
                 "<=",
                 FLOP_OVERHEAD,
-                value_label="largest executed / algorithm FLOPs",
+                value_label="largest (executed − pooling) / algorithm FLOPs",
             )
         )
     if SMALL_N in tokens:

@@ -45,6 +45,8 @@ import os
 
 import torch
 
+from mixlab.attention_arch.mita.attention import gather_tokens
+
 __all__ = [
     "grouped_tiles_forward",
     "grouped_tiles_reference",
@@ -132,13 +134,6 @@ def _check_inputs(
             raise ValueError(f"{name} is on {t.device} but queries is on {queries.device}")
 
 
-def _gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``x[b, h, index[b, h, ...]]``: (B, H, N, d) rows at (B, H, ...) indices → (B, H, ..., d)."""
-    flat = index.reshape(*index.shape[:2], -1, 1).long()
-    rows = x.gather(2, flat.expand(-1, -1, -1, x.shape[-1]))
-    return rows.reshape(*index.shape, x.shape[-1])
-
-
 def grouped_tiles_reference(
     queries: torch.Tensor,
     k: torch.Tensor,
@@ -170,9 +165,9 @@ def grouped_tiles_reference(
     batch, heads, _, dim = queries.shape
     tiles = tile_keys_index.shape[2]
     scale = dim**-0.5
-    slot_queries = _gather_rows(queries.float(), slot_query).view(batch, heads, tiles, tile, dim)
-    keys = _gather_rows(k.float(), tile_keys_index)  # (B, H, tiles, k', d)
-    values = _gather_rows(v.float(), tile_keys_index)
+    slot_queries = gather_tokens(queries.float(), slot_query).view(batch, heads, tiles, tile, dim)
+    keys = gather_tokens(k.float(), tile_keys_index)  # (B, H, tiles, k', d)
+    values = gather_tokens(v.float(), tile_keys_index)
     logits = slot_queries @ keys.transpose(-1, -2) * scale  # (B, H, tiles, T, k')
     if shared_keys is None:
         out = logits.softmax(-1) @ values
