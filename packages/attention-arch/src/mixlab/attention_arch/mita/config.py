@@ -223,8 +223,9 @@ class Config(ExperimentConfig):
     """keys (or slots) each query attends to, for every sparse kind"""
     pool_size: int = 4
     """MiTA's landmark grid p (M = p²); its routed top_k is key_budget − M"""
-    finetune_steps: int = 100
-    """fine-tuning steps after each swap into a seed's trained full-attention model"""
+    finetune_steps: int = 60
+    """fine-tuning steps after each swap into a seed's trained full-attention model (100 in the
+    first two runs of issue 66, 876 s and 890 s cold: too close to the quick budget)"""
     finetune_lr: float = 3e-4
     """peak AdamW learning rate of the fine-tuning after a swap"""
     coverage_every: int = 50
