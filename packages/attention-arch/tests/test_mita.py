@@ -707,3 +707,17 @@ def test_window_attention_is_full_attention_masked_to_its_tile():
     assert layer.attention_flops(33) == 2 * 4 * 16 * (32 * 9 + 33)
     with pytest.raises(ValueError, match="does not tile"):
         WindowAttention(32, 2, window=3, grid_size=(4, 8))
+
+
+def test_repr_shows_each_kinds_settings():
+    from mixlab.attention_arch.mita.swap import ATTENTION_KINDS
+
+    mita = repr(MiTAAttention(64, 2, pool_size=2, top_k=4, grid_size=(4, 4)))
+    assert "num_heads=2, num_prefix_tokens=1, pool_size=(2, 2), top_k=4, router_top=1" in mita
+    assert "impl='auto'" in mita
+    for kind, setting in (("moba", "block_size=8"), ("topk", "top_k=16"), ("window", "window=(4, 4)"),
+                          ("agent", "pool_size=(2, 2)")):  # fmt: skip
+        options = {"moba": {"block_size": 8}, "topk": {"top_k": 16}, "window": {"window": 4},
+                   "agent": {"pool_size": 2}}[kind]  # fmt: skip
+        layer = ATTENTION_KINDS[kind](64, 2, num_prefix_tokens=0, grid_size=(4, 4), **options)
+        assert setting in repr(layer), kind

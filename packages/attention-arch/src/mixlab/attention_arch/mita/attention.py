@@ -220,6 +220,16 @@ class TokenAttention(Attention, ABC):
         module.rotate_half = getattr(attention, "rotate_half", False)
         return module.to(proj.weight.device, proj.weight.dtype).train(attention.training)
 
+    def settings(self) -> dict[str, Any]:
+        """The kind's own settings, shown by ``repr`` (subclasses add theirs)."""
+        return {}
+
+    def extra_repr(self) -> str:
+        shown = {"num_heads": self.num_heads, "num_prefix_tokens": self.num_prefix_tokens}
+        return ", ".join(
+            f"{name}={value!r}" for name, value in {**shown, **self.settings()}.items()
+        )
+
     # --- token grid ------------------------------------------------------------------------
     @property
     def current_grid(self) -> Grid | None:
@@ -647,6 +657,18 @@ class MiTAAttention(TokenAttention):
             self.dwc = nn.Conv2d(self.attn_dim, self.attn_dim, 3, padding=1, groups=self.attn_dim)
             nn.init.zeros_(self.dwc.weight)
             nn.init.zeros_(self.dwc.bias)
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "pool_size": self.pool_size,
+            "top_k": self.top_k,
+            "router_top": self.router_top,
+            "shared": self.shared,
+            "routed": self.routed,
+            "dwc": self.dwc is not None,
+            "full_prefix": self.full_prefix,
+            "impl": self.impl,
+        }
 
     @property
     def num_landmarks(self) -> int:

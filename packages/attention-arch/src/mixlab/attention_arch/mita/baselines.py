@@ -49,6 +49,9 @@ class MoBAAttention(TokenAttention):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         self.block_size, self.top_blocks = block_size, top_blocks
 
+    def settings(self) -> dict[str, Any]:
+        return {"block_size": self.block_size, "top_blocks": self.top_blocks}
+
     def attend(self, q, k, v, attn_mask, is_causal):
         batch, heads, num_tokens, dim = q.shape
         blocks = math.ceil(num_tokens / self.block_size)
@@ -123,6 +126,9 @@ class TopKAttention(TokenAttention):
             raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}")
         self.top_k, self.chunk_elements = top_k, chunk_elements
 
+    def settings(self) -> dict[str, Any]:
+        return {"top_k": self.top_k}
+
     def attend(self, q, k, v, attn_mask, is_causal):
         batch, heads, num_tokens, _ = q.shape
         if self.top_k > num_tokens:
@@ -171,6 +177,9 @@ class AgentAttention(TokenAttention):
         self.pool_size = pool_grid(pool_size)
         self.dwc = nn.Conv2d(self.attn_dim, self.attn_dim, 3, padding=1, groups=self.attn_dim)
 
+    def settings(self) -> dict[str, Any]:
+        return {"pool_size": self.pool_size}
+
     def attend(self, q, k, v, attn_mask, is_causal):
         scale = q.shape[-1] ** -0.5
         agents, empty = self.pooled_queries(q, self.pool_size)
@@ -205,6 +214,9 @@ class WindowAttention(TokenAttention):
         self.window = pool_grid(window)
         if (grid := self.current_grid) is not None:
             self._tiles(grid)
+
+    def settings(self) -> dict[str, Any]:
+        return {"window": self.window}
 
     def _tiles(self, grid: Grid) -> tuple[int, int]:
         """(tiles down, tiles across) of the ``grid``; the window must tile it."""
