@@ -127,7 +127,7 @@ def main() -> None:
             flops[kind]["algorithm"].append(layer.attention_flops(n))
             flops[kind]["executed"].append(layer.executed_flops(n))
             pool = getattr(layer, "pool_size", None)  # landmarks pooled by a matrix product
-            flops[kind]["pooling"].append(0 if pool is None else layer._pooling_flops(n, pool))
+            flops[kind]["pooling"].append(0 if pool is None else layer.pooling_flops(n, pool))
         paths.append(layers["mita"].path(n))
         x = layer_input({**common, **specs[n]["full"]}, requires_grad=False, device=device)
         repeats = args.repeats if n >= SLOPE_FROM else max(args.repeats, SMALL_REPEATS)

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from mixlab.attention_arch.mita.attention import MiTAAttention, gather_tokens, tile_layout
+from mixlab.attention_arch.mita.attention import MiTAAttention
 from mixlab.attention_arch.mita.kernels import grouped_tiles_forward, triton_available
 from mixlab.shared.result import environment
 
@@ -86,12 +86,8 @@ def tile_inputs(layer: MiTAAttention, q, k, v) -> dict:
     layer._grouped = keep  # this instance only: the routing runs as in attend, then stops
     layer.attend(q, k, v, None, False)
     del layer._grouped
-    routes, tile = captured["routes"], layer.tile_size(q.shape[2])
-    layout = tile_layout(routes.experts[..., 0], layer.num_landmarks, tile)
-    slot_query, tile_keys_index = (
-        layout.slot_entry,
-        gather_tokens(routes.selected, layout.tile_expert),
-    )
+    routes = captured["routes"]
+    tile, _, slot_query, tile_keys_index = layer.grouped_layout(routes)
     shared_keys = routes.landmarks * q.shape[-1] ** -0.5
     return {
         "queries": captured["queries"], "k": k, "v": v, "slot_query": slot_query,

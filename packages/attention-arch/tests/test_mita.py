@@ -184,7 +184,7 @@ def test_executed_flops_are_counted_and_grouped_stays_within_10_percent_of_the_a
             module.attend(q, k, v, None, False)
         assert counter.get_total_flops() == module.executed_flops(n), (grid, prefix, options)
         if module.path(n) == "grouped":  # the padding, beside the pooling's product
-            padded = module.executed_flops(n) - module._pooling_flops(n, module.pool_size)
+            padded = module.executed_flops(n) - module.pooling_flops(n, module.pool_size)
             assert padded <= 1.1 * module.attention_flops(n)
 
 
@@ -515,6 +515,7 @@ def test_cli_swap_bench_and_errors(tmp_path, capsys):
 
 
 def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
+    from mixlab.attention_arch.mita.config import SWAPPED
     from mixlab.attention_arch.mita.experiment import METHOD, Config, run
 
     monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
@@ -551,6 +552,7 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
     import mixlab.attention_arch.mita.experiment as experiment
 
     real, calls = experiment.run_scratch, []
+    real_train = experiment.train
 
     def dies_on_third(*args, **kwargs):
         calls.append(args[1])
@@ -570,6 +572,30 @@ def test_experiment_runs_and_resumes(tmp_path, monkeypatch):
     for system, row in result.metrics.items():
         assert resumed.metrics[system]["accuracy"] == row["accuracy"]
         assert resumed.metrics[system]["swap_finetuned"] == row["swap_finetuned"]
+
+    # Killed during full attention's second swap: resumed, it trains full attention no more.
+    real_swap, swaps = experiment.run_swap, []
+
+    def dies_on_second(*args, **kwargs):
+        swaps.append(args[1])
+        if len(swaps) == 2:
+            raise KeyboardInterrupt
+        return real_swap(*args, **kwargs)
+
+    monkeypatch.setattr(experiment, "run_swap", dies_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        METHOD.execute(config, tmp_path / "killed-swap")
+    assert (tmp_path / "killed-swap" / "checkpoints" / "trained-full-seed0.json").is_file()
+    monkeypatch.setattr(experiment, "run_swap", real_swap)
+    trained_again = []
+    monkeypatch.setattr(
+        experiment, "train", lambda *a, **k: trained_again.append(a) or real_train(*a, **k)
+    )
+    resumed = METHOD.execute(config, tmp_path / "killed-swap", resume=True)
+    assert len(trained_again) == len(SWAPPED) - 1 + len(config.systems) - 1  # not full's training
+    for system, row in result.metrics.items():
+        assert resumed.metrics[system]["swap_finetuned"] == row["swap_finetuned"]
+        assert resumed.metrics[system]["accuracy"] == row["accuracy"]
     with pytest.raises(ValueError, match="key_budget"):
         Config(key_budget=16, pool_size=4)  # MiTA's 16 landmarks leave no routed key
     with pytest.raises(ValueError, match="systems"):

@@ -106,14 +106,20 @@ assert triton_available("cpu")
 cases = torch.load(sys.argv[1], weights_only=False)
 out = {name: grouped_tiles_forward(**c) for name, c in cases.items()}
 # the layer end to end, as users call it without gradients: the kernel path, then the torch path
+import mixlab.attention_arch.mita.kernels as kernels
 from mixlab.attention_arch.mita import MiTAAttention
+calls = []
+counted = kernels.grouped_tiles_forward
+kernels.grouped_tiles_forward = lambda *a: calls.append(1) or counted(*a)
 torch.manual_seed(0)
 layer = MiTAAttention(32, 2, pool_size=2, top_k=8, num_prefix_tokens=1, grid_size=(6, 6)).eval()
 x = torch.randn(2, 37, 32)
 with torch.no_grad():
     out["layer-kernel"] = layer(x)
+    assert len(calls) == 1, calls  # the kernel computed the grouped path
     layer.kernel = False
     out["layer-torch"] = layer(x)
+    assert len(calls) == 1, calls
 torch.save(out, sys.argv[2])
 """
 

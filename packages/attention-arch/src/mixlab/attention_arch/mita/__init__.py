@@ -3,13 +3,15 @@
 - Attention modules, each a timm ``Attention`` with the same parameters: :class:`MiTAAttention`
   (``dwc=True``, ``router_top=2``, ``shared=False`` / ``routed=False`` for the variants and
   ablations), and the baselines :class:`FullAttention` (SDPA), :class:`MoBAAttention`,
-  :class:`TopKAttention` and :class:`AgentAttention`.
+  :class:`TopKAttention`, :class:`AgentAttention` and :class:`WindowAttention`. On CUDA without
+  gradients MiTA's grouped path runs a Triton kernel (:mod:`~mixlab.attention_arch.mita.kernels`).
 - :func:`replace_attention` swaps them into a timm ViT or EVA in place (``ATTENTION_KINDS`` names
   them); the patch grid follows the model's input (:class:`PatchGrid`), and timm's ``fused_attn``
   picks SDPA or explicit weights (:func:`softmax_attention`).
 - Introspection: :func:`coverage`, :func:`selections`, :func:`selected_tokens`, :func:`pruned`,
   :func:`pruned_logits`.
-- The experiment's pieces: :func:`cluttered_digits`, :func:`build_vit`, :func:`train`.
+- The experiment's pieces: :func:`counting_squares`, :func:`cluttered_digits`, :func:`build_vit`,
+  :func:`train`.
 
     import timm
     from mixlab.attention_arch.mita import replace_attention
@@ -32,11 +34,13 @@ _MODULE_OF = {
     "TokenAttention": "attention",
     "TopKAttention": "baselines",
     "TrainSpec": "training",
+    "WindowAttention": "baselines",
     "ViTShape": "config",
     "accuracy": "training",
     "attention_modules": "swap",
     "build_vit": "training",
     "cluttered_digits": "data",
+    "counting_squares": "data",
     "coverage": "introspection",
     "gather_tokens": "attention",
     "gathered_attention": "attention",
@@ -65,10 +69,12 @@ __all__ = [
     "TopKAttention",
     "TrainSpec",
     "ViTShape",
+    "WindowAttention",
     "accuracy",
     "attention_modules",
     "build_vit",
     "cluttered_digits",
+    "counting_squares",
     "coverage",
     "gather_tokens",
     "gathered_attention",
@@ -95,9 +101,18 @@ if TYPE_CHECKING:
         softmax_attention,
         sparse_attention,
     )
-    from mixlab.attention_arch.mita.baselines import AgentAttention, MoBAAttention, TopKAttention
+    from mixlab.attention_arch.mita.baselines import (
+        AgentAttention,
+        MoBAAttention,
+        TopKAttention,
+        WindowAttention,
+    )
     from mixlab.attention_arch.mita.config import ViTShape
-    from mixlab.attention_arch.mita.data import ClutteredDigits, cluttered_digits
+    from mixlab.attention_arch.mita.data import (
+        ClutteredDigits,
+        cluttered_digits,
+        counting_squares,
+    )
     from mixlab.attention_arch.mita.introspection import (
         coverage,
         mask_precision_recall,

@@ -400,7 +400,7 @@ class TokenAttention(Attention, ABC):
         tokens, per image (masked products included); the algorithm's by default."""
         return self.attention_flops(num_tokens)
 
-    def _pooling_flops(self, num_tokens: int, pool_size: Grid) -> int:
+    def pooling_flops(self, num_tokens: int, pool_size: Grid) -> int:
         """The landmark pooling as it executes: one (M, h·w) × (h·w, d) product per head
         (:func:`pooling_matrix`)."""
         patches = num_tokens - self.num_prefix_tokens
@@ -464,7 +464,8 @@ def sparse_attention(
     given, forbids some keys.
 
     Two exact paths: up to ``dense_limit`` mask entries (B·H·N·Nk), one :func:`softmax_attention`
-    (``fused``: SDPA) with an additive N×Nk mask (fast on small inputs); beyond it,
+    (``fused``: SDPA) with an additive N×Nk mask in q's dtype (fast on small inputs; 512 MiB of
+    float32 at the limit); beyond it,
     :func:`gathered_attention`. ``attn_drop`` (none: no dropout) drops attention weights.
     """
     batch, heads, num_queries, _ = q.shape
@@ -815,12 +816,8 @@ class MiTAAttention(TokenAttention):
         """
         batch, heads, num_queries, dim = queries.shape
         experts_per_query = self.router_top
-        entries = num_queries * experts_per_query
-        tile = self.tile_size(entries)
-        layout = tile_layout(routes.experts.flatten(2), self.num_landmarks, tile)
-        slot_query = layout.slot_entry.div(experts_per_query, rounding_mode="floor")
-        tile_keys_index = gather_tokens(routes.selected, layout.tile_expert)  # (B, H, tiles, k')
-        if self._kernel_runs(queries, routes):
+        tile, layout, slot_query, tile_keys_index = self.grouped_layout(routes)
+        if self._kernel_runs(queries, k, v, routes):
             from mixlab.attention_arch.mita.kernels import grouped_tiles_forward
 
             shared_keys = routes.landmarks * dim**-0.5 if self.shared else None
@@ -862,22 +859,33 @@ class MiTAAttention(TokenAttention):
             out = out.add_(shared_weights @ routes.agent_values)
         return out
 
-    def _kernel_runs(self, queries: torch.Tensor, routes: Routes) -> bool:
+    def grouped_layout(self, routes: Routes) -> tuple[int, TileLayout, torch.Tensor, torch.Tensor]:
+        """The grouped path's tiles for ``routes``: (T, :func:`tile_layout` of the (query,
+        expert) entries, the query each slot reads (B, H, L), each tile's keys (B, H, tiles, k'))."""
+        entries = routes.experts.shape[2] * self.router_top
+        tile = self.tile_size(entries)
+        layout = tile_layout(routes.experts.flatten(2), self.num_landmarks, tile)
+        slot_query = layout.slot_entry.div(self.router_top, rounding_mode="floor")
+        return tile, layout, slot_query, gather_tokens(routes.selected, layout.tile_expert)
+
+    def _kernel_runs(self, queries, k, v, routes: Routes) -> bool:
         """Whether :func:`~.kernels.grouped_tiles_forward` computes the grouped path: it is
-        forward-only, top-1, without key masks or attention dropout, and runs where
-        :func:`~.kernels.triton_available` (CUDA; a CPU only under the interpreter, for tests)."""
-        if not self.kernel or self.router_top != 1:
+        forward-only (no input may need a gradient), top-1, float32/16, without key masks or
+        attention dropout, and runs where :func:`~.kernels.triton_available` (CUDA; a CPU only
+        under the interpreter, for tests)."""
+        from mixlab.attention_arch.mita.kernels import FLOATS, MAX_BLOCK, triton_available
+
+        if not self.kernel or self.router_top != 1 or queries.dtype not in FLOATS:
             return False
         if routes.kept is not None or routes.empty is not None:
             return False
         if self.attn_drop.training and getattr(self.attn_drop, "p", 0.0) > 0:
             return False
-        if torch.is_grad_enabled() and queries.requires_grad:
+        inputs = (queries, k, v, routes.landmarks, routes.agent_values)
+        if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs):
             return False
-        from mixlab.attention_arch.mita.kernels import MAX_BLOCK, triton_available
-
         sizes = (self.max_tile, self.per_expert, self.num_landmarks, queries.shape[-1])
-        return triton_available(queries.device) and max(sizes) <= MAX_BLOCK
+        return max(sizes) <= MAX_BLOCK and triton_available(queries.device)
 
     def attention_flops(self, num_tokens: int) -> int:
         """The algorithm's FLOPs (what the authors' varlen kernel, ``"grouped"`` up to padding,
@@ -898,7 +906,7 @@ class MiTAAttention(TokenAttention):
         """FLOPs of the path :meth:`path` takes: the grouped one also multiplies its padded
         slots, the dense one every key (and the M slots) for every query; each pools the
         landmarks by a product (:func:`pooling_matrix`)."""
-        pooling = self._pooling_flops(num_tokens, self.pool_size)
+        pooling = self.pooling_flops(num_tokens, self.pool_size)
         path = self.path(num_tokens)
         if path == "gather" or not self.routed:
             return self.attention_flops(num_tokens) + pooling

@@ -197,7 +197,7 @@ class AgentAttention(TokenAttention):
         return self.num_heads * 8 * num_tokens * m * self.head_dim + self._dwc_flops(num_tokens)
 
     def executed_flops(self, num_tokens: int, batch: int = 1) -> int:
-        return self.attention_flops(num_tokens) + self._pooling_flops(num_tokens, self.pool_size)
+        return self.attention_flops(num_tokens) + self.pooling_flops(num_tokens, self.pool_size)
 
 
 class WindowAttention(TokenAttention):

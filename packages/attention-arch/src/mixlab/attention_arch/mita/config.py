@@ -91,12 +91,13 @@ CLAIMS = (
 class ViTShape:
     """The architecture of the experiment's ViT: patch tokens on a square grid, max-pooled.
 
-    Max pooling over tokens, not a CLS token: trained from scratch on a few thousand cluttered
-    canvases, a CLS-token (or average-pooled) ViT sits on the ln 10 loss plateau for hundreds of
-    steps, because near-uniform attention averages the digit away; max pooling passes the
-    strongest token's gradient from the first step (measured here: 41 % against 10 % test
-    accuracy after 400 steps). ``class_token=True, global_pool="token"`` builds the CLS-token
-    ViT (the experiment's ``class_token`` option).
+    Max pooling over tokens, not a CLS token, by default: the readout then sees nothing that the
+    tokens' attention did not bring them, so a kind's reach shows in its accuracy (a CLS token
+    that attends to every token can count by itself). And on the first, cluttered-digits
+    testbed a CLS-token ViT sat on the ln 10 loss plateau for hundreds of steps, where max
+    pooling learned at once (41 % against 10 % test accuracy after 400 steps).
+    ``class_token=True, global_pool="token"`` builds the CLS-token ViT (the experiment's
+    ``class_token`` option).
     """
 
     canvas: int = 32
@@ -171,9 +172,9 @@ def check_budget(kind: str, key_budget: int, pool_size: int, grid: tuple[int, in
 
 @dataclass
 class Config(ExperimentConfig):
-    """Defaults are the quick profile (about a quarter of an hour on 2 CPU cores from an empty
-    cache, two cells at a time); full is sized for one GPU: 4,096 tokens, a wider and deeper ViT,
-    every attention kind.
+    """Defaults are the quick profile (under a quarter of an hour on 2 CPU cores, two cells at a
+    time; it caches nothing); full is sized for one GPU: 4,096 tokens, a wider and deeper ViT,
+    every attention kind but top-k from scratch.
 
     The quick testbed (issue 66) has N = 1,024 tokens, where sparsity matters: a 32×32 canvas cut
     into 1×1 patches, and the task is to count up to 9 white 2×2 squares on it. Chosen before the
@@ -225,7 +226,7 @@ class Config(ExperimentConfig):
     """MiTA's landmark grid p (M = p²); its routed top_k is key_budget − M"""
     finetune_steps: int = 60
     """fine-tuning steps after each swap into a seed's trained full-attention model (100 in the
-    first two runs of issue 66, 876 s and 890 s cold: too close to the quick budget)"""
+    first two runs of issue 66 took 876 s and 890 s: too close to the quick budget)"""
     finetune_lr: float = 3e-4
     """peak AdamW learning rate of the fine-tuning after a swap"""
     coverage_every: int = 50

@@ -1,11 +1,12 @@
 """MiTA against full, window, MoBA and top-k attention on 1,024-token canvases (``mixlab run mita``).
 
-1. Accuracy at a matched budget: every attention kind attends to ``key_budget`` keys (or slots)
-   per query (MiTA: M landmarks + k routed keys; MoBA: 2 blocks of budget/2; top-k: budget;
-   Agent and shared-only: budget agents; routed-only: budget keys), trained from scratch with the
-   same steps, data, optimiser and seeds. With the algorithms' attention FLOPs per image (and the
-   FLOPs the path each layer takes executes) and the peak memory of one layer's forward +
-   backward (measured in a fresh process).
+1. Accuracy at a matched budget: every kind trained from scratch attends to ``key_budget`` keys
+   (or slots) per query (MiTA: M landmarks + k routed keys; MoBA: 2 blocks of budget/2; window:
+   a window of budget patches; shared-only and Agent: budget agents; routed-only: budget keys),
+   with the same steps, data, optimiser and seeds. With the algorithms' attention FLOPs per image
+   (and the FLOPs the path each layer takes executes) and the peak memory of one layer's forward
+   + backward (measured in a fresh process). Top-k, whose selection costs O(N²), is swapped in
+   only (part 2).
 2. Easy generalisation: each seed's trained full-attention ViT with MiTA, MoBA, top-k and
    shared-only MiTA swapped in (same weights), zero-shot and after ``finetune_steps``; full
    attention fine-tuned as long shows what the extra steps alone give.
@@ -27,7 +28,6 @@ is untested.
 from __future__ import annotations
 
 import functools
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -66,9 +66,11 @@ from mixlab.shared import (
     Result,
     bar_plot,
     line_plot,
+    load_state,
     mean_std,
     resolve_device,
     run_cells,
+    save_state,
     seed_everything,
 )
 from mixlab.shared.files import write_json_atomic
@@ -93,26 +95,23 @@ def attention_cost(system: str, config: Config) -> tuple[int, int]:
     return config.depth * algorithm, config.depth * layer.executed_flops(tokens, config.batch_size)
 
 
-_DRAWN: dict[str, Any] = {}
-
-
 def _datasets(config: Config):
     """(training, test) canvases of ``config.task``, drawn once per process."""
-    key = json.dumps(config.to_dict(), sort_keys=True, default=str)
-    if key in _DRAWN:
-        return _DRAWN[key]
-    if config.task == "count":
-        draw = functools.partial(
-            counting_squares, canvas=config.canvas, size=config.square, max_count=config.max_count
-        )
+    fields = ("task", "canvas", "square", "max_count", "digit_scale", "clutter")
+    sizes = (config.train_size, config.test_size, config.seed)
+    return _draw(tuple(getattr(config, name) for name in fields), *sizes)
+
+
+@functools.lru_cache(maxsize=1)
+def _draw(task: tuple, train_size: int, test_size: int, seed: int):
+    kind, canvas, square, max_count, digit_scale, clutter = task
+    if kind == "count":
+        draw = functools.partial(counting_squares, canvas=canvas, size=square, max_count=max_count)
     else:
         draw = functools.partial(
-            cluttered_digits, canvas=config.canvas, scale=config.digit_scale, clutter=config.clutter
+            cluttered_digits, canvas=canvas, scale=digit_scale, clutter=clutter
         )
-    train_data = draw(config.train_size, split="train", seed=config.seed)
-    test_data = draw(config.test_size, split="test", seed=config.seed)
-    _DRAWN[key] = train_data, test_data
-    return _DRAWN[key]
+    return draw(train_size, split="train", seed=seed), draw(test_size, split="test", seed=seed)
 
 
 def _spec(
@@ -126,10 +125,17 @@ def _spec(
 def run_scratch(config: Config, system: str, seed: int, data, out_dir: Path) -> dict[str, Any]:
     """Train one system from scratch; for MiTA also the pruning measurements, for full attention
     also the swaps into the trained model (:func:`run_swap`). A killed cell resumes from its last
-    training checkpoint (every 200 steps); its coverage trace then has a gap up to that step and
-    ``seconds`` counts the resumed part only."""
+    training checkpoint (every 200 steps; its coverage trace then has a gap up to that step and
+    ``seconds`` counts the resumed part only); full attention's cell also keeps its trained model
+    and each finished swap until the cell is done, so a kill during the swaps loses at most the
+    fine-tuning steps since that swap's last checkpoint."""
     train_data, test_data = data
     device = resolve_device(config.device)
+    checkpoints = out_dir / "checkpoints"
+    trained = checkpoints / f"trained-{system}-seed{seed}"  # full attention's, before its swaps
+    if trained.with_suffix(".json").exists():  # killed during its swaps: trained already
+        saved = load_state(trained, map_location=device)
+        return _swap_all(config, saved["cell"], saved["model"], saved["swaps"], data, trained)
     seed_everything(seed)
     model = build_vit(config.shape, system, **attention_config(system, config)).to(device)
     probe = train_data.images[:128].to(device)
@@ -148,7 +154,7 @@ def run_scratch(config: Config, system: str, seed: int, data, out_dir: Path) -> 
         train_data,
         _spec(config, seed),
         device=device,
-        checkpoint=out_dir / "checkpoints" / f"train-{system}-seed{seed}",
+        checkpoint=checkpoints / f"train-{system}-seed{seed}",
         on_step=on_step if tracks else None,
     )
     cell = {
@@ -160,14 +166,29 @@ def run_scratch(config: Config, system: str, seed: int, data, out_dir: Path) -> 
     }
     if tracks:
         cell.update(pruning(model, test_data, config, seed))
-    if system == "full":
-        state = {name: value.detach().clone() for name, value in model.state_dict().items()}
-        cell["swaps"] = {kind: run_swap(config, kind, data, state, seed) for kind in SWAPPED}
-    return cell
+    if system != "full":
+        return cell
+    state = {name: value.detach().clone() for name, value in model.state_dict().items()}
+    return _swap_all(config, cell, state, {}, data, trained)
+
+
+def _swap_all(
+    config: Config, cell: dict, state: dict, swaps: dict, data, trained: Path
+) -> dict[str, Any]:
+    """Every kind of SWAPPED swapped into the trained full-attention ``state`` (those not in
+    ``swaps`` yet), the progress saved at ``trained`` before each; the cell with its swaps."""
+    for kind in SWAPPED:
+        if kind not in swaps:
+            save_state({"model": state, "cell": cell, "swaps": swaps}, trained)
+            checkpoint = trained.with_name(f"swap-{kind}-seed{cell['seed']}")
+            swaps[kind] = run_swap(config, kind, data, state, cell["seed"], checkpoint)
+    for suffix in (".json", ".safetensors"):
+        trained.with_suffix(suffix).unlink(missing_ok=True)
+    return {**cell, "swaps": swaps}
 
 
 def pruning(model, test_data, config: Config, seed: int) -> dict[str, Any]:
-    """Selection precision/recall against the digit and accuracy with never-selected tokens
+    """Selection precision/recall against the objects and accuracy with never-selected tokens
     dropped (per image: tokens no landmark of any head of any layer selected) against dropping
     as many at random."""
     device = next(model.parameters()).device
@@ -192,9 +213,16 @@ def pruning(model, test_data, config: Config, seed: int) -> dict[str, Any]:
     }
 
 
-def run_swap(config: Config, kind: str, data, trained_state: dict, seed: int) -> dict[str, float]:
+def run_swap(
+    config: Config,
+    kind: str,
+    data,
+    trained_state: dict,
+    seed: int,
+    checkpoint: Path | None = None,
+) -> dict[str, float]:
     """``kind`` swapped into seed ``seed``'s trained full-attention model: zero-shot and
-    fine-tuned accuracy (fine-tuning seed ``seed + 7919``)."""
+    fine-tuned accuracy (fine-tuning seed ``seed + 7919``; resumable at ``checkpoint``)."""
     train_data, test_data = data
     device = resolve_device(config.device)
     model = build_vit(config.shape, "full")
@@ -205,7 +233,14 @@ def run_swap(config: Config, kind: str, data, trained_state: dict, seed: int) ->
     zero_shot = accuracy(model, test_data)
     seed_everything(seed + 7919)
     spec = _spec(config, seed + 7919, config.finetune_steps, config.finetune_lr)
-    train(model, train_data, spec, device=device, description=f"fine-tune {kind}")
+    train(
+        model,
+        train_data,
+        spec,
+        device=device,
+        checkpoint=checkpoint,
+        description=f"fine-tune {kind}",
+    )
     return {"zero_shot": zero_shot, "finetuned": accuracy(model, test_data)}
 
 
@@ -240,13 +275,19 @@ def _cells(config: Config) -> list[dict[str, Any]]:
 
 
 def run_cell(config: Config, out_dir: Path, cell: dict[str, Any]) -> dict[str, Any]:
-    """One cell, in this process or in a worker (one torch thread: two cells share 2 cores)."""
-    torch.set_num_threads(1)
+    """One cell, in this process or in a worker (with workers, one torch thread each: two cells
+    share 2 cores)."""
+    threads = torch.get_num_threads()
+    if config.workers > 1:
+        torch.set_num_threads(1)
     torch.set_flush_denormal(True)
-    if cell["part"] == "scratch":
-        data = _datasets(config)
-        return {**cell, **run_scratch(config, cell["system"], cell["seed"], data, out_dir)}
-    return {**cell, **run_memory(config)}
+    try:
+        if cell["part"] == "scratch":
+            data = _datasets(config)
+            return {**cell, **run_scratch(config, cell["system"], cell["seed"], data, out_dir)}
+        return {**cell, **run_memory(config)}
+    finally:
+        torch.set_num_threads(threads)
 
 
 def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
@@ -287,7 +328,7 @@ def summarise(cells: list[dict[str, Any]], config: Config) -> dict[str, dict[str
             "flops_vs_full": flops / full_flops,
             "executed_flops_vs_full": executed / full_flops,
             "peak_memory_mb": memory[system] / 2**20 if system in memory else None,
-            "train_seconds": float(sum(c["seconds"] for c in mine)),
+            "train_seconds": float(sum(c["seconds"] for c in mine)) if mine else None,
             "swap_zero_shot": None,
             "swap_finetuned": None,
         }

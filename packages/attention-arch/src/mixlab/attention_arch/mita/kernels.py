@@ -28,7 +28,7 @@ Design (one program per (b·h, tile)):
 4. ``tl.dot`` of the weights with [V_s ; v_S] in float32 accumulation, divided by the row sum,
    stored in the input dtype.
 
-Not covered (use :func:`grouped_tiles_reference`, or the torch path): top-2 routing, key masks
+Not covered (``MiTAAttention`` runs its PyTorch path there): top-2 routing, key masks
 (``Routes.kept`` / ``Routes.empty``), attention dropout, and backward (the kernel refuses
 inputs that require grad). Indices are not range-checked: that would sync with the host.
 
@@ -53,7 +53,7 @@ __all__ = [
     "triton_available",
 ]
 
-_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 MAX_BLOCK = 128
 """the largest padded T, k', M and d: one program holds its whole tile (queries, keys, values,
 logits) in registers and shared memory, and much larger ones spill or exceed shared memory (a
@@ -63,10 +63,15 @@ bound, not a measured limit; MiTA's defaults are T ≤ 64, k' = 48, M = 16, d = 
 def triton_available(device: torch.device | str) -> bool:
     """Whether :func:`grouped_tiles_forward` can run on ``device``: triton imports, and the
     device is CUDA, or CPU under ``TRITON_INTERPRET=1`` (slow: for tests)."""
-    if importlib.util.find_spec("triton") is None:
+    if not _triton_installed():
         return False
     kind = torch.device(device).type
     return kind == "cuda" or (kind == "cpu" and os.environ.get("TRITON_INTERPRET") == "1")
+
+
+@functools.cache
+def _triton_installed() -> bool:  # asked on every grouped forward: look once
+    return importlib.util.find_spec("triton") is not None
 
 
 def _check_inputs(
@@ -82,7 +87,7 @@ def _check_inputs(
     """Raise a ValueError naming the first argument that does not fit ``queries`` (B, H, Nq, d)."""
     if queries.dim() != 4:
         raise ValueError(f"queries must be 4-D (B, H, Nq, d), got shape {tuple(queries.shape)}")
-    if queries.dtype not in _FLOATS:
+    if queries.dtype not in FLOATS:
         raise ValueError(f"queries must be float32, float16 or bfloat16, got {queries.dtype}")
     batch, heads, _, dim = queries.shape
     tensors = {"k": k, "v": v, "shared_keys": shared_keys, "agent_values": agent_values}
@@ -144,8 +149,8 @@ def grouped_tiles_reference(
     shared_keys: torch.Tensor | None,
     agent_values: torch.Tensor | None,
 ) -> torch.Tensor:
-    """Eq. (5) per slot of the grouped layout in plain PyTorch (the kernel's oracle and the CPU
-    path), computed in float32.
+    """Eq. (5) per slot of the grouped layout in plain PyTorch, computed in float32: the kernel's
+    test oracle (``MiTAAttention``'s own PyTorch path is ``_grouped``).
 
     Args:
         queries: (B, H, Nq, d) routed queries, float32, float16 or bfloat16.
@@ -316,14 +321,14 @@ def grouped_tiles_forward(
         if _block(size) > MAX_BLOCK:
             raise ValueError(
                 f"{name}={size} is too large for grouped_tiles_forward (at most {MAX_BLOCK}: one "
-                "program holds the whole tile); use grouped_tiles_reference"
+                "program holds the whole tile); use MiTAAttention's torch path (kernel = False)"
             )
     named = {"queries": queries, "k": k, "v": v, "shared_keys": shared_keys}
     for name, t in {**named, "agent_values": agent_values}.items():
         if t is not None and t.requires_grad and torch.is_grad_enabled():
             raise ValueError(
                 f"{name} requires grad, but grouped_tiles_forward has no backward: call it under "
-                "torch.no_grad() / torch.inference_mode(), or use grouped_tiles_reference"
+                "torch.no_grad() / torch.inference_mode(), or MiTAAttention's torch path"
             )
     out = torch.empty(batch, heads, tiles * tile, dim, dtype=queries.dtype, device=queries.device)
     if out.numel() == 0:
