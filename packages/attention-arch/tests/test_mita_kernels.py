@@ -8,11 +8,7 @@ the interpreter's ``tl.dot`` gets bfloat16 wrong (a 16×16 product is off by ~1e
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -23,6 +19,7 @@ from mixlab.attention_arch.mita.kernels import (
     grouped_tiles_reference,
     triton_available,
 )
+from mixlab.shared.interpreted import interpreted
 
 
 def tile_layout(experts, selected, tile):
@@ -127,21 +124,12 @@ torch.save(out, sys.argv[2])
 @pytest.fixture(scope="module")
 def kernel_outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
     """Every case of CASES through the Triton kernel, interpreted on CPU in a subprocess."""
-    if importlib.util.find_spec("triton") is None:
-        pytest.skip("triton is not installed (no wheels for this platform)")
-    folder = tmp_path_factory.mktemp("kernel")
-    torch.save(CASES, folder / "cases.pt")
-    done = subprocess.run(
-        [sys.executable, "-c", RUN_KERNEL, str(folder / "cases.pt"), str(folder / "out.pt")],
-        env={**os.environ, "TRITON_INTERPRET": "1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if done.returncode:
-        pytest.fail(f"the interpreted kernel failed:\n{done.stderr[-4000:]}")
-    return torch.load(folder / "out.pt")
+    try:
+        return interpreted(RUN_KERNEL, CASES, tmp_path_factory.mktemp("kernel"))
+    except ModuleNotFoundError as error:
+        pytest.skip(str(error))
+    except RuntimeError as error:
+        pytest.fail(str(error))
 
 
 @pytest.mark.parametrize("name", list(CASES))

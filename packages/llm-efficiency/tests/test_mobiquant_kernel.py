@@ -7,11 +7,6 @@ this process only compares the results against the PyTorch reference.
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -21,6 +16,7 @@ from mixlab.llm_efficiency.mobiquant.kernel import (
     nested_matmul_triton,
 )
 from mixlab.llm_efficiency.mobiquant.slices import SliceSpec, dequantize, unpack
+from mixlab.shared.interpreted import interpreted
 
 SPEC = SliceSpec(bits=2, slices=4, group_size=64)
 M, N, K = 37, 48, 128  # M and N are not multiples of the default block_m=16, block_n=32
@@ -105,21 +101,12 @@ torch.save(out, sys.argv[2])
 @pytest.fixture(scope="module")
 def kernel_outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
     """Every case of CASES through the Triton kernel, interpreted on CPU in a subprocess."""
-    if importlib.util.find_spec("triton") is None:
-        pytest.skip("triton is not installed (no wheels for this platform)")
-    folder = tmp_path_factory.mktemp("kernel")
-    torch.save(CASES, folder / "cases.pt")
-    done = subprocess.run(
-        [sys.executable, "-c", RUN_KERNEL, str(folder / "cases.pt"), str(folder / "out.pt")],
-        env={**os.environ, "TRITON_INTERPRET": "1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if done.returncode:
-        pytest.fail(f"the interpreted kernel failed:\n{done.stderr[-4000:]}")
-    return torch.load(folder / "out.pt")
+    try:
+        return interpreted(RUN_KERNEL, CASES, tmp_path_factory.mktemp("kernel"))
+    except ModuleNotFoundError as error:
+        pytest.skip(str(error))
+    except RuntimeError as error:
+        pytest.fail(str(error))
 
 
 @pytest.mark.parametrize("name", list(CASES))
