@@ -26,3 +26,11 @@ def test_the_script_sees_the_interpreter_and_the_cases(tmp_path):
 def test_a_failing_script_raises_with_its_stderr(tmp_path):
     with pytest.raises(RuntimeError, match="(?s)the interpreted kernel failed.*ZeroDivisionError"):
         interpreted("1 / 0", {}, tmp_path / "run")
+
+
+def test_without_triton_the_tests_are_skipped(tmp_path, monkeypatch):
+    import unittest
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(unittest.SkipTest, match="triton is not installed"):
+        interpreted(ECHO, {}, tmp_path / "run")
