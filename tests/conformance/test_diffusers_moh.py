@@ -11,6 +11,7 @@ from diffusers import (
     DDIMScheduler,
     DDPMScheduler,
     DPMSolverMultistepScheduler,
+    EulerAncestralDiscreteScheduler,
     EulerDiscreteScheduler,
 )
 
@@ -43,6 +44,27 @@ def test_the_backbone_runs_under_diffusers_schedulers(scheduler):
     assert images.shape == (2, 8, 8, 1)
     assert images.min() >= 0
     assert images.max() <= 1
+
+
+@pytest.mark.parametrize(
+    "scheduler",
+    [DDPMScheduler, DDIMScheduler, EulerDiscreteScheduler, EulerAncestralDiscreteScheduler],
+)
+def test_the_same_seed_gives_the_same_samples_under_every_scheduler(scheduler):
+    """DDPM and ancestral Euler draw fresh noise at every step: from the caller's generator
+    (issue 67: the pipeline did not pass it on, and the same seed gave images 1.0 apart)."""
+    pipeline = MoHPipeline(trained_looking(MoHDiffusion(**TINY)), scheduler())
+    pipeline.set_progress_bar_config(disable=True)
+
+    calls = iter(range(100))
+
+    def call(seed: int) -> torch.Tensor:
+        torch.manual_seed(next(calls))  # the global generator moves on: it must not matter
+        return pipeline(batch_size=2, num_inference_steps=4, output_type="pt",
+                        generator=torch.Generator().manual_seed(seed)).images  # fmt: skip
+
+    torch.testing.assert_close(call(0), call(0), rtol=0, atol=0)
+    assert not torch.equal(call(0), call(1))
 
 
 def test_pipeline_save_load_round_trip_and_seeded_calls(tmp_path):

@@ -9,14 +9,15 @@ import pytest
 import torch
 
 from mixlab.attention_arch.cli import main
-from mixlab.attention_arch.moh.config import MOH, PLAIN, STATIC, Config
+from mixlab.attention_arch.moh.config import MOH, PLAIN, PLAIN_FLOPS, STATIC, Config
 
 torch.set_num_threads(1)
 
 TINY = {
     "width": 16, "depth": 2, "d_state": 4, "steps": 4, "batch_size": 8, "n_samples": 24,
     "sample_steps": 2, "curve_points": 2, "curve_samples": 12, "curve_sample_steps": 2,
-    "feature_steps": 10, "systems": (PLAIN, STATIC, MOH), "workers": 1,
+    "feature_steps": 10, "systems": (PLAIN, PLAIN_FLOPS, STATIC, MOH), "workers": 1,
+    "n_seeds": 1,
 }  # fmt: skip
 
 
@@ -28,12 +29,22 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     config = Config(**TINY)
     result = METHOD.execute(config, tmp_path / "full")  # refuses a claim without its control
     assert result.cache["state"] == "cold"  # the feature net of the metrics was trained
-    assert {"digits8: real", "digits8: Gaussian fit", "digits8: MoH"} <= set(result.metrics)
-    moh = result.metrics["digits8: MoH"]
+    rows = {"real", "Gaussian fit", "untrained MoH", PLAIN, PLAIN_FLOPS, STATIC, MOH}
+    assert {f"digits8: {row}" for row in rows} == set(result.metrics)
+    moh, plain = result.metrics["digits8: MoH"], result.metrics["digits8: plain Mamba"]
     assert moh["params"] > 0
     assert 0 <= moh["block_share"] <= 1
     assert moh["route_tv"] >= 0
-    assert len(result.regime) == 3
+    # top-1 routes: at most one expert call per block, as plain Mamba; FLOPs and wall per step
+    assert moh["expert_calls"] <= plain["expert_calls"] == 2
+    assert moh["mflops"] > 0
+    assert moh["train_mflops"] > 0
+    assert result.metrics["digits8: plain Mamba (equal FLOPs)"]["mflops"] <= plain["mflops"]
+    assert moh["train_step_s"] > 0
+    # the untrained model scores far worse than the real-vs-real floor (the ceiling)
+    untrained = result.metrics["digits8: untrained MoH"]["fid_local"]
+    assert untrained > result.metrics["digits8: real"]["fid_local"]
+    assert len(result.regime) == 4
     assert len(result.claims) == 5
     assert [c.key for c in result.claims] == [spec.key for spec in Config.CLAIMS]
     assert all(c.control is not None for c in result.claims)  # each judged against its control
@@ -60,7 +71,7 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     assert resumed.cache["state"] == "warm"  # the feature net came from the cache
     for system, row in result.metrics.items():
         for key, value in row.items():
-            if not key.startswith(("train_s", "sample_s")):  # wall times differ
+            if key not in Config.TIMINGS:  # wall times differ
                 assert resumed.metrics[system][key] == value, (system, key)
 
 
@@ -68,7 +79,10 @@ def _cells(fid: dict[str, list[float]], block_share: dict[str, float]) -> list[d
     """Cells as the experiment leaves them: the real-vs-real floor at 0.5, and per system and seed
     an FID_local, a route total variation (MoH 0.4, the static MoE 0), a block share and a
     training curve that ends at the final FID_local."""
-    cells = [{"dataset": "digits", "size": 8, "system": "real", "fid_local": 0.5}]
+    cells = [
+        {"dataset": "digits", "size": 8, "system": "real", "fid_local": 0.5},
+        {"dataset": "digits", "size": 8, "system": "untrained MoH", "fid_local": 9.0},
+    ]
     for system, values in fid.items():
         for seed, value in enumerate(values):
             cells.append({
@@ -83,8 +97,8 @@ def test_claims_are_judged_per_seed_against_their_controls():
     from mixlab.attention_arch.moh.experiment import claims
 
     config = Config(n_seeds=2)
-    fid = {PLAIN: [2.0, 2.2], STATIC: [2.1, 2.0], MOH: [1.0, 1.2]}
-    shares = {PLAIN: 1.0, STATIC: 0.9, MOH: 0.5}
+    fid = {PLAIN: [2.0, 2.2], PLAIN_FLOPS: [2.3, 2.4], STATIC: [2.1, 2.0], MOH: [1.0, 1.2]}
+    shares = {PLAIN: 1.0, PLAIN_FLOPS: 1.0, STATIC: 0.9, MOH: 0.5}
     states = {c.key: c.state for c in claims(_cells(fid, shares), config)}
     assert states == {
         "fid_below_plain": "holds",
@@ -98,22 +112,28 @@ def test_claims_are_judged_per_seed_against_their_controls():
     judged = {c.key: c for c in claims(_cells(fid, shares), config)}
     assert judged["skips_blocks"].state == "vacuous"
     assert judged["skips_blocks"].control.system == STATIC
-    # plain Mamba beats the static MoE as well: beating it says nothing about routing on t
-    fid[PLAIN] = [1.9, 1.9]
+    # plain Mamba at MoH's FLOPs beats the static MoE as well: beating it says nothing about
+    # routing on t
+    fid[PLAIN_FLOPS] = [1.9, 1.9]
     assert {c.key: c.state for c in claims(_cells(fid, shares), config)}[
         "fid_below_static"
     ] == "vacuous"
     # one seed on which MoH is no better fails the claim, whatever the mean says
-    fid[MOH] = [0.6, 1.9]
+    fid[MOH] = [0.6, 2.1]
     assert {c.key: c.state for c in claims(_cells(fid, shares), config)}[
         "fid_below_plain"
     ] == "fails"
     # plain Mamba below the real-vs-real floor: beating it would mean beating the data
-    fid = {PLAIN: [0.45, 0.4], STATIC: [0.6, 0.7], MOH: [0.3, 0.3]}
+    fid = {PLAIN: [0.45, 0.4], PLAIN_FLOPS: [0.5, 0.5], STATIC: [0.6, 0.7], MOH: [0.3, 0.3]}
     judged = {c.key: c for c in claims(_cells(fid, shares), config)}
     assert judged["fid_below_plain"].state == "untested"
     assert judged["converges_faster"].state == "untested"
     assert "real-vs-real floor" in judged["converges_faster"].evidence
+    # the static MoE no better than the untrained model: no margin below it can be judged
+    fid = {PLAIN: [2.0, 2.2], PLAIN_FLOPS: [2.3, 2.4], STATIC: [9.5, 9.5], MOH: [1.0, 1.2]}
+    assert {c.key: c.state for c in claims(_cells(fid, shares), config)}[
+        "fid_below_static"
+    ] == "untested"
 
 
 def test_config_refuses_bad_values():

@@ -99,6 +99,65 @@ def test_precomputed_routes_equal_on_the_fly_ones_and_skip_closed_blocks():
     assert float(model.route_table[999.0][1].gate) == 0.0
 
 
+def test_hard_routes_run_each_expert_on_its_own_rows_only(monkeypatch):
+    """Top-1 dispatch equals computing every expert on every row and weighting by the masked
+    probabilities (outputs and gradients); each expert sees only the rows routed to it."""
+    from mixlab.attention_arch.moh import model as moh_model
+
+    torch.manual_seed(0)
+    model = MoHDiffusion(**TINY, **FULL, top_k=1).train()
+    perturb(model)
+    x, t = torch.randn(8, 1, 8, 8), torch.tensor([0, 90, 200, 333, 500, 650, 800, 999])
+
+    def loss_and_grads() -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad()
+        torch.manual_seed(1)  # the same Gumbel noise for the gate
+        out = model(x, t).sample
+        out.pow(2).mean().backward()
+        # an expert no row was routed to gets no gradient: zero, as behind a 0 weight
+        grads = [torch.zeros_like(p) if p.grad is None else p.grad.clone()
+                 for p in model.parameters()]  # fmt: skip
+        return out.detach(), grads
+
+    seen = []
+    hooks = [expert.register_forward_hook(lambda m, args, out: seen.append(len(args[0])))
+             for block in model.blocks for expert in block.experts]  # fmt: skip
+    dispatched, dispatched_grads = loss_and_grads()
+    for hook in hooks:
+        hook.remove()
+    assert sum(seen) == len(model.blocks) * len(x)  # one expert call per sample and block
+    monkeypatch.setattr(moh_model, "_routed_rows", lambda weight: None)  # every row everywhere
+    dense, dense_grads = loss_and_grads()
+    torch.testing.assert_close(dispatched, dense)
+    for got, want in zip(dispatched_grads, dense_grads, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_expert_calls_count_soft_hard_and_closed_gates():
+    torch.manual_seed(0)
+    t = torch.tensor([10, 500, 990])
+    assert MoHDiffusion(**TINY).expert_calls(t) == 2  # plain: one per block
+    assert MoHDiffusion(**TINY, **FULL).expert_calls(t) == 2 * 2 * 4  # soft: levels x experts
+    hard = MoHDiffusion(**TINY, **FULL, top_k=1)
+    assert hard.expert_calls(t) == 2
+    with torch.no_grad():
+        hard.blocks[1].router.net[2].bias[-1] = -50.0  # block 1 closed at every t
+    assert hard.expert_calls(t) == 1
+    # at inference a batch of mixed gates computes the open rows only, as one row at a time
+    perturb(hard)
+    with torch.no_grad():
+        hard.blocks[0].router.net[2].weight[-1] = 0.0
+        hard.blocks[0].router.net[2].bias[-1] = 0.0
+        hard.blocks[0].router.net[2].weight[-1, 0] = 5.0  # open for some t, closed for others
+    hard.eval()
+    gates = hard.blocks[0].router(hard.time_embedding(t, 3))[0].gate
+    assert 0 < float(gates.sum()) < 3
+    x = torch.randn(3, 1, 8, 8)
+    with torch.no_grad():
+        rows = torch.cat([hard(x[i : i + 1], t[i : i + 1]).sample for i in range(3)])
+        torch.testing.assert_close(hard(x, t).sample, rows)
+
+
 def test_gradients_reach_every_expert_level_and_gate():
     torch.manual_seed(0)
     model = MoHDiffusion(**TINY, **FULL).train()

@@ -9,8 +9,14 @@ timestep embedding τ = emb(t) and routes over three axes:
   is upsampled back (nearest): y = Σ_ℓ g^lvl_ℓ(c) · Up_ℓ(E(Down_ℓ x)). The experts are shared
   across levels (a Mamba scan is resolution-agnostic), so this axis adds compute, not parameters.
 - **transformations** e ∈ ``experts``: E(x) = Σ_e g^tf_e(c) · E_e(x) over raster/zigzag
-  bidirectional Mamba, a 3×3 depthwise conv and a channel MLP; soft, or top-1 (Switch: the
-  selected expert weighted by its probability) or top-2 (renormalised).
+  bidirectional Mamba, a 3×3 depthwise conv and a channel MLP.
+
+Both axes are soft (every level runs every expert: len(levels)·len(experts) expert calls per
+block), or hard with ``top_k``: top-1 keeps the selected level's and expert's probabilities as
+weights (Switch, so the router gets a gradient), top-2 renormalises. Hard routes are dispatched:
+each (level, expert) runs on the rows of the batch routed to it only, so a top-1 block makes one
+expert call per sample, as a plain Mamba block does (issue 67: soft routing made 48 calls per
+forward against plain Mamba's 4).
 - **depth**: a gate d(c) ∈ {0, 1} per block, a straight-through Gumbel-sigmoid while training
   (hard forwards, sigmoid gradient backwards), sigmoid(logit) ≥ 0.5 at inference; a closed gate
   makes the block the identity, and :attr:`MoHOutput.depth_cost` (mean sigmoid over blocks) is
@@ -145,10 +151,12 @@ class Router(nn.Module):
 
     def forward(self, c: torch.Tensor) -> tuple[Routes, dict[str, torch.Tensor]]:
         probs = self.probabilities(c)
-        experts = probs.get("experts")
-        if experts is not None and self.top_k is not None:
-            # top-2 renormalised; top-1 keeps its probability (Switch)
-            experts = keep_top_k(experts, self.top_k, renormalise=self.top_k > 1)
+        levels, experts = probs.get("levels"), probs.get("experts")
+        if self.top_k is not None:  # hard routes: top-2 renormalised; top-1 keeps its probability
+            levels, experts = (
+                None if p is None else keep_top_k(p, self.top_k, renormalise=self.top_k > 1)
+                for p in (levels, experts)
+            )
         gate = None
         if "gate" in probs:
             logit = probs["gate"]
@@ -158,7 +166,7 @@ class Router(nn.Module):
                 gate = (soft > 0.5).to(soft) + soft - soft.detach()
             else:
                 gate = (logit >= 0).to(logit)
-        return Routes(probs.get("levels"), experts, gate), probs
+        return Routes(levels, experts, gate), probs
 
 
 def _make_expert(kind: str, width: int, d_state: int, d_conv: int, expand: float, mlp_ratio: float,
@@ -178,9 +186,21 @@ def _weighted(weight: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
     return value if weight is None else weight[:, None, None] * value
 
 
-def _skipped(weight: torch.Tensor | None) -> bool:
-    """A route weight of 0 for the whole batch: nothing to compute."""
-    return weight is not None and not weight.requires_grad and not bool(weight.any())
+def _routed_rows(weight: torch.Tensor | None) -> torch.Tensor | None:
+    """The rows of the batch whose route weight is not 0 (hard routes), or None for all rows.
+    A 0 of top-k is structural (a masked probability), so rows without it take no gradient."""
+    if weight is None or bool(weight.all()):
+        return None
+    return weight.nonzero().flatten()
+
+
+def _scatter(out: torch.Tensor, rows: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
+    """``out`` plus ``value`` at ``rows`` (every row when None), out of place for autograd."""
+    return out + value if rows is None else out.index_add(0, rows, value)
+
+
+def _take(value: torch.Tensor | None, rows: torch.Tensor | None) -> torch.Tensor | None:
+    return value if value is None or rows is None else value[rows]
 
 
 class MoHBlock(nn.Module):
@@ -236,20 +256,36 @@ class MoHBlock(nn.Module):
         )
 
     def mix(self, tokens: torch.Tensor, grid: tuple[int, int], routes: Routes) -> torch.Tensor:
-        """Σ_ℓ g^lvl_ℓ · Up_ℓ(Σ_e g^tf_e · E_e(Down_ℓ tokens)), skipping weights of 0."""
+        """Σ_ℓ g^lvl_ℓ · Up_ℓ(Σ_e g^tf_e · E_e(Down_ℓ tokens)); each level and expert runs on
+        the rows whose weight is not 0 only (hard routes)."""
         out = torch.zeros_like(tokens)
         for i, factor in enumerate(self.levels):
             level_weight = None if routes.levels is None else routes.levels[:, i]
-            if _skipped(level_weight):
+            level_rows = _routed_rows(level_weight)
+            if level_rows is not None and len(level_rows) == 0:
                 continue
-            pooled, small = _pool(tokens, grid, factor)
+            pooled, small = _pool(_take(tokens, level_rows), grid, factor)
             mixed = torch.zeros_like(pooled)
             for j, expert in enumerate(self.experts):
                 weight = None if routes.experts is None else routes.experts[:, j]
-                if not _skipped(weight):
-                    mixed = mixed + _weighted(weight, expert(pooled, small))
-            out = out + _weighted(level_weight, _unpool(mixed, small, factor))
+                weight = _take(weight, level_rows)
+                rows = _routed_rows(weight)
+                if rows is None or len(rows) > 0:
+                    value = expert(_take(pooled, rows), small)
+                    mixed = _scatter(mixed, rows, _weighted(_take(weight, rows), value))
+            level_out = _unpool(mixed, small, factor)
+            out = _scatter(out, level_rows, _weighted(_take(level_weight, level_rows), level_out))
         return out
+
+    def expert_calls(self, routes: Routes, batch: int) -> torch.Tensor:
+        """Expert evaluations per sample ``[batch]`` that :meth:`mix` makes under ``routes``
+        (none behind a closed gate at inference)."""
+
+        def chosen(weight: torch.Tensor | None, n: int) -> torch.Tensor:
+            return torch.full((batch,), float(n)) if weight is None else (weight != 0).sum(-1).cpu()
+
+        calls = chosen(routes.levels, len(self.levels)) * chosen(routes.experts, len(self.experts))
+        return calls if routes.gate is None else calls * (routes.gate != 0).cpu()
 
     def forward(
         self,
@@ -262,8 +298,15 @@ class MoHBlock(nn.Module):
         :attr:`router` (computed here when None)."""
         if routes is None:
             routes = self.router(c)[0]
-        if _skipped(routes.gate):
-            return x  # a closed gate: the block is the identity, and is not computed
+        if routes.gate is not None and not routes.gate.requires_grad:
+            # inference: a closed gate makes the block the identity, so only open rows compute
+            # (while training the straight-through gradient needs the update of every row)
+            rows = _routed_rows(routes.gate)
+            if rows is not None:
+                if len(rows) == 0:
+                    return x
+                taken = Routes(*(_take(r, rows) for r in routes))
+                return x.index_copy(0, rows, self(x[rows], c[rows], grid, taken))
         shift1, scale1, gate1, shift2, scale2, gate2 = self.adaLN_modulation(c).chunk(6, dim=1)
         update = gate1[:, None] * self.mix(_modulate(self.norm1(x), shift1, scale1), grid, routes)
         update = update + gate2[:, None] * self.mlp(
@@ -452,6 +495,19 @@ class MoHDiffusion(ModelMixin, ConfigMixin):
             for i, value in enumerate(t.tolist())
         }  # fmt: skip
         self.train(was_training)
+
+    @torch.no_grad()
+    def expert_calls(self, timesteps: torch.Tensor) -> float:
+        """Mean expert evaluations per sample and forward at ``timesteps`` under the inference
+        routes: ``depth`` for plain Mamba, depth·levels·experts for soft routing, at most
+        ``depth`` for top-1 routing (fewer where gates close)."""
+        was_training = self.training
+        self.eval()
+        t = torch.as_tensor(timesteps, device=self.pos_embed.device).flatten()
+        tau = self.time_embedding(t, len(t))
+        calls = sum(block.expert_calls(block.router(tau)[0], len(t)) for block in self.blocks)
+        self.train(was_training)
+        return float(calls.float().mean())
 
     def clear_routes(self) -> None:
         self.route_table = None

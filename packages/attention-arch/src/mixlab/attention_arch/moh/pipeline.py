@@ -9,6 +9,7 @@ a local folder), decodes the latents the backbone was trained on.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -65,6 +66,11 @@ class MoHPipeline(DiffusionPipeline):
         x = torch.randn(shape, generator=generator).to(self.device, model.dtype)
         x = x * self.scheduler.init_noise_sigma
         self.scheduler.set_timesteps(num_inference_steps, device=self.device)
+        # stochastic schedulers (DDPM, Euler with churn, ...) draw their noise from the generator
+        # too, so a seed fixes the samples; schedulers without one (PNDM) take no generator
+        step_options = {}
+        if "generator" in inspect.signature(self.scheduler.step).parameters:
+            step_options["generator"] = generator
         if precompute_routes:
             model.precompute_routes(self.scheduler.timesteps)
         try:
@@ -72,7 +78,7 @@ class MoHPipeline(DiffusionPipeline):
                 model_input = self.scheduler.scale_model_input(x, t)
                 prediction = self._guided(model_input, t, class_labels, encoder_hidden_states,
                                           guidance_scale)  # fmt: skip
-                x = self.scheduler.step(prediction, t, x).prev_sample
+                x = self.scheduler.step(prediction, t, x, **step_options).prev_sample
                 if callback_on_step_end is not None:
                     returned = callback_on_step_end(self, i, t, {"latents": x}) or {}
                     x = returned.get("latents", x)
