@@ -1,5 +1,5 @@
-"""Benchmark: train- and sample-step time and peak memory of MoH against plain bidirectional Mamba
-and DiT, as ratios to the plain block.
+"""Benchmark: train- and sample-step time and peak memory of MoH (top-1 and soft routes) against
+plain bidirectional Mamba and DiT, as ratios to the plain block.
 
     uv run python benchmarks/moh.py                      # -> benchmarks/results/moh/
     uv run python benchmarks/moh.py --tokens 64 256 --repeats 3 --out /tmp/bench
@@ -7,7 +7,9 @@ and DiT, as ratios to the plain block.
 The quick experiment's backbones (width 64, 4 blocks, d_state 4, expand 1; patch 2 on one
 channel) on square grids of N = 64, 256 and 1,024 tokens, the baselines' widths matched to MoH's
 parameters (:mod:`mixlab.attention_arch.moh.profile`). Systems: MoH with the scan backend
-``auto`` (``ref`` on a CPU); the plain bidirectional Mamba block on both CPU backends, mambapy's
+``auto`` (``ref`` on a CPU), routed top-1 as in the experiment (each sample runs one expert at one
+level per block, dispatched) and softly (every level runs every expert: 12 expert calls per block,
+the routing issue 67 found); the plain bidirectional Mamba block on both CPU backends, mambapy's
 parallel scan and the per-step ``ref`` loop (about 3x faster than the parallel scan in forward
 at 16 and 64 tokens here, not necessarily in backward or at 1,024 tokens); DiT's SDPA blocks.
 Ratios (``*_vs_plain``) are to the *faster* plain Mamba at the same N and mode, whichever
@@ -20,18 +22,19 @@ after a warm-up, every system called once per round, side by side in one process
 is what one step adds to the resident set, every (system, N, mode) one after another in one
 fresh process (``python -m mixlab.attention_arch.moh.profile``).
 
-What MoH skips depends on training, and this benchmark builds untrained models: at
-initialisation the routers are uniform and the depth gates open (bias 3), so every block runs
-every level (x1, x1/2, x1/4) and every expert, the worst case. With the quick experiment's soft
-routing (no ``top_k``) levels and experts never get a weight of exactly 0 even after training;
-only a closed depth gate skips work, so a trained MoH's sample step can only be cheaper by the
-blocks its gates close at that t. Loading a trained model (``--model DIR``) is not implemented.
+What MoH runs depends on training, and this benchmark builds untrained models: at
+initialisation the routers are uniform and the depth gates open (bias 3). Soft routing then runs
+every level (x1, x1/2, x1/4) and every expert; top-1 routing breaks the tie towards the first
+level and expert (x1, the raster scan at half width), one of the costlier routes a trained model
+can take (the experiment reports each trained system's FLOPs per step). Loading a trained model
+(``--model DIR``) is not implemented.
 
-The one claim is the analytic point of precomputing routes: a sample step with the routes of
-its t fixed in advance runs no router, so it is not slower than one that routes in the call
-(within 5 %, at every N). The routers are small (about 0.2 ms per block at batch 64, under 1 %
-of the step at 16 tokens), so this checks that the route table costs nothing; the saving it
-can show is within the timing noise.
+Claims: (1) top-1 routing makes MoH's train step at least 2x faster than soft routing at every N
+(one expert call per block against 12: the compute issue 67 asks to match); (2) the analytic
+point of precomputing routes: a sample step with the routes of its t fixed in advance runs no
+router, so it is not slower than one that routes in the call (within 5 %, at every N). The
+routers are small (about 0.2 ms per block at batch 64, under 1 % of the step at 16 tokens), so
+(2) checks that the route table costs nothing; the saving it can show is within the timing noise.
 """
 
 from __future__ import annotations
@@ -47,19 +50,24 @@ from mixlab.attention_arch.moh.profile import MODES, grid_side, make_step, media
 from mixlab.shared import Claim, line_plot, measure_in_fresh_process
 from mixlab.shared.result import write_benchmark
 
+SOFT = "MoH (soft routes)"
 SYSTEMS = {
     "MoH": (MOH, "auto"),
+    SOFT: (MOH, "auto"),
     "plain Mamba (mambapy)": (PLAIN, "mambapy"),
     "plain Mamba (ref)": (PLAIN, "ref"),
     "DiT": (DIT, "auto"),
 }
-"""benchmark name -> (system of :mod:`mixlab.attention_arch.moh.config`, scan backend)"""
+"""benchmark name -> (system of :mod:`mixlab.attention_arch.moh.config`, scan backend); every
+routed system top-1 but the soft one"""
 PLAINS = ("plain Mamba (mambapy)", "plain Mamba (ref)")
 ON_THE_FLY = "MoH (routes on the fly)"
 METRICS = ("params", "width", "train_ms", "train_vs_plain", "train_peak_mib", "sample_ms",
            "sample_vs_plain", "sample_peak_mib", "sample_precomputed_vs_on_the_fly")  # fmt: skip
 """every row's keys (None where they do not apply)"""
 SAMPLE_T = 500
+SOFT_MIN = 2.0
+"""claim: MoH's train step with soft routes takes at least this x the top-1 one"""
 PRECOMPUTED_MAX = 1.05
 """claim: MoH's sample step with precomputed routes takes at most this x one routing in the call"""
 
@@ -90,7 +98,8 @@ def main() -> None:
     def spec(name: str, n: int, mode: str) -> dict:
         system, backend = SYSTEMS[name]
         return {"system": system, "backend": backend, "tokens": n, "mode": mode,
-                "batch": batch[mode], "t": SAMPLE_T, **shape}  # fmt: skip
+                "batch": batch[mode], "t": SAMPLE_T, "top_k": None if name == SOFT else 1,
+                **shape}  # fmt: skip
 
     seconds: dict[tuple[str, int, str], float] = {}
     sizes: dict[str, dict[str, float | None]] = {}
@@ -157,6 +166,20 @@ def main() -> None:
         )
     claims = [
         Claim.all_of(
+            f"MoH's train step with soft routes takes at least {SOFT_MIN:g}x the top-1 one "
+            "(12 expert calls per block against 1), at every N",
+            [
+                Claim.compare(
+                    f"N={n}",
+                    seconds[SOFT, n, "train"] / seconds["MoH", n, "train"],
+                    ">=",
+                    SOFT_MIN,
+                    value_label=f"N={n}: soft / top-1 train step time",
+                )
+                for n in tokens
+            ],
+        ),
+        Claim.all_of(
             f"MoH's sample step with its routes precomputed takes at most {PRECOMPUTED_MAX}x "
             "the step that routes in the call (no router runs), at every N",
             [
@@ -169,7 +192,7 @@ def main() -> None:
                 )
                 for n in tokens
             ],
-        )
+        ),
     ]
     config = {
         "tokens": tokens,

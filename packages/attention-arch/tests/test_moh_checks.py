@@ -180,6 +180,7 @@ def test_cli_train_sample_routes_score(tmp_path, capsys, monkeypatch):
         (["train", "--system", "Transformer"], "--system must be one of"),
         (["train", "--patch-size", "3"], "--patch-size must divide the image size 8"),
         (["train", "--d-state", "0"], "--d-state"),
+        (["train", "--top-k", "3"], "--top-k must be one of [0, 1, 2]"),
         (["sample", "--model", "nowhere"], "--model"),
         (["sample", "--model", ".", "--n", "0"], "--n"),
     ],

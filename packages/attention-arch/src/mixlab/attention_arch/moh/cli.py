@@ -65,6 +65,9 @@ def train(
     patch_size: int = 2,
     d_state: int = 4,
     expand: float = 1.0,
+    top_k: Annotated[
+        int, typer.Option(help="routed systems: 1 or 2 levels and experts per block (0: soft)")
+    ] = 1,
     steps: int = 2000,
     batch_size: int = 64,
     lr: float = 2e-3,
@@ -85,6 +88,7 @@ def train(
     if size is not None:
         check_count(size, "--size", 8)
     check_number(expand, "--expand", expand > 0, "a number > 0")
+    check_choice(top_k, "--top-k", (0, 1, 2))
     check_number(lr, "--lr", 0 < lr < 1, "a number in (0, 1)")
     check_choice(prediction, "--prediction", ("epsilon", "v_prediction", "sample"))
     check_seed(seed)
@@ -112,7 +116,7 @@ def train(
         "width": width, "depth": depth, "d_state": d_state, "expand": expand,
         "caption_dim": CAPTION_DIM if captions is not None else None,
         "num_classes": images.num_classes if conditional and captions is None else None,
-        **system_architecture(system, expand),
+        **system_architecture(system, expand, top_k or None),
     }  # fmt: skip
     torch.manual_seed(seed)
     model = MoHDiffusion(**arguments)

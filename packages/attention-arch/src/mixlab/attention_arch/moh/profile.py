@@ -10,8 +10,9 @@ precomputed for it or computed in the call).
 Peak memory is measured in a fresh Python process, one spec after another
 (:mod:`mixlab.shared.memory` says how): ``python -m mixlab.attention_arch.moh.profile '<json
 list of specs>'`` prints the bytes one step adds for each spec ``{system, tokens, mode: "train" |
-"sample", batch, width, depth, d_state, expand, backend}`` (sample steps also take ``t``,
-default 500, and ``precomputed``, default true), after one warm-up step.
+"sample", batch, width, depth, d_state, expand, backend}`` (``top_k``, default 1: the routed
+systems' hard routes, null for soft; sample steps also take ``t``, default 500, and
+``precomputed``, default true), after one warm-up step.
 """
 
 from __future__ import annotations
@@ -58,15 +59,17 @@ def build(
     d_state: int,
     expand: float,
     backend: str,
+    top_k: int | None = 1,
     seed: int = 0,
 ) -> MoHDiffusion:
     """``system`` (a name of :mod:`.config`) on ``tokens`` tokens; MoH at ``width``, any other
-    system at the width that matches MoH's parameters. ``backend``: the selective scan's."""
+    system at the width that matches MoH's parameters. ``backend``: the selective scan's;
+    ``top_k``: the routed systems' hard routes (None: soft)."""
     base = {"sample_size": PATCH * grid_side(tokens), "in_channels": 1, "patch_size": PATCH,
             "depth": depth, "d_state": d_state, "expand": expand, "backend": backend}  # fmt: skip
-    arguments = {**base, **system_architecture(system, expand), "width": width}
+    arguments = {**base, **system_architecture(system, expand, top_k), "width": width}
     if system != MOH:
-        moh = parameter_count({**base, **system_architecture(MOH, expand), "width": width})
+        moh = parameter_count({**base, **system_architecture(MOH, expand, top_k), "width": width})
         arguments["width"] = matched_width(arguments, moh, width)
     torch.manual_seed(seed)
     return MoHDiffusion(**arguments)
@@ -136,7 +139,8 @@ def make_step(spec: dict[str, Any]) -> tuple[MoHDiffusion, Callable[[], None]]:
     ``spec.get("t", 500)`` with the routes precomputed unless ``spec["precomputed"]`` is false."""
     require(spec["mode"] in MODES, "mode", f"one of {MODES}", spec["mode"])
     model = build(spec["system"], spec["tokens"], width=spec["width"], depth=spec["depth"],
-                  d_state=spec["d_state"], expand=spec["expand"], backend=spec["backend"])  # fmt: skip
+                  d_state=spec["d_state"], expand=spec["expand"], backend=spec["backend"],
+                  top_k=spec.get("top_k", 1))  # fmt: skip
     if spec["mode"] == "train":
         return model, train_step(model, spec["batch"])
     precomputed = spec.get("precomputed", True)
