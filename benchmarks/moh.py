@@ -22,12 +22,13 @@ after a warm-up, every system called once per round, side by side in one process
 is what one step adds to the resident set, every (system, N, mode) one after another in one
 fresh process (``python -m mixlab.attention_arch.moh.profile``).
 
-What MoH runs depends on training, and this benchmark builds untrained models: at
-initialisation the routers are uniform and the depth gates open (bias 3). Soft routing then runs
-every level (x1, x1/2, x1/4) and every expert; top-1 routing breaks the tie towards the first
-level and expert (x1, the raster scan at half width), one of the costlier routes a trained model
-can take (the experiment reports each trained system's FLOPs per step). Loading a trained model
-(``--model DIR``) is not implemented.
+What MoH runs depends on training, and this benchmark builds untrained models whose routers'
+output layers are drawn at random (:func:`mixlab.attention_arch.moh.profile.build`), so that
+routes differ across timesteps as a trained model's do: a top-1 training batch (random t) is split
+into several dispatch groups per block, each a separate expert call; the depth gates stay open
+(bias 3). Soft routing runs every level (x1, x1/2, x1/4) and every expert. The experiment reports
+each trained system's FLOPs per step and expert calls. Loading a trained model (``--model DIR``)
+is not implemented.
 
 Claims: (1) top-1 routing makes MoH's train step at least 2x faster than soft routing at every N
 (one expert call per block against 12: the compute issue 67 asks to match); (2) the analytic

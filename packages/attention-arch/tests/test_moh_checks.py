@@ -44,7 +44,7 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     # the untrained model scores far worse than the real-vs-real floor (the ceiling)
     untrained = result.metrics["digits8: untrained MoH"]["fid_local"]
     assert untrained > result.metrics["digits8: real"]["fid_local"]
-    assert len(result.regime) == 4
+    assert len(result.regime) == 5
     assert len(result.claims) == 5
     assert [c.key for c in result.claims] == [spec.key for spec in Config.CLAIMS]
     assert all(c.control is not None for c in result.claims)  # each judged against its control

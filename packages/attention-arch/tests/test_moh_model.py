@@ -126,6 +126,7 @@ def test_hard_routes_run_each_expert_on_its_own_rows_only(monkeypatch):
     for hook in hooks:
         hook.remove()
     assert sum(seen) == len(model.blocks) * len(x)  # one expert call per sample and block
+    assert any(0 < rows < len(x) for rows in seen)  # some experts ran on part of the batch
     monkeypatch.setattr(moh_model, "_routed_rows", lambda weight: None)  # every row everywhere
     dense, dense_grads = loss_and_grads()
     torch.testing.assert_close(dispatched, dense)
@@ -156,6 +157,21 @@ def test_expert_calls_count_soft_hard_and_closed_gates():
     with torch.no_grad():
         rows = torch.cat([hard(x[i : i + 1], t[i : i + 1]).sample for i in range(3)])
         torch.testing.assert_close(hard(x, t).sample, rows)
+
+
+def test_flops_count_closed_blocks_in_training_but_not_at_inference():
+    from mixlab.attention_arch.moh.experiment import forward_flops
+
+    torch.manual_seed(0)
+    model = MoHDiffusion(**TINY, **FULL, top_k=1).requires_grad_(False)  # as an EMA copy
+    with torch.no_grad():
+        for block in model.blocks:
+            block.router.net[2].bias[-1] = -50.0  # every gate closed
+    t = torch.tensor([10, 500, 990])
+    # training runs every block (the straight-through gate needs each update) ...
+    assert forward_flops(model, t, train=True) > 2 * forward_flops(model, t)
+    # ... inference only the embeddings and the final layer
+    assert model.expert_calls(t) == 0
 
 
 def test_gradients_reach_every_expert_level_and_gate():

@@ -60,7 +60,8 @@ CAPTION_DIM = 32
 ROUTE_GRID = 100
 """timesteps at which the routes g(t) are read for the plots and the total-variation claim"""
 METRICS = ("fid_local", "kid_local", "precision", "recall", "recognisable", "block_share",
-           "route_tv", "expert_calls", "mflops", "train_mflops", "sample_s", "train_s",
+           "route_tv", "expert_calls", "mflops", "train_mflops", "costliest_mflops", "sample_s",
+           "train_s",
            "train_step_s")  # fmt: skip
 UNTRAINED = "untrained MoH"
 """the reference cell of MoH at initialisation: the metric's ceiling"""
@@ -121,28 +122,28 @@ def forward_flops(model: MoHDiffusion, timesteps: torch.Tensor, *, train: bool =
     return counter.get_total_flops() / len(t)
 
 
+def architecture_flops(arguments: dict[str, Any]) -> float:
+    """:func:`forward_flops` of a freshly built ``MoHDiffusion(**arguments)`` at t = 500 (what
+    a plain network's forward costs at any t; the global random state is left as it was)."""
+    with torch.random.fork_rng():
+        return forward_flops(MoHDiffusion(**arguments), torch.tensor([500]))
+
+
 def costliest_route_flops(arguments: dict[str, Any]) -> float:
     """FLOPs per sample of a forward that takes, in every block, the costliest single expert at
     the finest level with the gate open: what a top-1 routed model can spend at most."""
-    costs = []
-    for expert in arguments.get("experts", ("raster",)):
-        single = {**arguments, "levels": (1,), "experts": (expert,), "top_k": None,
-                  "depth_gate": False, "routing": "timestep"}  # fmt: skip
-        torch.manual_seed(0)
-        costs.append(forward_flops(MoHDiffusion(**single), torch.tensor([500])))
-    return max(costs)
-
-
-def _flops(arguments: dict[str, Any]) -> float:
-    torch.manual_seed(0)
-    return forward_flops(MoHDiffusion(**arguments), torch.tensor([500]))
+    single = {"levels": (1,), "top_k": None, "depth_gate": False, "routing": "timestep"}
+    return max(
+        architecture_flops({**arguments, **single, "experts": (expert,)})
+        for expert in arguments.get("experts", ("raster",))
+    )
 
 
 def matched_width(
     arguments: dict[str, Any], target: float, start: int, measure=parameter_count
 ) -> int:
-    """The width (a multiple of 4) whose ``measure`` (parameters; or :func:`_flops`) is closest
-    to ``target``."""
+    """The width (a multiple of 4) whose ``measure`` (parameters; or
+    :func:`architecture_flops`) is closest to ``target``."""
     best, best_gap = start, abs(measure({**arguments, "width": start}) - target)
     for direction in (4, -4):
         width = start + direction
@@ -165,7 +166,9 @@ def architecture(system: str, config: Config, data: ImageData, size: int) -> dic
     if system == MOH:
         return moh
     if system in MATCHED_IN_FLOPS:
-        width = matched_width(arguments, costliest_route_flops(moh), config.width, _flops)
+        width = matched_width(
+            arguments, costliest_route_flops(moh), config.width, architecture_flops
+        )
     else:
         width = matched_width(arguments, parameter_count(moh), config.width)
     return {**arguments, "width": width}
@@ -233,7 +236,9 @@ def _dataset(config: Config, source: str, size: int):
     """The images, the feature net of the metrics and the caption embeddings. The feature net is
     looked up in the disk cache on every call, so that each run's cache record names it."""
     data, captions = _images(source, size, config.seed)
-    net = feature_net(data.images, data.labels, seed=config.seed, steps=config.feature_steps)
+    reference = real_halves(len(data), config.seed)[0]
+    labels = None if data.labels is None else data.labels[reference]
+    net = feature_net(data.images[reference], labels, seed=config.seed, steps=config.feature_steps)
     return data, net, captions
 
 
@@ -247,29 +252,38 @@ def _images(source: str, size: int, seed: int):
     return data, captions
 
 
-def real_halves(images: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The real images in two seeded halves: the reference every generator is scored against,
-    and the held-out half, which scored the same way gives the floor of every metric."""
-    order = torch.randperm(len(images), generator=torch.Generator().manual_seed(seed))
-    half = len(images) // 2
-    return images[order[:half]], images[order[half:]]
+def real_halves(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices of ``count`` real images in two seeded halves: the reference, on which the
+    metrics' feature net is trained and against which every generator is scored, and the
+    held-out half, which the net has not seen (as it has not seen any sample) and which, scored
+    the same way, gives the floor of every metric."""
+    order = torch.randperm(count, generator=torch.Generator().manual_seed(seed))
+    return order[: count // 2], order[count // 2 :]
+
+
+def scored_samples(config: Config, data: ImageData) -> int:
+    """How many samples each generator is scored on: ``n_samples``, at most the held-out half's
+    size, so that the floor is measured at the same n (FID_local's bias shrinks with n)."""
+    return min(config.n_samples, len(real_halves(len(data), config.seed)[1]))
 
 
 def _reference(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
     """A reference row: the held-out real half (the floor), the Gaussian fit (the trivial
-    generator) or MoH untrained (its zero-initialised output layer predicts x0 = 0: the ceiling)."""
+    generator) or MoH untrained (its zero-initialised output layer predicts 0, for x0
+    prediction blank images: the ceiling)."""
     data, net, captions = _dataset(config, cell["dataset"], cell["size"])
-    reference, held_out = real_halves(data.images, config.seed)
+    reference, held_out = (data.images[i] for i in real_halves(len(data), config.seed))
+    n = scored_samples(config, data)
     if cell["system"] == "real":
-        fake = held_out[: config.n_samples]
+        fake = held_out[:n]
     elif cell["system"] == "Gaussian fit":
-        fake = gaussian_fit_samples(data.images, config.n_samples, seed=config.seed)
+        fake = gaussian_fit_samples(data.images, n, seed=config.seed)
     else:
         arguments = architecture(MOH, config, data, cell["size"])
         seed_everything(config.seed)
         labels = data.labels if arguments["num_classes"] is not None else None
-        conditioning = sampling_conditions(data, captions, labels, config.n_samples, config.seed)
-        fake = sample(MoHDiffusion(**arguments), config.n_samples, steps=config.sample_steps,
+        conditioning = sampling_conditions(data, captions, labels, n, config.seed)
+        fake = sample(MoHDiffusion(**arguments), n, steps=config.sample_steps,
                       seed=config.seed + 2000, prediction_type=config.prediction,
                       guidance_scale=config.guidance_scale, **conditioning)  # fmt: skip
     return {**cell, **score(net, reference, fake, seed=config.seed)}
@@ -296,7 +310,8 @@ def _train_cell(
     )
     drawing = {"prediction_type": config.prediction, "guidance_scale": config.guidance_scale}
 
-    reference = real_halves(data.images, config.seed)[0]
+    reference = data.images[real_halves(len(data), config.seed)[0]]
+    n = scored_samples(config, data)
     curve_s = 0.0  # time spent on the curve checkpoints, not on training steps
 
     def curve_point(step: int, ema: MoHDiffusion) -> dict[str, Any]:
@@ -305,8 +320,9 @@ def _train_cell(
         conditioning = sampling_conditions(data, captions, labels, config.curve_samples, seed)
         fake = sample(ema, config.curve_samples, steps=config.curve_sample_steps,
                       seed=seed + 1000, **drawing, **conditioning)  # fmt: skip
+        fid = score(net, reference, fake, seed=seed)["fid_local"]
         curve_s += time.perf_counter() - started
-        return {"curve_fid_local": score(net, reference, fake, seed=seed)["fid_local"]}
+        return {"curve_fid_local": fid}
 
     # steps a resumed run still trains (train_step_s times those only)
     first_step = max(Checkpointer(run_dir, resume=True).steps(), default=0) if resume else 0
@@ -318,17 +334,21 @@ def _train_cell(
     )  # fmt: skip
     train_s = time.perf_counter() - started
     ema.save_pretrained(run_dir / "model")
-    conditioning = sampling_conditions(data, captions, labels, config.n_samples, seed)
+    conditioning = sampling_conditions(data, captions, labels, n, seed)
     started = time.perf_counter()
-    fake = sample(ema, config.n_samples, steps=config.sample_steps, seed=seed + 2000,
+    fake = sample(ema, n, steps=config.sample_steps, seed=seed + 2000,
                   **drawing, **conditioning)  # fmt: skip
     sample_s = time.perf_counter() - started
     torch.save(fake[:64].clone(), run_dir / "samples.pt")
     measured = score(net, reference, fake, seed=seed)
+    trained = config.steps - first_step  # steps this process ran (a resumed run: the rest)
+    costliest = None
+    if arguments.get("top_k") is not None:  # what a routed model can spend at most
+        costliest = costliest_route_flops(arguments) / 1e6
     if (captions is not None or labels is not None) and data.labels is not None:
         with torch.no_grad():  # alignment: the local classifier finds the asked class
             predicted = net(fake).argmax(1)
-        wanted = data.labels[_sampled_images(data, config.n_samples, seed)]
+        wanted = data.labels[_sampled_images(data, n, seed)]
         measured["alignment"] = float((predicted == wanted).float().mean())
     curve = [h for h in history if "curve_fid_local" in h]
     return {
@@ -339,8 +359,9 @@ def _train_cell(
         "width": arguments["width"],
         "block_share": block_share(ema, config.sample_steps),
         **compute_costs(ema, config.sample_steps),
+        "costliest_mflops": costliest,
         "train_s": train_s,
-        "train_step_s": (train_s - curve_s) / max(1, config.steps - first_step),
+        "train_step_s": (train_s - curve_s) / trained if trained else None,
         "sample_s": sample_s,
         "curve": {"step": [h["step"] for h in curve],
                   "fid_local": [h["curve_fid_local"] for h in curve]},
@@ -485,6 +506,14 @@ def regime(metrics: dict[str, dict[str, Any]], config: Config) -> list[Claim]:
             f"{source}{size}: every system matched in parameters is within "
             f"{config.param_tolerance:.0%} of MoH's", gaps[worst], "<=", config.param_tolerance,
             value_label=f"largest relative gap ({worst})"))  # fmt: skip
+        for system in (s for s in config.systems if s in MATCHED_IN_FLOPS):
+            target = _value(metrics[_row_name(source, size, MOH)], "costliest_mflops")
+            flops = _value(metrics[_row_name(source, size, system)], "mflops")
+            checks.append(Claim.compare(
+                f"{source}{size}: {system}'s forward is within {config.param_tolerance:.0%} of the "
+                "FLOPs of MoH's costliest route", abs(flops / target - 1), "<=",
+                config.param_tolerance, value_label=f"relative gap ({flops:.3g} against "
+                f"{target:.3g} MFLOPs)"))  # fmt: skip
         out += checks
     return out
 

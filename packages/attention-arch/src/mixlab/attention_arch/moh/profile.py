@@ -27,8 +27,13 @@ from typing import Any
 
 import torch
 
-from mixlab.attention_arch.moh.config import MOH, system_architecture
-from mixlab.attention_arch.moh.experiment import matched_width, parameter_count
+from mixlab.attention_arch.moh.config import MATCHED_IN_FLOPS, MOH, system_architecture
+from mixlab.attention_arch.moh.experiment import (
+    architecture_flops,
+    costliest_route_flops,
+    matched_width,
+    parameter_count,
+)
 from mixlab.attention_arch.moh.model import MoHDiffusion
 from mixlab.attention_arch.moh.training import TrainSpec, training_loss
 from mixlab.shared import added_peak_bytes, is_count, require
@@ -62,17 +67,30 @@ def build(
     top_k: int | None = 1,
     seed: int = 0,
 ) -> MoHDiffusion:
-    """``system`` (a name of :mod:`.config`) on ``tokens`` tokens; MoH at ``width``, any other
-    system at the width that matches MoH's parameters. ``backend``: the selective scan's;
-    ``top_k``: the routed systems' hard routes (None: soft)."""
+    """``system`` (a name of :mod:`.config`) on ``tokens`` tokens; MoH at ``width``, plain Mamba
+    (equal FLOPs) at the width whose forward FLOPs match MoH's costliest route, any other system
+    at the width that matches MoH's parameters. ``backend``: the selective scan's; ``top_k``: the
+    routed systems' hard routes (None: soft). The routers' output layers are drawn at random
+    (std 1) instead of zero, so that routes differ across timesteps as a trained model's do
+    (zero-initialised, every top-1 router ties and sends every sample to the first level and
+    expert: one dispatch group per block, a best case)."""
     base = {"sample_size": PATCH * grid_side(tokens), "in_channels": 1, "patch_size": PATCH,
             "depth": depth, "d_state": d_state, "expand": expand, "backend": backend}  # fmt: skip
     arguments = {**base, **system_architecture(system, expand, top_k), "width": width}
-    if system != MOH:
-        moh = parameter_count({**base, **system_architecture(MOH, expand, top_k), "width": width})
-        arguments["width"] = matched_width(arguments, moh, width)
+    moh = {**base, **system_architecture(MOH, expand, top_k), "width": width}
+    if system in MATCHED_IN_FLOPS:
+        target = costliest_route_flops(moh)
+        arguments["width"] = matched_width(arguments, target, width, architecture_flops)
+    elif system != MOH:
+        arguments["width"] = matched_width(arguments, parameter_count(moh), width)
     torch.manual_seed(seed)
-    return MoHDiffusion(**arguments)
+    model = MoHDiffusion(**arguments)
+    for block in model.blocks:
+        if block.router.net is not None:
+            routed = slice(None, -1) if block.router.depth_gate else slice(None)
+            with torch.no_grad():  # the gate's row stays zero: open at every t (bias 3)
+                block.router.net[2].weight[routed].normal_()
+    return model
 
 
 def train_step(model: MoHDiffusion, batch: int, *, seed: int = 0) -> Callable[[], None]:
