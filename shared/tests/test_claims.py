@@ -54,6 +54,23 @@ def test_a_claim_its_control_fails_holds() -> None:
     assert claim.key == "beats_theirs"
 
 
+def test_several_controls_make_a_claim_vacuous_when_any_of_them_passes() -> None:
+    # simple misses theirs on seed 1, chance never beats it: both controls fail, the claim holds
+    claim = judge(spec(also_controls=("chance",)), beats("theirs"))
+    assert claim.state == "holds"
+    assert claim.control is not None
+    assert claim.control.system == "simple and chance"
+    assert claim.control.evidence.startswith("simple: worst of 3 seeds")
+    assert "; chance: worst of 3 seeds" in claim.control.evidence
+    # theirs beats chance on every seed: one passing control is enough for vacuous
+    vacuous = judge(spec(control="chance", also_controls=("theirs",)), beats("chance"))
+    assert (vacuous.holds, vacuous.state) == (True, "vacuous")
+    with pytest.raises(ValueError, match="control and also_controls must be distinct"):
+        spec(also_controls=("simple",))
+    with pytest.raises(ValueError, match="control and also_controls must be distinct"):
+        spec(also_controls=("ours",))
+
+
 def test_a_failing_claim_fails_whatever_the_control_does() -> None:
     claim = judge(spec(control="theirs"), beats("ours"))
     assert claim.state == "fails"
@@ -191,7 +208,7 @@ def test_configs_check_their_declarations() -> None:
             SYSTEMS: ClassVar = ("ours", "simple")
             CLAIMS: ClassVar = (spec(), spec())
 
-    with pytest.raises(ValueError, match="control must be another system"):
+    with pytest.raises(ValueError, match="control and also_controls must be distinct systems"):
         spec(control="ours")
     with pytest.raises(ValueError, match="why_control must be a non-empty"):
         spec(why_control=" ")

@@ -39,12 +39,18 @@ def test_experiment_reports_every_system_regime_and_claim(tmp_path):
     assert rows == {f"hetero-within/{s}" for s in (*TINY["systems"], "floor")}
     assert [c.key for c in result.claims] == [spec.key for spec in Config.CLAIMS]
     assert all(c.control is not None and c.control.system for c in result.claims)
-    assert result.claims[1].control.system == "sbm"
-    assert "descriptors where sbm < E-only" in result.claims[1].control.evidence
+    assert result.claims[1].control.system == "sbm and er"  # both controls, judged alike
+    assert "sbm: " in result.claims[1].control.evidence
+    assert "descriptors where er < E-only" in result.claims[1].control.evidence
     assert len(result.regime) == 1
     check = result.regime[0]
-    e_only = result.metrics["hetero-within/E"]
-    assert f"{e_only['degree_tv'] + e_only['clustering_tv']:.4g}" in check.evidence
+    floor = result.metrics["hetero-within/floor"]
+    assert floor["degree_sep_std"] is not None  # the floor's spread over resplits
+    assert floor["sigma_clustering"] in [0.1 * f for f in (0.1, 0.3, 1.0, 3.0, 10.0)]
+    er = result.metrics["hetero-within/er"]
+    assert f"ER degree {er['degree_sep']:.4g}" in check.evidence  # ER against floor + 2 sd
+    assert result.metrics["hetero-within/E"]["self_mean_sep"] is not None  # E against itself
+    assert result.metrics["hetero-within/E"]["exact_recovery_refined"] is not None
     gated = [c for c in result.claims if c.text in check.gates]
     assert gated
     assert check.holds or all(c.state == "untested" for c in gated)
@@ -66,13 +72,13 @@ def test_killed_experiment_resumes_to_the_same_result(tmp_path, monkeypatch):
     def dies_after_three(*args):
         if len(calls) == 3:
             raise KeyboardInterrupt
-        calls.append(args[2])
+        calls.append(args[3])
         return real(*args)
 
     monkeypatch.setattr(experiment, "run_cell", dies_after_three)
     with pytest.raises(KeyboardInterrupt):
         run_experiment(config, tmp_path / "killed")
-    monkeypatch.setattr(experiment, "run_cell", lambda *a: calls.append(a[2]) or real(*a))
+    monkeypatch.setattr(experiment, "run_cell", lambda *a: calls.append(a[3]) or real(*a))
     resumed = METHOD.execute(config, tmp_path / "killed", resume=True)
     assert resumed.cache["state"] == "warm"  # the graph set the first run made
     assert len(calls) == 10  # 3 before the kill, the other 7 of 10 cells after it
@@ -84,9 +90,9 @@ def test_killed_experiment_resumes_to_the_same_result(tmp_path, monkeypatch):
 
 
 def _cells(mean_mmd: dict[str, list[float]]) -> list[dict]:
-    """hetero-within cells of three seeds with the given mean TV MMD per system."""
+    """hetero-within cells of three seeds with the given mean MMD (claim protocol) per system."""
     return [
-        {"set": "hetero-within", "seed": seed, "system": system, "mean_tv": values[seed]}
+        {"set": "hetero-within", "seed": seed, "system": system, "mean_sep": values[seed]}
         for system, values in mean_mmd.items()
         for seed in range(3)
     ]
@@ -99,17 +105,21 @@ def test_a_claim_the_sbm_control_also_passes_is_vacuous():
     digress = [0.10, 0.11, 0.12]
 
     def matches_digress(sbm: list[float]):
-        done = _cells({"curvdiff": [0.09, 0.10, 0.115], "digress": digress, "sbm": sbm})
-        return {c.key: c for c in claims(done, config)}["matches_digress"]
+        cells = {"curvdiff": [0.09, 0.10, 0.115], "digress": digress, "sbm": sbm, "er": er}
+        return {c.key: c for c in claims(_cells(cells), config)}["matches_digress"]
 
-    assert matches_digress(sbm=[0.2, 0.2, 0.3]).state == "holds"  # the SBM is worse on every seed
+    er = [0.3, 0.3, 0.3]
+    assert matches_digress(sbm=[0.2, 0.2, 0.3]).state == "holds"  # both controls are worse
     claim = matches_digress(sbm=[0.05, 0.05, 0.05])  # a Louvain-SBM passes the same test
     assert claim.state == "vacuous"
-    assert claim.control.system == "sbm"
+    assert claim.control.system == "sbm and er"
+    assert "sbm: worst of 3 seeds" in claim.control.evidence
     assert "sbm mean MMD 0.05 <= DiGress-style + 2 sd" in claim.control.evidence
+    er = [0.05, 0.05, 0.05]  # ER passing alone is enough
+    assert matches_digress(sbm=[0.2, 0.2, 0.3]).state == "vacuous"
     # equal means, but on seed 0 CurvDiff is worse than DiGress-style by more than 2 sd
     one_bad_seed = _cells(
-        {"curvdiff": [0.25, 0.1, 0.1], "digress": [0.05, 0.2, 0.2], "sbm": [1] * 3}
+        {"curvdiff": [0.25, 0.1, 0.1], "digress": [0.05, 0.2, 0.2], "sbm": [1] * 3, "er": [1] * 3}
     )
     claim = {c.key: c for c in claims(one_bad_seed, config)}["matches_digress"]
     assert claim.state == "fails"  # judged on the worst seed, not the mean
@@ -133,7 +143,7 @@ def test_the_e_only_control_of_claim_1_is_judged_against_the_other_geometries():
         for seed in range(3)
     ]  # fmt: skip
     claim = {c.key: c for c in claims(done, config)}["product_lower_distortion"]
-    assert claim.control.system == "E"
+    assert claim.control.system == "E and H and S"  # each single geometry at equal dimension
     assert claim.control.tested  # E-only beats H and S on every seed
     assert claim.control.holds
     assert claim.state == "vacuous"

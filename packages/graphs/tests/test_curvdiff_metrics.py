@@ -26,6 +26,7 @@ from mixlab.graphs.curvdiff.metrics import (
     optimal_scale,
     orbit_counts,
     reconstruction_auroc,
+    separating_kernels,
     vun,
 )
 
@@ -94,6 +95,41 @@ def test_mmd_closed_forms_on_one_cycle_and_one_clique() -> None:
     # clustering 0 vs 1: 99 bins apart, distance_scaling 100 → EMD 0.99, σ = 0.1
     assert emd["clustering"] == pytest.approx(2 - 2 * math.exp(-(0.99**2) / (2 * 0.01)))
     assert tv["clustering"] == pytest.approx(2 - 2 * math.exp(-1 / (2 * 0.01)))
+
+
+def test_the_spectral_emd_kernel_measures_in_eigenvalues_and_tells_sets_apart() -> None:
+    """In GDSS's bin units every pair of spectra is tens of bins apart: the MMD was 1/n + 1/m
+    for any two sets (issue 68); in eigenvalue units it depends on the graphs."""
+    cycles = [nx.cycle_graph(n) for n in range(6, 12)]
+    paths = [nx.path_graph(n) for n in range(6, 12)]
+    stars = [nx.star_graph(n) for n in range(5, 11)]
+    constant = 1 / 6 + 1 / 6
+    near = mmd_table(cycles, paths, "emd", stub_curvature)["spectral"]
+    far = mmd_table(cycles, stars, "emd", stub_curvature)["spectral"]
+    assert 10 * near < far  # cycles and paths have nearly the same spectra; stars do not
+    cycle, path = (describe(g, stub_curvature).spectral for g in (cycles, paths))
+    bins = mmd2(cycle, path, "gaussian_emd", 1.0, 1.0)  # the old kernel, in bin units
+    assert bins == pytest.approx(constant, abs=1e-6)  # k = 0 off the diagonal: a constant
+
+
+def test_separating_kernels_choose_the_sigma_that_tells_the_baseline_from_the_data() -> None:
+    rng = np.random.default_rng(0)
+    data = [nx.connected_watts_strogatz_graph(int(n), 4, 0.1, seed=int(n) + i)
+            for i, n in enumerate(rng.integers(10, 16, 12))]  # fmt: skip
+    baseline = [
+        nx.gnp_random_graph(int(n), 0.3, seed=i) for i, n in enumerate(rng.integers(10, 16, 12))
+    ]
+    kernels = separating_kernels(data, baseline, "tv", seed=0)
+    assert set(kernels) == {"degree", "clustering", "orbit", "spectral", "curvature"}
+    for name, (kernel, sigma, scaling) in kernels.items():
+        published = KERNELS["tv"][name]
+        assert (kernel, scaling) == (published[0], published[2])
+        assert any(sigma == pytest.approx(published[1] * f) for f in (0.1, 0.3, 1.0, 3.0, 10.0))
+    # the chosen σ separates at least as well as the published one, on the training data
+    chosen = mmd_table(baseline, data, "tv", kernels=kernels)
+    assert chosen["clustering"] > mmd_table(data[:6], data[6:], "tv", kernels=kernels)["clustering"]
+    with pytest.raises(ValueError, match="reference must be at least 4 graphs"):
+        separating_kernels(data[:3], baseline, "tv")
 
 
 def test_pyg_data_gives_the_same_table_as_networkx() -> None:

@@ -177,14 +177,20 @@ def test_molecule_metrics() -> None:
     train = ["CCO", "c1ccccc1"]
     generated = ["OCC", "C1=CC=CC=C1", "CC#N", "CC#N", None, "C.C", "not a smiles"]
     m = molecule_metrics(generated, train)
-    assert m["validity"] == pytest.approx(5 / 7)
-    # valid: CCO, c1ccccc1, CC#N, CC#N, C.C -> unique 4
-    assert m["uniqueness"] == pytest.approx(4 / 5)
-    assert m["novelty"] == pytest.approx(2 / 4)  # CC#N and C.C
-    assert m["vun"] == pytest.approx(2 / 7)
+    # sanitized: CCO, c1ccccc1, CC#N, CC#N, C.C; valid (one fragment): all but C.C
+    assert m["sanitized"] == pytest.approx(5 / 7)
+    assert m["validity"] == pytest.approx(4 / 7)
+    assert m["fragment_rate"] == pytest.approx(1 / 5)
+    assert m["largest_fragment_validity"] == pytest.approx(5 / 7)  # C.C's largest piece is C
+    assert m["uniqueness"] == pytest.approx(3 / 4)  # CCO, c1ccccc1, CC#N
+    assert m["novelty"] == pytest.approx(1 / 3)  # CC#N (C.C is no longer a valid molecule)
+    assert m["vun"] == pytest.approx(1 / 7)
     assert m["connected"] == pytest.approx(4 / 5)
     empty = molecule_metrics([], train)
-    assert empty == dict.fromkeys(["validity", "uniqueness", "novelty", "vun", "connected"], 0.0)
+    assert empty == dict.fromkeys(
+        ["validity", "sanitized", "fragment_rate", "largest_fragment_validity", "uniqueness",
+         "novelty", "vun", "connected"], 0.0,
+    )  # fmt: skip
     assert molecule_metrics([None, None], [])["validity"] == 0.0
     fast = molecule_metrics(generated, ["CCO", "c1ccccc1"], canonicalize_train=False)
     assert fast == m

@@ -413,6 +413,9 @@ class ClaimSpec:
     """the system the test runs again in the method's place; if it passes too, the claim is vacuous"""
     why_control: str
     """why the control is the strongest simple system without the method's idea"""
+    also_controls: tuple[str, ...] = ()
+    """further controls the test runs on in the method's place (a Louvain-SBM *and* ER): the
+    claim is vacuous when any of them passes too, untested when any cannot be judged"""
     premises: tuple[str, ...] = ()
     """keys of the checks the paper's argument assumes, computed in the run and passed to
     :func:`judge`; one that fails makes the claim untested"""
@@ -432,9 +435,11 @@ class ClaimSpec:
         for name in ("text", "system", "control", "why_control"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
                 raise ValueError(f"ClaimSpec {self.key!r}: {name} must be a non-empty string")
-        if self.control == self.system:
+        object.__setattr__(self, "also_controls", tuple(self.also_controls))
+        if self.system in self.controls or len(set(self.controls)) != len(self.controls):
             raise ValueError(
-                f"ClaimSpec {self.key!r}: control must be another system than {self.system!r}"
+                f"ClaimSpec {self.key!r}: control and also_controls must be distinct systems "
+                f"other than {self.system!r}, got {list(self.controls)}"
             )
         object.__setattr__(self, "premises", tuple(self.premises))
         if len(set(self.premises)) != len(self.premises):
@@ -445,6 +450,11 @@ class ClaimSpec:
             raise ValueError(
                 f"ClaimSpec {self.key!r}: floor must lie below ceiling, got {self.floor} and {self.ceiling}"
             )
+
+    @property
+    def controls(self) -> tuple[str, ...]:
+        """``control`` and ``also_controls``."""
+        return (self.control, *self.also_controls)
 
     def threshold_value(self, config: Any = None) -> float | None:
         """The threshold as a number: the named config field's value, or the number itself."""
@@ -518,13 +528,15 @@ def judge(
             f"claim {spec.key!r} declares the premises {list(spec.premises)}; judge got {sorted(supplied)}"
         )
     claim = test(spec.system)
-    try:
-        control_claim = test(spec.control)
-    except KeyError as error:
-        raise ValueError(
-            f"claim {spec.key!r}: the control {spec.control!r} has no metrics in this run ({error})"
-        ) from error
-    for name, outcome in (("system", claim), ("control", control_claim)):
+    outcomes = []
+    for control in spec.controls:
+        try:
+            outcomes.append(test(control))
+        except KeyError as error:
+            raise ValueError(
+                f"claim {spec.key!r}: the control {control!r} has no metrics in this run ({error})"
+            ) from error
+    for name, outcome in (("system", claim), *(("control", o) for o in outcomes)):
         if not isinstance(outcome, Claim):
             raise ValueError(f"claim {spec.key!r}: the test must return a Claim for the {name}")
         if not spec.not_per_seed and not outcome.per_seed:
@@ -532,6 +544,7 @@ def judge(
                 f"claim {spec.key!r} must be judged seed by seed (Claim.worst_seed or "
                 "Claim.paired), or its ClaimSpec must say why not (not_per_seed)"
             )
+    control_claim = outcomes[0] if len(outcomes) == 1 else _any_control(spec.controls, outcomes)
     checks = [supplied[key] for key in spec.premises]
     threshold = spec.threshold_value(config) if threshold is None else threshold
     if floor is not None or ceiling is not None:
@@ -544,7 +557,7 @@ def judge(
         text=text,
         key=spec.key,
         control=Control(
-            system=spec.control,
+            system=" and ".join(spec.controls),
             holds=control_claim.holds,
             tested=control_claim.tested,
             evidence=control_claim.evidence,
@@ -552,8 +565,21 @@ def judge(
         not_per_seed=spec.not_per_seed,
     )._gated(checks)
     if not control_claim.tested and verdict.tested:
-        verdict = verdict.untested(f"the control {spec.control} could not be judged")
+        names = " and ".join(spec.controls)
+        verdict = verdict.untested(f"the control {names} could not be judged")
     return verdict
+
+
+def _any_control(names: Sequence[str], outcomes: Sequence[Claim]) -> Claim:
+    """Several controls as one: it passes when any of them passes (so the claim is vacuous),
+    and can be judged only when every one can."""
+    return Claim(
+        text=" and ".join(names),
+        holds=any(o.holds and o.tested for o in outcomes),
+        evidence="; ".join(f"{n}: {o.evidence}" for n, o in zip(names, outcomes, strict=True)),
+        tested=all(o.tested for o in outcomes),
+        per_seed=all(o.per_seed for o in outcomes),
+    )
 
 
 def _bounded(threshold: float, floor: float | None, ceiling: float | None) -> Claim:

@@ -103,7 +103,7 @@ class ExperimentConfig:
         for spec in cls.CLAIMS:
             if not isinstance(spec, ClaimSpec):
                 raise ValueError(f"{cls.__qualname__}.CLAIMS must hold ClaimSpecs, got {spec!r}")
-            unknown = [s for s in (spec.system, spec.control) if s not in cls.SYSTEMS]
+            unknown = [s for s in (spec.system, *spec.controls) if s not in cls.SYSTEMS]
             if unknown:
                 raise ValueError(
                     f"{cls.__qualname__}.CLAIMS[{spec.key!r}] names {unknown}, which are not "

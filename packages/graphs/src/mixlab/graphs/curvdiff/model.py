@@ -371,10 +371,14 @@ class CurvDiff:
 
     # ------------------------------------------------------------------ autoencoder quality
     @torch.no_grad()
-    def reconstruct(self, graphs: Sequence[Data], seed: int = 0) -> dict[str, torch.Tensor]:
-        """Edge probabilities, true adjacency, mask and latent product distances of ``graphs``."""
+    def reconstruct(
+        self, graphs: Sequence[Data], seed: int = 0, *, refine: bool = True
+    ) -> dict[str, torch.Tensor]:
+        """Edge probabilities, true adjacency, mask and latent product distances of ``graphs``;
+        with ``refine``, after the latents are refined on each graph's own adjacency (what
+        the decoder can hold), else from the encoder alone (what it infers)."""
         graphs = self._prepare(graphs)
-        u, mask = self._encode(graphs, seed)
+        u, mask = self._encode(graphs, seed, refine=refine)
         adjacency, _ = dense_adjacency(graphs)
         return {
             "probabilities": self.autoencoder.edge_logits(u).sigmoid().cpu(),

@@ -590,25 +590,35 @@ def molecule_metrics(
 ) -> dict[str, float]:
     """Validity, uniqueness, novelty, V.U.N. and connectivity of generated molecules.
 
-    ``generated_smiles`` holds :func:`data_to_smiles` outputs (None = invalid); a string counts as
-    valid when RDKit parses it. Every SMILES is compared in canonical form without stereo.
-    Pass ``canonicalize_train=False`` when ``train_smiles`` are ``Data.smiles`` (already canonical)
-    to skip re-parsing a large training set.
+    ``generated_smiles`` holds :func:`data_to_smiles` outputs (None = invalid). A molecule is
+    **valid** when RDKit parses (sanitizes) it *and* it is one connected fragment (no "." in its
+    SMILES): a set of disconnected fragments is not one molecule (issue 68; GDSS, DiGress and
+    MoFlow report validity without correction on sanitization alone, which this refuses). Every
+    SMILES is compared in canonical form without stereo. Pass ``canonicalize_train=False`` when
+    ``train_smiles`` are ``Data.smiles`` (already canonical) to skip re-parsing a large training
+    set.
 
-    - validity: valid / total;
+    - validity: valid (sanitizes, one fragment) / total;
+    - sanitized: sanitizes, any number of fragments / total;
+    - fragment_rate: sanitized with more than one fragment / sanitized;
+    - largest_fragment_validity: the largest fragment of a sanitized molecule is a valid molecule,
+      over total (what a "largest fragment" post-processing would report);
     - uniqueness: distinct valid / valid;
     - novelty: distinct valid not in the training set / distinct valid;
     - vun: distinct valid novel / total (valid ∧ unique ∧ novel);
-    - connected: valid with one fragment / valid.
+    - connected: valid with one fragment / sanitized (kept for older reports: 1 − fragment_rate).
 
     Every ratio with a zero denominator is 0.0.
     """
     total = len(generated_smiles)
-    valid = []
+    sanitized = []
     for s in generated_smiles:
         mol = _parse(s) if isinstance(s, str) and s else None
         if mol is not None:
-            valid.append(_canonical(mol))
+            sanitized.append(_canonical(mol))
+    valid = [s for s in sanitized if "." not in s]
+    largest = [max(s.split("."), key=len) for s in sanitized]
+    largest_valid = sum(_parse(s) is not None for s in largest)
     if canonicalize_train:
         train = set()
         for s in train_smiles:
@@ -624,10 +634,13 @@ def molecule_metrics(
 
     return {
         "validity": ratio(len(valid), total),
+        "sanitized": ratio(len(sanitized), total),
+        "fragment_rate": ratio(len(sanitized) - len(valid), len(sanitized)),
+        "largest_fragment_validity": ratio(largest_valid, total),
         "uniqueness": ratio(len(unique), len(valid)),
         "novelty": ratio(len(novel), len(unique)),
         "vun": ratio(len(novel), total),
-        "connected": ratio(sum("." not in s for s in valid), len(valid)),
+        "connected": ratio(len(valid), len(sanitized)),
     }
 
 
