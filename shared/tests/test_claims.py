@@ -69,6 +69,18 @@ def test_several_controls_make_a_claim_vacuous_when_any_of_them_passes() -> None
         spec(also_controls=("simple",))
     with pytest.raises(ValueError, match="control and also_controls must be distinct"):
         spec(also_controls=("ours",))
+    with pytest.raises(ValueError, match="also_controls must be a tuple"):
+        spec(also_controls="chance")
+    # a control that cannot be judged leaves the claim untested, unless another one passes
+
+    def with_unjudged(system: str) -> Claim:
+        if system == "chance":
+            return Claim.not_run(system, "chance was not run")
+        return beats("chance")(system)
+
+    assert judge(spec(also_controls=("chance",)), with_unjudged).state == "vacuous"  # simple passes
+    lonely = judge(spec(control="chance", also_controls=("theirs",)), beats("ours"))
+    assert lonely.state == "fails"
 
 
 def test_a_failing_claim_fails_whatever_the_control_does() -> None:

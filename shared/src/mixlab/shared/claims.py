@@ -435,6 +435,11 @@ class ClaimSpec:
         for name in ("text", "system", "control", "why_control"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
                 raise ValueError(f"ClaimSpec {self.key!r}: {name} must be a non-empty string")
+        if isinstance(self.also_controls, str):
+            raise ValueError(
+                f"ClaimSpec {self.key!r}: also_controls must be a tuple of system names, got "
+                f"the string {self.also_controls!r}"
+            )
         object.__setattr__(self, "also_controls", tuple(self.also_controls))
         if self.system in self.controls or len(set(self.controls)) != len(self.controls):
             raise ValueError(
@@ -571,13 +576,14 @@ def judge(
 
 
 def _any_control(names: Sequence[str], outcomes: Sequence[Claim]) -> Claim:
-    """Several controls as one: it passes when any of them passes (so the claim is vacuous),
-    and can be judged only when every one can."""
+    """Several controls as one: it passes when any of them passes (so the claim is vacuous);
+    it is judged when every control is, or when one that is passes already."""
+    passed = any(o.holds and o.tested for o in outcomes)
     return Claim(
         text=" and ".join(names),
-        holds=any(o.holds and o.tested for o in outcomes),
+        holds=passed,
         evidence="; ".join(f"{n}: {o.evidence}" for n, o in zip(names, outcomes, strict=True)),
-        tested=all(o.tested for o in outcomes),
+        tested=passed or all(o.tested for o in outcomes),
         per_seed=all(o.per_seed for o in outcomes),
     )
 

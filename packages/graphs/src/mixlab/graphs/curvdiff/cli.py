@@ -169,9 +169,11 @@ def sample(
     from mixlab.shared.files import write_text_atomic
 
     smiles = [g.smiles for g in graphs]
-    valid = [s for s in smiles if s is not None]
-    write_text_atomic(out, "".join(f"{s}\n" for s in valid))
-    typer.echo(f"wrote {len(valid)} valid of {num} molecules to {out}")
+    sanitized = [s for s in smiles if s is not None]  # fragmented ("C.C") ones included
+    write_text_atomic(out, "".join(f"{s}\n" for s in sanitized))
+    connected = sum("." not in s for s in sanitized)
+    typer.echo(f"wrote the {len(sanitized)} of {num} molecules that sanitize to {out} "
+               f"({connected} valid: one fragment)")  # fmt: skip
 
 
 @app.command()
