@@ -144,7 +144,9 @@ class Config(ExperimentConfig):
     """held-out graphs per set: the MMD reference; the floor resplits train + test into sets of
     these sizes"""
     num_samples: int = 64
-    """graphs generated per system and seed"""
+    """graphs generated per system and seed: the first len(train) are scored against the test
+    graphs (the floor's sizes), the last len(test) against the rest (the generator against
+    itself)"""
     systems: tuple[str, ...] = SYSTEMS
     """systems run on every graph set: the latent models E, H, S, HSE and curvdiff (HSE + Ricci
     gating and conditioning), the DiGress-style baseline and the ER and Louvain-SBM samplers"""

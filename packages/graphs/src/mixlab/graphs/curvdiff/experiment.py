@@ -281,7 +281,10 @@ def run_cell(
         result |= molecule_metrics(smiles, [g.smiles for g in train])
     else:
         generated = describe(samples)
-        result |= mmd_tables(generated, describe(test), kernels[name])
+        # scored at the floor's sizes (len(train) samples against the test graphs): the biased
+        # MMD carries 1/n + 1/m, so a set scored at other sizes would sit off the floor
+        scored = generated.rows(range(min(len(generated), len(train))))
+        result |= mmd_tables(scored, describe(test), kernels[name])
         # the generator against itself: its last len(test) graphs (at most half) against the
         # rest, as its samples are scored against the test graphs
         cut = len(generated) - min(len(test), len(generated) // 2)

@@ -406,6 +406,9 @@ def _descriptor_mmd(
 
 SELECTION_SPLITS = 10
 """random halvings of the training graphs that score each candidate σ"""
+SATURATED = 0.05
+"""a σ whose mean kernel value between two training graphs lies below this (or above 1 minus
+this) is saturated and not a candidate: its MMD is near 1/n + 1/m (or 0) for any two sets"""
 
 
 def separating_kernels(
@@ -422,8 +425,10 @@ def separating_kernels(
     has (the regime's own statistic: how many floor sds the baseline sits above the floor). A σ
     far below the typical distance makes every off-diagonal k ≈ 0 and the MMD a constant
     1/n + 1/m; far above it, every k ≈ 1 (issue 68: the TV clustering and curvature kernels at
-    σ = 0.1 sat at that constant). Pass only training graphs and a baseline drawn apart from the
-    one scored: the choice must see neither the test set nor the scored samples."""
+    σ = 0.1 sat at that constant), so a σ at which the mean k between two training graphs is
+    below :data:`SATURATED` or above 1 − it is no candidate (none left: the published σ). Pass
+    only training graphs and a baseline drawn apart from the one scored: the choice must see
+    neither the test set nor the scored samples."""
     reference, baseline = describe(reference), describe(baseline)
     require(len(reference) >= 4, "reference", "at least 4 graphs (two halves of 2)", len(reference))
     rng = np.random.default_rng(seed)
@@ -439,13 +444,19 @@ def separating_kernels(
         if getattr(reference, name) is None or getattr(baseline, name) is None:
             continue
         scale = float(getattr(reference, name).shape[1]) if scaling is None else scaling
+        values = getattr(reference, name)
+        values = pmf(values) if _IS_HIST[name] else values
         score = {}
-        for candidate in (sigma * factor for factor in SIGMA_FACTORS):
+        for candidate in (float(f"{sigma * factor:.6g}") for factor in SIGMA_FACTORS):
+            within = kernel_matrix(values, values, kernel, candidate, scale)
+            typical = within[~np.eye(len(within), dtype=bool)].mean()
+            if not SATURATED < typical < 1 - SATURATED:
+                continue  # k ≈ 0 (or 1) between almost any two graphs: the MMD is a constant
             kernel_of = (name, kernel, candidate, scale)
             floors = np.array([_descriptor_mmd(b, a, *kernel_of) for a, b, _ in splits])
             apart = np.array([_descriptor_mmd(drawn, a, *kernel_of) for a, _, drawn in splits])
             score[candidate] = (apart.mean() - floors.mean()) / max(floors.std(), 1e-12)
-        chosen[name] = (kernel, max(score, key=score.get), scaling)
+        chosen[name] = (kernel, max(score, key=score.get) if score else sigma, scaling)
     return chosen
 
 
