@@ -126,6 +126,27 @@ def test_a_claim_the_sbm_control_also_passes_is_vacuous():
     assert "worst of 3 seeds (seed 0)" in claim.evidence
 
 
+def test_a_win_against_an_e_only_at_the_floor_is_untested():
+    """Claim 2's premise: E-only above the real-vs-real floor + 2 sd on every seed, else a
+    win against it would be a win against the data."""
+    from mixlab.graphs.curvdiff.experiment import claims
+
+    config = Config(**TINY)
+    done = [
+        {"set": "hetero-within", "seed": seed, "system": system,
+         **{f"{d}_sep": value + 0.01 * seed for d in ("degree", "clustering", "orbit", "spectral")},
+         "mean_sep": value + 0.01 * seed}
+        for system, value in (("E", 0.30), ("curvdiff", 0.10), ("sbm", 0.50), ("er", 0.50))
+        for seed in range(3)
+    ]  # fmt: skip
+    floors = {"hetero-within": {"mean_sep": 0.05, "mean_sep_std": 0.01}}
+    assert {c.key: c for c in claims(done, config, floors)}["beats_euclidean_mmd"].state == "holds"
+    at_floor = {"hetero-within": {"mean_sep": 0.31, "mean_sep_std": 0.01}}
+    claim = {c.key: c for c in claims(done, config, at_floor)}["beats_euclidean_mmd"]
+    assert claim.state == "untested"
+    assert "above the real-vs-real floor" in claim.evidence
+
+
 def test_the_e_only_control_of_claim_1_is_judged_against_the_other_geometries():
     """Claim 1's control E-only is one of the claim's references: judged in HSE's place it is
     compared with H and S only, never with itself, so it can pass (the claim is then vacuous)."""

@@ -13,6 +13,7 @@ from scipy.stats import wasserstein_distance
 
 from mixlab.graphs.curvdiff.metrics import (
     KERNELS,
+    GraphDescriptors,
     describe,
     distortion,
     emd_1d,
@@ -130,6 +131,18 @@ def test_separating_kernels_choose_the_sigma_that_tells_the_baseline_from_the_da
     assert chosen["clustering"] > mmd_table(data[:6], data[6:], "tv", kernels=kernels)["clustering"]
     with pytest.raises(ValueError, match="reference must be at least 4 graphs"):
         separating_kernels(data[:3], baseline, "tv")
+
+
+def test_descriptor_rows_and_concat_keep_each_graph() -> None:
+    a = describe([nx.path_graph(3), nx.star_graph(5)], stub_curvature)  # degrees up to 5
+    b = describe([nx.cycle_graph(4)], stub_curvature)  # degree 2 only: a narrower histogram
+    both = GraphDescriptors.concat(a, b)
+    assert len(both) == 3
+    assert both.degree.shape[1] == a.degree.shape[1] > b.degree.shape[1]
+    np.testing.assert_array_equal(both.rows([2]).orbit, b.orbit)
+    assert mmd_table(both.rows([0, 1]), both.rows([2]), "tv") == pytest.approx(
+        mmd_table(a, b, "tv")
+    )
 
 
 def test_pyg_data_gives_the_same_table_as_networkx() -> None:
