@@ -243,3 +243,64 @@ def test_run_cells_refuses_a_checkpoint_of_an_older_layout_in_one_line(tmp_path:
     with pytest.raises(ValueError, match="older layout") as caught:
         run_cells(tmp_path, Config(), [{"cell": 0}], json.dumps, resume=True, label="t")
     assert "\n" not in str(caught.value)
+
+
+_SLOW_CELLS = """
+import sys, time
+from dataclasses import dataclass
+from mixlab.shared import ExperimentConfig, run_cells
+
+@dataclass
+class Config(ExperimentConfig):
+    pass
+
+def cell(c):
+    if c["cell"] > 0:
+        time.sleep(120)  # a long cell: Ctrl-C must not wait for it
+    return c["cell"]
+
+if __name__ == "__main__":
+    print("started", flush=True)
+    run_cells(sys.argv[1], Config(), [{"cell": i} for i in range(6)], cell, resume=False,
+              label="t", workers=2)
+"""
+
+
+def test_ctrl_c_stops_a_run_with_worker_processes_and_keeps_the_finished_cells(
+    tmp_path: Path,
+) -> None:
+    """Issue 80: leaving a process pool waited for every submitted cell, so SIGINT to a run with
+    workers did not end it (240 s and counting); now it ends within seconds and the cell that
+    finished is on record for --resume."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "slow.py"
+    script.write_text(_SLOW_CELLS)
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "run")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's Ctrl-C reaches it
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "started"
+    done = tmp_path / "run" / "checkpoints"
+    deadline = time.monotonic() + 60
+    while not any(done.glob("*.json")) and time.monotonic() < deadline:
+        time.sleep(0.2)  # cell 0 finished: the workers are busy with the slow ones
+    os_group = process.pid
+    os.killpg(os_group, signal.SIGINT)
+    started = time.monotonic()
+    try:
+        code = process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(os_group, signal.SIGKILL)
+    assert time.monotonic() - started < 30
+    assert code != 0
+    assert any(done.glob("*.json"))  # the finished cell stays saved for --resume

@@ -81,6 +81,27 @@ def test_killed_run_resumes_to_the_same_result(toy_method: Method, tmp_path: Pat
     assert resumed.metrics == straight.metrics
 
 
+def test_resume_refuses_another_methods_folder_before_touching_it(
+    toy_method: Method, tmp_path: Path
+) -> None:
+    """Issue 80: ``--resume`` on the wrong ``--out`` removed that run's result.json, then failed."""
+    import json
+
+    folder = tmp_path / "other"
+    folder.mkdir()
+    other = {"method": "someone_else", "metrics": {}}
+    (folder / "result.json").write_text(json.dumps(other))
+    with pytest.raises(ValueError, match="holds a result of someone_else, not of") as caught:
+        toy_method.execute(toy_method.config.from_profile(device="cpu"), folder, resume=True)
+    assert "\n" not in str(caught.value)
+    assert json.loads((folder / "result.json").read_text()) == other  # untouched
+    # its own finished folder resumes as before
+    mine = tmp_path / "mine"
+    first = toy_method.execute(toy_method.config.from_profile(device="cpu"), mine)
+    again = toy_method.execute(toy_method.config.from_profile(device="cpu"), mine, resume=True)
+    assert again.metrics == first.metrics
+
+
 def test_method_validates_its_fields() -> None:
     def run(config, out_dir, *, resume=False):  # pragma: no cover - never called
         raise AssertionError

@@ -407,9 +407,8 @@ def run_cells(
         else:
             context = multiprocessing.get_context("spawn")  # no forked torch or thread state
             workers = min(workers, len(pending))
-            with ProcessPoolExecutor(
-                workers, mp_context=context, initializer=lines_in_workers
-            ) as pool:
+            pool = ProcessPoolExecutor(workers, mp_context=context, initializer=lines_in_workers)
+            try:
                 jobs = {
                     pool.submit(_run_named, run_cell, cell_name(cell), cell): key
                     for key, cell in pending
@@ -417,4 +416,20 @@ def run_cells(
                 bar.note(f"{label}: {len(pending)} cells in {workers} worker processes")
                 for job in as_completed(jobs):
                     finished(jobs[job], job.result())
+            except BaseException:
+                _stop_workers(pool)  # Ctrl-C or a failed cell: the finished cells stay saved
+                raise
+            pool.shutdown()
     return [done[key] for key in keys]
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Drop the cells not started and end the running ones now: leaving the ``with`` block of
+    a pool waits for every submitted cell, so Ctrl-C did not stop a run (issue 80). A resumed
+    run starts the unfinished cells again."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(timeout=10)

@@ -113,6 +113,23 @@ class Method:
             raise TypeError(f"{self.name}: {self.run} is not a function")
         return function
 
+    def _refuse_foreign_folder(self, out_dir: Path) -> None:
+        """A folder whose result.json another method wrote is not this method's to resume: refuse
+        it by name, before its result is removed (``--resume`` on the wrong ``--out`` deleted a
+        finished run's result.json, then failed)."""
+        recorded = out_dir / "result.json"
+        if not recorded.is_file():
+            return
+        try:
+            method = json.loads(recorded.read_text()).get("method")
+        except (ValueError, OSError, AttributeError):
+            method = None
+        if method != self.name:
+            raise ValueError(
+                f"--resume: {out_dir} holds a result of {method or 'an unknown run'}, not of "
+                f"{self.name}; pass this method's own --out folder (nothing was changed)"
+            )
+
     def execute(
         self, config: ExperimentConfig, out_dir: str | os.PathLike[str], *, resume: bool = False
     ) -> Result:
@@ -136,6 +153,8 @@ class Method:
         else:
             device = resolve_device(config.device)  # a missing GPU is refused before any folder
         out_dir = Path(out_dir)
+        if resume:
+            self._refuse_foreign_folder(out_dir)  # before anything in it is removed (issue 80)
         out_dir.mkdir(parents=True, exist_ok=True)
         ledger = out_dir / "cache_ledger.jsonl"  # what the run built or found (workers append too)
         if not resume:
