@@ -367,3 +367,31 @@ def test_wide_metric_tables_are_split_to_fit_the_terminal() -> None:
     assert all(system in text for system in systems)
     assert "wide: metrics (1 of " in text
     assert max(len(line) for line in text.splitlines()) <= 150
+
+
+def test_an_empty_file_is_an_error_not_an_interrupt(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 80: an EOFError (torch.load of an empty optimizer.pt) became click's Abort and was
+    reported as Ctrl-C, "interrupted; rerun with --resume", exit 130."""
+    import typer
+
+    from mixlab.shared.cli_base import run_app
+
+    app = typer.Typer()
+
+    @app.command()
+    def load() -> None:
+        raise EOFError("Ran out of input")
+
+    @app.command()
+    def other() -> None:  # two commands: the app is a group, as the mixlab CLIs are
+        pass
+
+    monkeypatch.delenv("MIXLAB_DEBUG", raising=False)
+    assert run_app(app, ["load"], prog_name="prog") == 2
+    err = capsys.readouterr().err.strip()  # click writes an empty line before its Abort
+    assert err == "prog: error: a file ended early (empty or cut): Ran out of input"
+    monkeypatch.setenv("MIXLAB_DEBUG", "1")
+    with pytest.raises(EOFError):
+        run_app(app, ["load"], prog_name="prog")

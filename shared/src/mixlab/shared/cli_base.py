@@ -50,7 +50,9 @@ def _one_line(message: str) -> str:
 def run_app(app: typer.Typer, argv: Sequence[str] | None = None, *, prog_name: str) -> int:
     """Run ``app`` on ``argv`` (default: the command line) and return its exit code (console scripts
     exit with it). No arguments shows the help; usage errors, ValueErrors (a damaged checkpoint's
-    CheckpointError too) and file errors (OSError) become one stderr line and exit code 2; Ctrl-C
+    CheckpointError too), file errors (OSError) and an EOFError (an empty or cut file: click
+    reports it as an Abort, which read as Ctrl-C until issue 80) become one stderr line and exit
+    code 2; Ctrl-C
     one line and exit code 130 (checkpoints are written as runs go, so ``--resume`` continues)."""
     args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
     command = typer.main.get_command(app)
@@ -61,14 +63,23 @@ def run_app(app: typer.Typer, argv: Sequence[str] | None = None, *, prog_name: s
         where = context.command_path if context is not None else prog_name
         typer.echo(f"{where}: error: {_one_line(error.format_message())}", err=True)
         return error.exit_code
-    except (typer.Abort, KeyboardInterrupt):
+    except (typer.Abort, KeyboardInterrupt) as error:
+        if isinstance(error.__context__, EOFError):  # click turns EOFError into Abort
+            return _error_line(prog_name, error.__context__, "a file ended early (empty or cut)")
         typer.echo(f"{prog_name}: {INTERRUPTED_LINE}", err=True)
         return INTERRUPTED
     except (ValueError, OSError) as error:  # bad values, and paths that cannot be read or written
-        if os.environ.get("MIXLAB_DEBUG"):
-            raise
-        typer.echo(f"{prog_name}: error: {_one_line(str(error))}", err=True)
-        return USAGE_ERROR
+        return _error_line(prog_name, error)
     if outcome == INTERRUPTED:  # typer turns KeyboardInterrupt into a silent exit code 130
         typer.echo(f"{prog_name}: {INTERRUPTED_LINE}", err=True)
     return outcome if isinstance(outcome, int) else 0
+
+
+def _error_line(prog_name: str, error: BaseException, what: str = "") -> int:
+    """``prog: error: <message>`` on one stderr line and exit code 2, or the traceback with
+    ``MIXLAB_DEBUG`` set."""
+    if os.environ.get("MIXLAB_DEBUG"):
+        raise error
+    message = _one_line(str(error)) or repr(error)
+    typer.echo(f"{prog_name}: error: {f'{what}: ' if what else ''}{message}", err=True)
+    return USAGE_ERROR
