@@ -184,3 +184,14 @@ def test_curvature_table_rows():
     pendant = next(r for r in rows if r["graph"] == 0 and (r["u"], r["v"]) == (2, 3))
     assert pendant["ollivier_ricci"] == pytest.approx(1 / 3, abs=1e-6)
     assert pendant["forman"] == 0
+
+
+@pytest.mark.parametrize("curvature", [ollivier_ricci, forman_curvature])
+def test_an_edge_index_outside_the_nodes_is_refused_by_name(curvature):
+    """Issue 80: an index past num_nodes wrapped into another pair's key and gave values."""
+    with pytest.raises(ValueError, match=r"edge_index must be node indices in \[0, num_nodes=3\)"):
+        curvature(torch.tensor([[0, 1, 5], [1, 0, 1]]), 3)
+    with pytest.raises(ValueError, match="edge_index must be node indices"):
+        curvature(torch.tensor([[0, -1], [1, 0]]), 3)
+    with pytest.raises(ValueError, match=r"edge_index must be a \[2, E\] tensor"):
+        curvature(torch.tensor([0, 1, 1, 0]), 3)

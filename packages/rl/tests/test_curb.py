@@ -95,6 +95,10 @@ def test_profit_table_and_collusion_index(bertrand):
     np.testing.assert_allclose(table[a * M + b], market.profits(np.array([grid[a], grid[b]])))
     assert collusion_index(eq.nash_profits, eq) == pytest.approx(0.0)
     assert collusion_index(eq.monopoly_profits, eq) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="profits must be finite numbers"):  # issue 80
+        collusion_index(np.full_like(eq.nash_profits, np.nan), eq)
+    with pytest.raises(ValueError, match="profits must be an array with the"):
+        collusion_index(np.ones(len(eq.nash_profits) + 1), eq)
 
 
 @pytest.mark.parametrize(

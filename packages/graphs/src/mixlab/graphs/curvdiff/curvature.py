@@ -43,8 +43,18 @@ CURVATURE_KEYS = ("edge_curvature", "edge_forman", "node_curvature", "node_forma
 
 
 def _undirected(edge_index: Tensor, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """The undirected edges (u < v) [M, 2] and, for each directed entry, its row in them [E]."""
+    """The undirected edges (u < v) [M, 2] and, for each directed entry, its row in them [E].
+    An index outside [0, num_nodes) is refused (it used to wrap into another node's edge)."""
+    require(
+        edge_index.dim() == 2 and edge_index.shape[0] == 2, "edge_index", "a [2, E] tensor",
+        tuple(edge_index.shape),
+    )  # fmt: skip
     ei = edge_index.detach().cpu().numpy().astype(np.int64, copy=False)
+    require(
+        ei.size == 0 or (ei.min() >= 0 and ei.max() < num_nodes), "edge_index",
+        f"node indices in [0, num_nodes={num_nodes})",
+        f"indices from {ei.min()} to {ei.max()}" if ei.size else "none",
+    )  # fmt: skip
     lo, hi = np.minimum(ei[0], ei[1]), np.maximum(ei[0], ei[1])
     keys, inverse = np.unique(lo * max(num_nodes, 1) + hi, return_inverse=True)
     pairs = np.stack([keys // max(num_nodes, 1), keys % max(num_nodes, 1)], axis=1)

@@ -213,6 +213,12 @@ def best_response_table(table: np.ndarray, n_actions: int, n_firms: int) -> np.n
 
 
 def collusion_index(profits: np.ndarray, eq: Equilibria) -> np.ndarray:
-    """Δ = (π̄ − π_N)/(π_M − π_N), averaged over firms; ``profits`` has firms on its last axis."""
-    gain = (np.asarray(profits) - eq.nash_profits) / (eq.monopoly_profits - eq.nash_profits)
+    """Δ = (π̄ − π_N)/(π_M − π_N), averaged over firms; ``profits`` has firms on its last axis.
+    Profits that are not finite are refused (a NaN used to come back as the index)."""
+    profits = np.asarray(profits, dtype=float)
+    firms = len(eq.nash_profits)
+    require(profits.ndim >= 1 and profits.shape[-1] == firms, "profits",
+            f"an array with the {firms} firms on its last axis", profits.shape)  # fmt: skip
+    require(bool(np.isfinite(profits).all()), "profits", "finite numbers", "NaN or infinity")
+    gain = (profits - eq.nash_profits) / (eq.monopoly_profits - eq.nash_profits)
     return gain.mean(axis=-1)

@@ -209,6 +209,9 @@ def novelty(
     from mixlab.rl.rnd_rff.kernels import auroc
 
     visited, points = _load_array(train, "--train"), _load_array(test, "--test")
+    for array, option in ((visited, "--train"), (points, "--test")):
+        if not np.isfinite(array).all():  # a NaN reached the bandwidth as "unset" (issue 80)
+            raise ValueError(f"{option} points must be finite numbers: the file holds NaN or inf")
     if visited.shape[1:] != points.shape[1:]:
         raise ValueError(
             f"--test points have shape {points.shape[1:]}, --train points {visited.shape[1:]}"
