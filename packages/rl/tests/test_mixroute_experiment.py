@@ -234,6 +234,11 @@ def test_cli_generate_reference_train_solve(tmp_path, capsys):
     assert main(["mixroute", "solve", "--model", str(model), "--instances", str(data), "--euc-2d",
                  "--reference", str(data / "reference.json"), "--out", str(out)]) == 2  # fmt: skip
     assert "--reference was made without --euc-2d" in capsys.readouterr().err
+    foreign = tmp_path / "foreign.json"  # a JSON of another kind: refused before any solving
+    foreign.write_text(json.dumps({"rows": []}))
+    assert main(["mixroute", "solve", "--model", str(model), "--instances", str(data),
+                 "--reference", str(foreign), "--out", str(out)]) == 2  # fmt: skip
+    assert "--reference must be a reference.json" in capsys.readouterr().err
     assert main(["mixroute", "solve", "--model", str(model), "--instances", str(data), "--euc-2d",
                  "--out", str(out)]) == 2  # fmt: skip
     assert "needs coordinates in VRPLIB's units" in capsys.readouterr().err  # the unit square

@@ -18,6 +18,7 @@ import typer
 from mixlab.shared.checks import (
     check_choice,
     check_count,
+    check_input_file,
     check_input_folder,
     check_number,
     check_output_file,
@@ -108,6 +109,33 @@ def train(
     typer.echo(f"wrote {out / 'model.safetensors'} ({problem}{n}, {norm}, {steps} steps)")
 
 
+def _read_reference(path: Path, euc_2d: bool) -> dict[str, float]:
+    """The reference costs by instance name from a reference.json of `reference`, checked before
+    any solving (a file of another kind was a KeyError after the solve; issue 80)."""
+    check_input_file(path, "--reference", suffixes=(".json",))
+    try:
+        saved = json.loads(path.read_text())
+    except ValueError:
+        raise ValueError(f"--reference: {str(path)!r} is not JSON") from None
+    rows = saved.get("instances") if isinstance(saved, dict) else None
+    if not isinstance(rows, list) or not all(
+        isinstance(row, dict) and isinstance(row.get("name"), str)
+        and isinstance(row.get("cost"), int | float) and not isinstance(row.get("cost"), bool)
+        for row in rows
+    ):  # fmt: skip
+        raise ValueError(
+            "--reference must be a reference.json from `mixlab-rl mixroute reference`: an object "
+            "whose 'instances' list holds {name, cost} rows"
+        )
+    if saved.get("euc_2d", False) != euc_2d:
+        made = "with" if saved.get("euc_2d", False) else "without"
+        raise ValueError(
+            f"--reference was made {made} --euc-2d: solve the same way, or the gaps mix rounded "
+            "and unrounded costs"
+        )
+    return {row["name"]: float(row["cost"]) for row in rows}
+
+
 def _read_instances(path: Path):
     """A folder or file of VRPLIB instances, or an .npz of RoutingInstances' arrays."""
     if path.suffix == ".npz":
@@ -141,17 +169,10 @@ def solve(
     from mixlab.rl.mixroute.solver import solve as solve_instances
     from mixlab.shared.files import write_json_atomic
 
-    saved = None if reference is None else json.loads(reference.read_text())
-    if saved is not None and saved.get("euc_2d", False) != euc_2d:
-        made = "with" if saved.get("euc_2d", False) else "without"
-        raise ValueError(
-            f"--reference was made {made} --euc-2d: solve the same way, or the gaps mix rounded "
-            "and unrounded costs"
-        )
+    known = None if reference is None else _read_reference(reference, euc_2d)
     solutions = solve_instances(load_model(model), source, augment=not no_augment, euc_2d=euc_2d)
     costs = None
-    if saved is not None:
-        known = {row["name"]: row["cost"] for row in saved["instances"]}
+    if known is not None:
         names = solutions.names or [str(i) for i in range(len(solutions.costs))]
         missing = [name for name in names if name not in known]
         if missing:
