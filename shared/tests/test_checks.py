@@ -58,3 +58,17 @@ def test_paths(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="--out must be a folder, got the file"):
         check_output_folder(text, "--out")
     assert not (tmp_path / "run").exists()  # checking creates nothing
+
+
+def test_a_fresh_run_does_not_overwrite_an_earlier_one(tmp_path: Path) -> None:
+    """Issue 80: mol, prompt_kl, margo and mix-opt ``train`` overwrote a trained --out."""
+    from mixlab.shared.checks import check_fresh_output
+
+    out = tmp_path / "run"
+    check_fresh_output(out, "--out", resume=False)  # nothing there yet
+    (out / "checkpoint-20").mkdir(parents=True)
+    made = ("checkpoint-*", "model.safetensors")
+    with pytest.raises(ValueError, match=r"holds an earlier run \(checkpoint-20\): pass --resume"):
+        check_fresh_output(out, "--out", resume=False, made=made)
+    check_fresh_output(out, "--out", resume=True, made=made)  # continuing it is allowed
+    check_fresh_output(out, "--out", resume=False, made=("lora",))  # other files do not count

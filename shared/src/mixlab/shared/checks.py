@@ -113,10 +113,25 @@ def check_output_folder(path: Path, option: str) -> None:
     check_creatable(path, option)
 
 
+def check_fresh_output(
+    path: Path, option: str, *, resume: bool, made: Iterable[str] = ("checkpoints",)
+) -> None:
+    """``path`` holds nothing an earlier run left (``made``: glob patterns inside it, a training's
+    checkpoints or model files) unless ``resume``: a fresh run does not overwrite a trained
+    folder, and continuing one takes ``--resume``."""
+    found = [name for pattern in made for name in sorted(p.name for p in path.glob(pattern))]
+    if found and not resume:
+        raise ValueError(
+            f"{option} {str(path)!r} holds an earlier run ({found[0]}): pass --resume to continue "
+            f"it, or another {option}"
+        )
+
+
 __all__ = [
     "check_choice",
     "check_count",
     "check_creatable",
+    "check_fresh_output",
     "check_input_file",
     "check_input_folder",
     "check_number",

@@ -22,6 +22,7 @@ import typer
 from mixlab.shared.checks import (
     check_choice,
     check_count,
+    check_fresh_output,
     check_input_file,
     check_input_folder,
     check_number,
@@ -167,6 +168,7 @@ def train(
     check_number(lr, "--lr", 0 < lr < 1, "a number in (0, 1)")
     check_seed(seed)
     check_output_folder(out, "--out")
+    check_fresh_output(out, "--out", resume=resume, made=("checkpoints", "train.json"))
     records = load_records(data)
     candidate = _parse_layers(layers)
     wrapped, processor = _load(model)

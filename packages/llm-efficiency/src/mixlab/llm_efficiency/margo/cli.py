@@ -24,6 +24,7 @@ import typer
 from mixlab.shared.checks import (
     check_choice,
     check_count,
+    check_fresh_output,
     check_input_file,
     check_number,
     check_output_file,
@@ -116,6 +117,7 @@ def train(
     check_seed(seed)
     rows = read_rows(data)
     check_output_folder(out, "--out")
+    check_fresh_output(out, "--out", resume=resume, made=("checkpoint-*", "model.safetensors"))
     from mixlab.llm_efficiency.lm import load_generator
 
     policy, tokenizer = load_generator(model, "--model")

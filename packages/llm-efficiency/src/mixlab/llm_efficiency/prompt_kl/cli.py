@@ -20,6 +20,7 @@ import typer
 from mixlab.shared.checks import (
     check_choice,
     check_count,
+    check_fresh_output,
     check_number,
     check_output_folder,
     check_seed,
@@ -105,6 +106,7 @@ def train(
     check_number(warmup, "--warmup", 0 <= warmup < 1, "a number in [0, 1)")
     check_seed(seed)
     check_output_folder(out, "--out")
+    check_fresh_output(out, "--out", resume=resume, made=("checkpoint-*", "model.safetensors"))
     from mixlab.llm_efficiency.lm import load_generator
 
     policy, tokenizer = load_generator(model, "--model")

@@ -18,6 +18,7 @@ import typer
 from mixlab.shared.checks import (
     check_choice,
     check_count,
+    check_fresh_output,
     check_input_file,
     check_input_folder,
     check_number,
@@ -81,10 +82,7 @@ def train(
     check_output_folder(out, "--out")
     if dim % heads:
         raise ValueError(f"--dim must be a multiple of --heads ({heads}), got {dim}")
-    if (out / "train.json").exists() and not resume:
-        raise ValueError(
-            f"--out {str(out)!r} holds a training checkpoint: pass --resume or another --out"
-        )
+    check_fresh_output(out, "--out", resume=resume, made=("train.json",))
     names = [f.strip() for f in families.split(",") if f.strip()]
     import numpy as np
     import torch

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
+from mixlab.shared.checks import check_fresh_output
 from mixlab.shared.config import is_count, is_number, require
 from mixlab.vision_mm.mix_opt.config import (
     BACKGROUND_NAMES,
@@ -194,6 +195,7 @@ def personalize(
         zo_eps=zo_eps,
         seed=seed,
     )
+    check_fresh_output(out, "--out", resume=resume, made=("checkpoints", "lora"))
     if resume:  # a damaged checkpoint or one of other settings is refused now, not after loading
         check_checkpoint(out / "checkpoints", recorded_settings(config))
 

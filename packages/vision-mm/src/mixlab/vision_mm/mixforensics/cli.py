@@ -25,6 +25,7 @@ import typer
 from mixlab.shared.checks import (
     check_choice,
     check_count,
+    check_fresh_output,
     check_input_folder,
     check_number,
     check_output_folder,
@@ -166,10 +167,7 @@ def train(
 
     check_choice(system, "--system", TRAINABLE)
     check_output_folder(out, "--out")
-    if (out / "training").is_dir() and not resume:
-        raise ValueError(
-            f"--out {out} holds checkpoints: pass --resume to continue them, or another --out"
-        )
+    check_fresh_output(out, "--out", resume=resume, made=("training",))
     for value, option, low in ((frames, "--frames", 2), (size, "--size", 16), (steps, "--steps", 1),
                                (batch_size, "--batch-size", 1), (blends, "--blends", 1), (n_max, "--n-max", 2)):  # fmt: skip
         check_count(value, option, low)

@@ -24,6 +24,7 @@ import typer
 from mixlab.shared.checks import (
     check_choice,
     check_count,
+    check_fresh_output,
     check_input_file,
     check_input_folder,
     check_number,
@@ -159,10 +160,7 @@ def train(
     check_seed(seed)
     if pretrained is not None:
         check_input_file(pretrained, "--pretrained")
-    if (out / "training").is_dir() and not resume:
-        raise ValueError(
-            f"--out {out} holds checkpoints: pass --resume to continue them, or another --out"
-        )
+    check_fresh_output(out, "--out", resume=resume, made=("training",))
     options = _head_options(head, groups, heads, shared_heads, top_k, not no_descriptions)
     if data == TOY:
         model, clip_config, losses = _train_toy(head, options, steps, batch_size, lr, seed, out)

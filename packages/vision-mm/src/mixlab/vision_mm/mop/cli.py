@@ -19,6 +19,7 @@ from typing import Annotated
 
 import typer
 
+from mixlab.shared.checks import check_fresh_output
 from mixlab.shared.config import is_count, require
 
 app = typer.Typer(
@@ -238,10 +239,7 @@ def train(
     spec = system_spec(system, names, deploy=deployed, privileged=privileged, lambda_x=lambda_x,
                        lambda_d=lambda_d, aligned=aligned_probes, symmetric=True)  # fmt: skip
     checkpoint = out / "checkpoint"
-    if not resume and (checkpoint / "step.txt").is_file():
-        raise ValueError(
-            f"--out {out} holds a checkpoint: pass --resume to continue it, or another --out"
-        )
+    check_fresh_output(out, "--out", resume=resume, made=("checkpoint/step.txt",))
 
     def batch(step: int) -> dict:
         rows = torch.randint(
