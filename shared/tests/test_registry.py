@@ -91,15 +91,25 @@ def test_resume_refuses_another_methods_folder_before_touching_it(
     folder.mkdir()
     other = {"method": "someone_else", "metrics": {}}
     (folder / "result.json").write_text(json.dumps(other))
-    with pytest.raises(ValueError, match="holds a result of someone_else, not of") as caught:
+    with pytest.raises(ValueError, match="holds a run of someone_else, not of") as caught:
         toy_method.execute(toy_method.config.from_profile(device="cpu"), folder, resume=True)
     assert "\n" not in str(caught.value)
     assert json.loads((folder / "result.json").read_text()) == other  # untouched
-    # its own finished folder resumes as before
+    # a run of another method killed before its result: its marker names it
+    killed = tmp_path / "killed"
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        toy_method.execute(toy_method.config.from_profile(device="cpu", crash_at_step=25), killed)
+    assert json.loads((killed / "run.json").read_text())["method"] == toy_method.name
+    marker = json.loads((killed / "run.json").read_text())
+    (killed / "run.json").write_text(json.dumps({**marker, "method": "someone_else"}))
+    with pytest.raises(ValueError, match="holds a run of someone_else"):
+        toy_method.execute(toy_method.config.from_profile(device="cpu"), killed, resume=True)
+    # its own finished folder resumes as before, and keeps no marker once result.json is there
     mine = tmp_path / "mine"
     first = toy_method.execute(toy_method.config.from_profile(device="cpu"), mine)
     again = toy_method.execute(toy_method.config.from_profile(device="cpu"), mine, resume=True)
     assert again.metrics == first.metrics
+    assert not (mine / "run.json").exists()
 
 
 def test_method_validates_its_fields() -> None:

@@ -31,11 +31,15 @@ from typing import Literal, Protocol
 from mixlab.shared.cache import LEDGER_ENV, cache_record, read_ledger
 from mixlab.shared.config import PROFILE_NAMES, ExperimentConfig
 from mixlab.shared.device import resolve_device
+from mixlab.shared.files import write_json_atomic
 from mixlab.shared.progress_report import quiet_library_bars
 from mixlab.shared.result import Result, environment
 
 ENTRY_POINT_GROUP = "mixlab.methods"
 STALE_OUTPUTS = ("result.json", "error.txt")
+RUN_MARKER = "run.json"
+"""written into a run's folder when it starts and removed when result.json is written: the
+method a killed run's checkpoints belong to, so that another method's --resume refuses them"""
 """what a run removes from its folder before it starts"""
 DOMAINS = ("llm-efficiency", "attention-arch", "graphs", "rl", "vision-mm", "online")
 
@@ -114,11 +118,15 @@ class Method:
         return function
 
     def _refuse_foreign_folder(self, out_dir: Path) -> None:
-        """A folder whose result.json another method wrote is not this method's to resume: refuse
-        it by name, before its result is removed (``--resume`` on the wrong ``--out`` deleted a
-        finished run's result.json, then failed)."""
-        recorded = out_dir / "result.json"
-        if not recorded.is_file():
+        """A folder another method's run wrote (its result.json, or the :data:`RUN_MARKER` of a
+        run killed before it finished) is not this method's to resume: refuse it by name, before
+        anything in it is removed (``--resume`` on the wrong ``--out`` deleted a finished run's
+        result.json, then failed; or started a fresh run over another method's checkpoints)."""
+        recorded = next(
+            (out_dir / name for name in ("result.json", RUN_MARKER) if (out_dir / name).is_file()),
+            None,
+        )
+        if recorded is None:
             return
         try:
             method = json.loads(recorded.read_text()).get("method")
@@ -126,7 +134,7 @@ class Method:
             method = None
         if method != self.name:
             raise ValueError(
-                f"--resume: {out_dir} holds a result of {method or 'an unknown run'}, not of "
+                f"--resume: {out_dir} holds a run of {method or 'an unknown method'}, not of "
                 f"{self.name}; pass this method's own --out folder (nothing was changed)"
             )
 
@@ -167,6 +175,7 @@ class Method:
             ledger.write_text("".join(json.dumps(entry) + "\n" for entry in entries))
         for stale in STALE_OUTPUTS:
             (out_dir / stale).unlink(missing_ok=True)
+        write_json_atomic(out_dir / RUN_MARKER, {"method": self.name, "profile": config.profile})
         run = self.load_run()
         seed_everything(config.seed)
         previous = os.environ.get(LEDGER_ENV)
@@ -204,6 +213,7 @@ class Method:
         )
         ledger.unlink(missing_ok=True)  # in result.json now; kept only for a --resume of a failure
         result.write(out_dir)
+        (out_dir / RUN_MARKER).unlink(missing_ok=True)  # result.json names the method now
         return result
 
 
