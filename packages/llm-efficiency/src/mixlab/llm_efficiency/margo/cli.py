@@ -66,6 +66,11 @@ def read_rows(path: Path, option: str = "--data") -> list[dict[str, Any]]:
                 raise ValueError(
                     f"{option}: line {number} has no {column!r} (columns: {sorted(row)})"
                 )
+        # a row of other types trained 0 steps and saved the untrained model (issue 80)
+        if not isinstance(row["prompt"], str) or not row["prompt"].strip():
+            raise ValueError(f"{option}: line {number}: 'prompt' must be non-empty text")
+        if isinstance(row["answer"], bool) or not isinstance(row["answer"], str | int | float):
+            raise ValueError(f"{option}: line {number}: 'answer' must be text or a number")
         rows.append(row)
     if not rows:
         raise ValueError(f"{option}: {path} holds no rows")
