@@ -126,3 +126,16 @@ def test_unreadable_video_is_one_line(clips, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "cannot be read" in err
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("video", ["../outside.mp4", "/etc/passwd"])
+def test_labels_cannot_point_outside_the_data_folder(tmp_path, capsys, video):
+    """Issue 80: labels.jsonl accepted absolute and ../ video paths outside --data."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "labels.jsonl").write_text(json.dumps({"video": video, "label": 1}) + "\n")
+    assert main(["mixforensics", "train", "--data", str(data), "--out", str(tmp_path / "o"),
+                 "--steps", "1"]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert "labels.jsonl videos must be paths inside the folder" in err
+    assert len(err.splitlines()) == 1

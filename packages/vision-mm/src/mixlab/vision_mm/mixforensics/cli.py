@@ -52,10 +52,16 @@ TRAINABLE = (
 def _labelled(data: Path) -> list[dict]:
     check_input_folder(data, "--data", containing=("labels.jsonl",))
     rows = read_jsonl(data / "labels.jsonl", "--data", ("video", "label"))
+    root = data.resolve()
     for row in rows:
         if row["label"] not in (0, 1):
             raise ValueError(
                 f"--data: labels.jsonl labels must be 0 (real) or 1 (fake), got {row['label']!r}"
+            )
+        video = Path(str(row["video"]))
+        if video.is_absolute() or not (root / video).resolve().is_relative_to(root):
+            raise ValueError(  # issue 80: absolute and ../ paths read videos outside --data
+                f"--data: labels.jsonl videos must be paths inside the folder, got {str(video)!r}"
             )
     return rows
 
