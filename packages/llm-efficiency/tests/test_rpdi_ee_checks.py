@@ -256,6 +256,8 @@ def test_cli_refuses_bad_input_in_one_line(model_dir, no_think_dir, tasks, tmp_p
     evaluate = ["rpdi_ee", "eval", "--model", str(model_dir), "--tasks", str(tasks)]
     assert main([*evaluate, "--methods", "vanilla,magic"]) == 2
     assert "--methods must name methods of" in capsys.readouterr().err
+    assert main([*evaluate, "--methods", " , "]) == 2  # nothing to evaluate (issue 80)
+    assert "--methods must name at least one of" in capsys.readouterr().err
     no_answer = tmp_path / "t.jsonl"
     no_answer.write_text(json.dumps({"prompt": "x"}) + "\n")
     assert main(["rpdi_ee", "eval", "--model", str(model_dir), "--tasks", str(no_answer)]) == 2

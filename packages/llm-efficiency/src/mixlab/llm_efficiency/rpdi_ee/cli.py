@@ -247,6 +247,10 @@ def evaluate(
 ) -> None:
     """Accuracy, think and forward tokens and wall time of each method on the tasks."""
     names = [m.strip() for m in methods.split(",") if m.strip()]
+    if not names:  # an empty list evaluated nothing and exited 0 (issue 80)
+        raise ValueError(
+            f"--methods must name at least one of {list(METHOD_NAMES)}, got {methods!r}"
+        )
     for name in names:
         if name not in METHOD_NAMES:
             raise ValueError(f"--methods must name methods of {list(METHOD_NAMES)}, got {name!r}")
