@@ -175,6 +175,8 @@ def test_make_processor_and_its_refusals(model):
         make_processor("budget", {}, model, tokenizer)
     with pytest.raises(ValueError, match="budget must be an int >= 1"):
         FixedBudgetProcessor(END, 0)
+    with pytest.raises(ValueError, match=r"input_ids must be \[batch, length >= 1\]"):
+        FixedBudgetProcessor(END, 3)(torch.zeros(2, 0, dtype=torch.long), torch.zeros(2, 9))
     with pytest.raises(ValueError, match="threshold must be a number in"):
         DEERExitProcessor(model, END, transition_ids=[[1]], threshold=1.5).close()
     with pytest.raises(ValueError, match="transition_ids"):

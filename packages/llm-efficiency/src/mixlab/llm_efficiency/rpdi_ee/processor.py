@@ -150,6 +150,11 @@ class ThinkExitProcessor(LogitsProcessor):
             self._rows.append(self._new_row(thinking))
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if input_ids.dim() != 2 or input_ids.shape[1] == 0 or len(scores) != len(input_ids):
+            raise ValueError(  # an empty prompt was an IndexError in the row tracking (issue 80)
+                f"input_ids must be [batch, length >= 1] with one scores row each, got "
+                f"{tuple(input_ids.shape)} and scores {tuple(scores.shape)}"
+            )
         prev = self._prev
         if (
             prev is None
