@@ -217,6 +217,16 @@ def test_index_equals_per_query_target_embeddings_and_survives_saving(towers, tm
     )
     assert ids_again == ids
     assert torch.allclose(scores_again, scores)
+    # a safetensors file of another kind, and a cut one, are refused by name (issue 80)
+    from safetensors.torch import save_file
+
+    save_file({"weight": torch.ones(2, 2)}, str(tmp_path / "weights.safetensors"))
+    with pytest.raises(ValueError, match="is not an index written by RetrievalIndex.save"):
+        RetrievalIndex.load(tmp_path / "weights.safetensors")
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes((tmp_path / "index.safetensors").read_bytes()[:40])
+    with pytest.raises(ValueError, match="is not an index written by RetrievalIndex.save"):
+        RetrievalIndex.load(cut)
 
     model.save_pretrained(tmp_path / "model", TINY_CLIP)
     loaded = CIRModel.from_pretrained(tmp_path / "model")

@@ -424,11 +424,24 @@ class RetrievalIndex:
 
     @classmethod
     def load(cls, path: str | Path) -> RetrievalIndex:
-        from safetensors import safe_open
+        """What :meth:`save` wrote; another file (a model's weights, a damaged index) is refused
+        by name (issue 80: a TypeError or KeyError from inside)."""
+        from safetensors import SafetensorError, safe_open
 
-        with safe_open(str(path), "pt") as f:
-            ids = json.loads(f.metadata()["ids"])
-            return cls(f.get_tensor("embeddings"), ids)
+        wrong = f"{str(path)!r} is not an index written by RetrievalIndex.save"
+        try:
+            with safe_open(str(path), "pt") as f:
+                metadata = f.metadata() or {}
+                if "ids" not in metadata or "embeddings" not in set(f.keys()):
+                    raise ValueError(f"{wrong}: it has no 'ids' and 'embeddings'")
+                ids, embeddings = json.loads(metadata["ids"]), f.get_tensor("embeddings")
+        except (SafetensorError, json.JSONDecodeError) as error:
+            raise ValueError(f"{wrong} ({error})") from None
+        if not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
+            raise ValueError(f"{wrong}: its ids are not a list of names")
+        if embeddings.dim() != 2:
+            raise ValueError(f"{wrong}: embeddings of shape {tuple(embeddings.shape)}")
+        return cls(embeddings, ids)
 
 
 def target_ranks(
