@@ -3,6 +3,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from mixlab.shared.files import (
     CheckpointError,
@@ -86,6 +87,15 @@ def test_checkpoint_errors_map_loader_errors(tmp_path: Path) -> None:
         raise FileNotFoundError(path)
     with pytest.raises(RuntimeError), checkpoint_errors(path):
         raise RuntimeError("a bug is not a damaged file")
+    # what torch.load says about a cut file is a damaged file (issue 80)
+    cut = tmp_path / "optimizer.pt"
+    torch.save({"step": torch.ones(100)}, cut)
+    cut.write_bytes(cut.read_bytes()[:50])
+    with (
+        pytest.raises(CheckpointError, match="optimizer.pt: damaged or not a"),
+        checkpoint_errors(cut, "optimizer state"),
+    ):
+        torch.load(cut, weights_only=True)
 
 
 def test_write_csv_atomic_writes_a_header_and_quoted_rows(tmp_path):

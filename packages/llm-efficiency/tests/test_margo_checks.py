@@ -341,3 +341,19 @@ def test_groups_hold_under_accelerate_launch_with_two_processes(tmp_path):
             group = rows[start : start + 4]
             assert len({prompt for prompt, _ in group}) == 1
             assert [text.endswith(DIRECT_PREFIX) for _, text in group] == [False] * 3 + [True]
+
+
+def test_a_cut_tokenizer_is_one_line_and_exit_2(model_folder, tmp_path, capsys):
+    """Issue 80: a truncated tokenizer.json of a --model folder was a traceback."""
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(model_folder, broken)
+    tokenizer = broken / "tokenizer.json"
+    tokenizer.write_bytes(tokenizer.read_bytes()[: len(tokenizer.read_bytes()) // 2])
+    data = tmp_path / "q.jsonl"
+    data.write_text(json.dumps({"prompt": "city of x ?", "answer": "y"}) + "\n")
+    assert main(["margo", "eval", "--model", str(broken), "--data", str(data)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "damaged or not a tokenizer folder" in err
+    assert len(err.splitlines()) == 1

@@ -174,8 +174,11 @@ def checkpoint_errors(path: str | os.PathLike[str], what: str = "") -> Iterator[
     except ValueError as error:  # json.JSONDecodeError, torch/NumPy shape mismatches
         raise CheckpointError(_damaged(path, what, error)) from error
     except Exception as error:
-        # safetensors raises its own SafetensorError (not a ValueError) on truncated files
-        if type(error).__name__ in ("SafetensorError", "HeaderTooLarge", "HeaderTooSmall"):
+        # safetensors raises its own SafetensorError (not a ValueError) on truncated files, and
+        # torch.load a RuntimeError naming its zip reader on a cut file (issue 80)
+        if type(error).__name__ in ("SafetensorError", "HeaderTooLarge", "HeaderTooSmall") or (
+            isinstance(error, RuntimeError) and "PytorchStreamReader" in str(error)
+        ):
             raise CheckpointError(_damaged(path, what, error)) from error
         raise
 

@@ -524,7 +524,8 @@ def load_generator(path: str | Path, option: str = "--model") -> tuple[Any, Any]
     from mixlab.shared.checks import check_input_folder
 
     check_input_folder(Path(path), option, containing=("config.json", "tokenizer_config.json"))
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    with checkpoint_errors(path, "tokenizer folder"):  # a cut tokenizer.json: one line (issue 80)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
