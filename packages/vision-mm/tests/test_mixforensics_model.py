@@ -207,6 +207,22 @@ def test_torchvision_and_timm_backbones_plug_in():
 
 
 # ------------------------------------------------------------------------------------ errors
+@pytest.mark.parametrize("suffix", [".pt", ".safetensors"])
+def test_a_garbage_backbone_checkpoint_is_refused_by_name(tmp_path, suffix):
+    """Issue 80: a --checkpoint file of garbage was a torch.load / safetensors traceback."""
+    from mixlab.shared.files import CheckpointError
+    from mixlab.vision_mm.mixforensics.model import build_backbone
+
+    garbage = tmp_path / f"weights{suffix}"
+    garbage.write_bytes(b"not weights at all" * 10)
+    with pytest.raises(CheckpointError, match="damaged or not a weights file"):
+        build_backbone("small-cnn", garbage)
+    listing = tmp_path / "list.pt"
+    torch.save([1, 2, 3], listing)
+    with pytest.raises(ValueError, match="holds no state dict of tensors"):
+        build_backbone("small-cnn", listing)
+
+
 def test_bad_inputs_are_refused_by_name():
     detector = MixForensicsDetector(SmallCNN(widths=(4, 8)))
     with pytest.raises(ValueError, match="at least 2 frames"):

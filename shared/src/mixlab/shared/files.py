@@ -18,6 +18,7 @@ import hashlib
 import io
 import json
 import os
+import pickle
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -176,8 +177,10 @@ def checkpoint_errors(path: str | os.PathLike[str], what: str = "") -> Iterator[
     except Exception as error:
         # safetensors raises its own SafetensorError (not a ValueError) on truncated files, and
         # torch.load a RuntimeError naming its zip reader on a cut file (issue 80)
-        if type(error).__name__ in ("SafetensorError", "HeaderTooLarge", "HeaderTooSmall") or (
-            isinstance(error, RuntimeError) and "PytorchStreamReader" in str(error)
+        if (
+            type(error).__name__ in ("SafetensorError", "HeaderTooLarge", "HeaderTooSmall")
+            or isinstance(error, pickle.UnpicklingError)  # torch.load of bytes that are no file
+            or (isinstance(error, RuntimeError) and "PytorchStreamReader" in str(error))
         ):
             raise CheckpointError(_damaged(path, what, error)) from error
         raise

@@ -170,12 +170,19 @@ def _read_state(path: Path) -> dict[str, torch.Tensor]:
         raise ValueError(
             f"checkpoint must be an existing .safetensors, .pt or .pth file, got {str(path)!r}"
         )
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
+    from mixlab.shared.files import checkpoint_errors
 
-        return load_file(str(path))
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    return state.get("state_dict", state) if isinstance(state, dict) else state
+    with checkpoint_errors(path, "weights file"):  # garbage was a loader traceback (issue 80)
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            return load_file(str(path))
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    if not (isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values())):
+        raise ValueError(f"checkpoint {str(path)!r} holds no state dict of tensors")
+    return state
 
 
 def normalise(images: torch.Tensor, backbone: nn.Module) -> torch.Tensor:
