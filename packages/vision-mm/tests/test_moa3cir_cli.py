@@ -138,3 +138,14 @@ def test_cli_errors_are_one_line_with_exit_2(toy, tmp_path, capsys, argv, messag
     err = capsys.readouterr().err.strip()
     assert message in err
     assert "\n" not in err
+
+
+def test_garbage_pretrained_weights_are_refused_by_name(tmp_path):
+    """Issue 80: a --pretrained file of garbage was a torch.load traceback."""
+    from mixlab.shared.files import CheckpointError
+    from mixlab.vision_mm.moa3cir.cli import _towers
+
+    garbage = tmp_path / "vit.bin"
+    garbage.write_bytes(b"not weights" * 20)
+    with pytest.raises(CheckpointError, match="vit.bin: damaged or not a ViT-B-32 weights file"):
+        _towers("ViT-B-32", garbage, 224, "none")

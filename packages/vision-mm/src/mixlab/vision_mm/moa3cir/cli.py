@@ -68,7 +68,12 @@ def _towers(clip: str, pretrained: Path | None, image_size: int, share: str):
 
     if clip not in open_clip.list_models():
         raise ValueError(f"--clip must be 'tiny' or an open_clip model name, got {clip!r}")
-    model = open_clip.create_model(clip, pretrained=None if pretrained is None else str(pretrained))
+    from mixlab.shared.files import checkpoint_errors
+
+    with checkpoint_errors(pretrained or clip, f"{clip} weights file"):  # garbage (issue 80)
+        model = open_clip.create_model(
+            clip, pretrained=None if pretrained is None else str(pretrained)
+        )
     return ClipTowers(model, share=share), {"name": clip}
 
 
