@@ -357,3 +357,28 @@ def test_a_cut_tokenizer_is_one_line_and_exit_2(model_folder, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "damaged or not a tokenizer folder" in err
     assert len(err.splitlines()) == 1
+
+
+def test_a_damaged_trainer_checkpoint_is_refused_by_name(tmp_path):
+    """Issue 80: a cut optimizer.pt (or trainer_state.json) of a TRL checkpoint was a traceback
+    from inside Trainer.train; now resuming names the file first."""
+    from safetensors.torch import save_file
+
+    from mixlab.llm_efficiency.rl import latest_trainer_checkpoint
+    from mixlab.shared.files import CheckpointError
+
+    assert latest_trainer_checkpoint(tmp_path / "none") is None
+    checkpoint = tmp_path / "out" / "checkpoint-4"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 4}))
+    torch.save({"state": {}, "param_groups": []}, checkpoint / "optimizer.pt")
+    save_file({"w": torch.ones(3)}, str(checkpoint / "model.safetensors"))
+    assert latest_trainer_checkpoint(tmp_path / "out") == str(checkpoint)
+    optimizer = checkpoint / "optimizer.pt"
+    optimizer.write_bytes(optimizer.read_bytes()[:30])
+    with pytest.raises(CheckpointError, match="optimizer.pt: damaged or not a Trainer checkpoint"):
+        latest_trainer_checkpoint(tmp_path / "out")
+    torch.save({"state": {}}, optimizer)
+    (checkpoint / "trainer_state.json").write_text("{cut")
+    with pytest.raises(CheckpointError, match="trainer_state.json: damaged"):
+        latest_trainer_checkpoint(tmp_path / "out")

@@ -4,6 +4,7 @@ of completions for evaluation."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -53,15 +54,53 @@ def grpo_options(
     }
 
 
+def check_trainer_checkpoint(folder: str | Path) -> None:
+    """Every file of a Hugging Face Trainer checkpoint folder (``checkpoint-N``) reads: its JSON
+    parses, its safetensors headers and torch zip archives open. A cut or garbage file raises
+    :class:`~mixlab.shared.files.CheckpointError` naming it now, not a traceback from inside
+    ``Trainer.train`` after the model has loaded (issue 80)."""
+    import zipfile
+
+    from safetensors import safe_open
+
+    from mixlab.shared.files import checkpoint_errors
+
+    for path in sorted(Path(folder).iterdir()):
+        with checkpoint_errors(path, "Trainer checkpoint file"):
+            if path.suffix == ".json":
+                json.loads(path.read_text())
+            elif path.suffix == ".safetensors":
+                with safe_open(str(path), "pt") as f:
+                    list(f.keys())
+            elif path.suffix in (".pt", ".pth", ".bin"):
+                try:
+                    with zipfile.ZipFile(path) as archive:  # torch.save writes a zip archive
+                        damaged = archive.testzip()
+                except zipfile.BadZipFile as error:
+                    raise ValueError(f"not a torch archive ({error})") from None
+                if damaged is not None:
+                    raise ValueError(f"its archive member {damaged} is damaged")
+
+
+def latest_trainer_checkpoint(output_dir: str | Path) -> str | None:
+    """The latest ``checkpoint-N`` folder of a Trainer's ``output_dir`` (checked with
+    :func:`check_trainer_checkpoint`), or None when there is none."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    output_dir = Path(output_dir)
+    checkpoint = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
+    if checkpoint is not None:
+        check_trainer_checkpoint(checkpoint)
+    return checkpoint
+
+
 def train_reporting(trainer: Any, description: str) -> Any:
     """``trainer.train()``, resumed from the latest checkpoint in its output folder when there is
     one (a killed run goes on), with its optimiser steps shown by :func:`mixlab.shared.progress`
     and the latest logged loss and reward beside them. Returns what ``train`` returns."""
     from transformers import TrainerCallback
-    from transformers.trainer_utils import get_last_checkpoint
 
-    output_dir = Path(trainer.args.output_dir)
-    checkpoint = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
+    checkpoint = latest_trainer_checkpoint(trainer.args.output_dir)
     shown: dict[str, float] = {}
 
     with progress(trainer.args.max_steps, description) as bar:

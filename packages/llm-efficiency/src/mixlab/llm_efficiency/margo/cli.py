@@ -154,7 +154,9 @@ def train(
     trainer = MARGOTrainer(
         model=policy, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer
     )
-    trainer.train(resume_from_checkpoint=(resume and any(out.glob("checkpoint-*"))) or None)
+    from mixlab.llm_efficiency.rl import latest_trainer_checkpoint
+
+    trainer.train(resume_from_checkpoint=latest_trainer_checkpoint(out) if resume else None)
     trainer.save_model(str(out))
     tokenizer.save_pretrained(out)
     typer.echo(f"saved {out}")

@@ -141,7 +141,9 @@ def train(
         train_dataset=Dataset.from_list([e.row() for e in _prompts(task, n_train, TRAIN_SEED)]),
         processing_class=tokenizer,
     )
-    trainer.train(resume_from_checkpoint=(resume and any(out.glob("checkpoint-*"))) or None)
+    from mixlab.llm_efficiency.rl import latest_trainer_checkpoint
+
+    trainer.train(resume_from_checkpoint=latest_trainer_checkpoint(out) if resume else None)
     trainer.save_model(str(out))
     tokenizer.save_pretrained(out)
     typer.echo(f"saved {out}")
