@@ -72,3 +72,16 @@ def test_a_fresh_run_does_not_overwrite_an_earlier_one(tmp_path: Path) -> None:
         check_fresh_output(out, "--out", resume=False, made=made)
     check_fresh_output(out, "--out", resume=True, made=made)  # continuing it is allowed
     check_fresh_output(out, "--out", resume=False, made=("lora",))  # other files do not count
+
+
+def test_read_jsonl_can_require_text(tmp_path: Path) -> None:
+    """Issue 80: a prompt of another type (a number) was accepted silently."""
+    import json
+
+    from mixlab.shared.checks import read_jsonl
+
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"prompt": 7, "answer": 3}) + "\n")
+    assert read_jsonl(path, "--tasks", ("prompt", "answer"))[0]["answer"] == 3  # numbers pass
+    with pytest.raises(ValueError, match="--tasks: line 1 of .*'prompt' must be non-empty text"):
+        read_jsonl(path, "--tasks", ("prompt", "answer"), text=("prompt",))

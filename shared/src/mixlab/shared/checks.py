@@ -141,9 +141,12 @@ __all__ = [
 ]
 
 
-def read_jsonl(path: Path, option: str, fields: tuple[str, ...]) -> list[dict[str, Any]]:
+def read_jsonl(
+    path: Path, option: str, fields: tuple[str, ...], *, text: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
     """The records of a JSON-lines file, each an object with ``fields`` holding text (or a
-    number); a ValueError naming ``option`` and the line otherwise."""
+    number; those in ``text`` non-empty text only, e.g. a prompt); a ValueError naming
+    ``option`` and the line otherwise."""
     check_input_file(path, option)
     records = []
     for number, line in enumerate(path.read_text().splitlines(), start=1):
@@ -163,6 +166,11 @@ def read_jsonl(path: Path, option: str, fields: tuple[str, ...]) -> list[dict[st
             ):
                 raise ValueError(
                     f"{option}: line {number} of {str(path)!r} has no {field!r} (text)"
+                )
+        for field in text:
+            if not isinstance(record.get(field), str) or not record[field].strip():
+                raise ValueError(
+                    f"{option}: line {number} of {str(path)!r}: {field!r} must be non-empty text"
                 )
         records.append(record)
     if not records:

@@ -126,7 +126,7 @@ def generate(
     """Generate with the RPDI exit; writes each prompt's text, think tokens and exit step."""
     params = _rpdi_params(window, threshold, min_steps, check_at)
     _sampling(temperature, max_new_tokens, batch_size, seed)
-    records = read_jsonl(prompts, "--prompts", ("prompt",))
+    records = read_jsonl(prompts, "--prompts", ("prompt",), text=("prompt",))
     check_output_file(out, "--out", (".jsonl",))
     lm, tokenizer, think_end, think_start = _load(model, think_end, think_start)
     from mixlab.llm_efficiency.rpdi_ee.evaluate import generate_all, make_processor
@@ -204,7 +204,7 @@ def _common(
     model, tasks, think_end, think_start, temperature, max_new_tokens, batch_size, seed
 ) -> tuple:
     _sampling(temperature, max_new_tokens, batch_size, seed)
-    records = read_jsonl(tasks, "--tasks", ("prompt", "answer"))
+    records = read_jsonl(tasks, "--tasks", ("prompt", "answer"), text=("prompt",))
     lm, tokenizer, think_end, think_start = _load(model, think_end, think_start)
     options = {
         "seed": seed,
