@@ -102,3 +102,26 @@ def test_write_csv_atomic_writes_a_header_and_quoted_rows(tmp_path):
     path = write_csv_atomic(tmp_path / "sub" / "t.csv", ["a", "b"], [[1, "x,y"], [2.5, "z"]])
     assert path.read_text() == 'a,b\n1,"x,y"\n2.5,z\n'
     assert not list((tmp_path / "sub").glob(".*.tmp"))
+
+
+def test_atomic_folder_replaces_whole_or_not_at_all(tmp_path: Path) -> None:
+    from mixlab.shared.files import atomic_folder
+
+    target = tmp_path / "model"
+    with atomic_folder(target) as folder:
+        (folder / "weights").write_text("v1")
+        assert not target.exists()  # nothing is in place until the block ends
+    assert (target / "weights").read_text() == "v1"
+
+    def killed_while_saving() -> None:
+        with atomic_folder(target) as folder:
+            (folder / "weights").write_text("half")
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        killed_while_saving()  # the earlier model stays
+    assert (target / "weights").read_text() == "v1"
+    with atomic_folder(target) as folder:
+        (folder / "weights").write_text("v2")
+    assert (target / "weights").read_text() == "v2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # nothing left beside it

@@ -19,6 +19,7 @@ import io
 import json
 import os
 import pickle
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -49,6 +50,27 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
         Path(temporary).unlink(missing_ok=True)
         raise
     return path
+
+
+@contextlib.contextmanager
+def atomic_folder(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Write a folder whole or not at all: yields a fresh sibling folder to write into, which
+    replaces ``path`` (an earlier one is moved aside, then removed) when the block finishes. A
+    run killed while saving leaves the earlier folder or none, never half a model (issue 80)."""
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    try:
+        yield partial
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    earlier = path.with_name(f".{path.name}.earlier-{os.getpid()}")
+    if path.exists():
+        os.replace(path, earlier)
+    os.replace(partial, path)
+    shutil.rmtree(earlier, ignore_errors=True)
 
 
 def _umask() -> int:
@@ -193,6 +215,7 @@ def _damaged(path: str | os.PathLike[str], what: str, error: BaseException) -> s
 
 __all__ = [
     "CheckpointError",
+    "atomic_folder",
     "checkpoint_errors",
     "read_sidecar",
     "sha256_of_file",

@@ -24,6 +24,7 @@ from mixlab.shared.checks import (
     check_output_folder,
     check_seed,
 )
+from mixlab.shared.files import atomic_folder
 
 app = typer.Typer(
     help="MoH: Mixture-of-Hierarchical Experts, a timestep-routed Mamba diffusion backbone.",
@@ -128,7 +129,8 @@ def train(
     labels = images.labels if arguments["num_classes"] is not None else None
     ema, history = train_model(model, images.images, spec, class_labels=labels, captions=captions,
                                out_dir=out, resume=resuming)  # fmt: skip
-    ema.save_pretrained(out / "model")
+    with atomic_folder(out / "model") as folder:  # a kill while saving leaves no half model
+        ema.save_pretrained(folder)
     settings = {"data": data, "size": sample_size, "system": system, "prediction": prediction,
                 "seed": seed, "history": history}  # fmt: skip
     (out / "train.json").write_text(json.dumps(settings, indent=1))

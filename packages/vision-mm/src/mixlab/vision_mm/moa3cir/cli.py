@@ -32,6 +32,7 @@ from mixlab.shared.checks import (
     check_output_folder,
     check_seed,
 )
+from mixlab.shared.files import atomic_folder
 
 app = typer.Typer(
     help="MoA3CIR: composed image retrieval with item descriptions and attribute-routed attention.",
@@ -181,7 +182,8 @@ def train(
         losses = _train_folder(
             model, dataset, tower_steps, steps, batch_size, tower_lr, lr, seed, out
         )
-    model.save_pretrained(out / "model", clip_config)
+    with atomic_folder(out / "model") as folder:  # a kill while saving leaves no half model
+        model.save_pretrained(folder, clip_config)
     (out / "losses.json").write_text(json.dumps(losses) + "\n")
     typer.echo(f"trained {head}; model in {out / 'model'}")
 

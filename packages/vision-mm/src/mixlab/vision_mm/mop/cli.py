@@ -21,6 +21,7 @@ import typer
 
 from mixlab.shared.checks import check_fresh_output
 from mixlab.shared.config import is_count, require
+from mixlab.shared.files import atomic_folder
 
 app = typer.Typer(
     help="MoP: Mixture of Probes and cross-modal probe training (MoP-X) for MLLMs with a privileged modality.",
@@ -254,7 +255,8 @@ def train(
     history = fit(
         model, batch, spec, steps, lr=lr, lm_lr=lm_lr, seed=seed, checkpoint=str(checkpoint)
     )
-    model.save_pretrained(out / "model", tokenizer)
+    with atomic_folder(out / "model") as folder:  # a kill while saving leaves no half model
+        model.save_pretrained(folder, tokenizer)
     (out / "history.json").write_text(json.dumps(history) + "\n")
     typer.echo(f"trained {system} for {steps} steps; model in {out / 'model'}")
 
