@@ -246,9 +246,13 @@ def test_run_cells_refuses_a_checkpoint_of_an_older_layout_in_one_line(tmp_path:
 
 
 _SLOW_CELLS = """
-import sys, time
+import signal, sys, time
 from dataclasses import dataclass
 from mixlab.shared import ExperimentConfig, run_cells
+
+# a terminal's Ctrl-C raises KeyboardInterrupt; a job started in the background by a
+# non-interactive shell (as CI starts the tests) inherits SIGINT ignored: undo that here
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 @dataclass
 class Config(ExperimentConfig):
