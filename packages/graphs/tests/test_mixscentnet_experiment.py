@@ -214,7 +214,7 @@ def test_cli_pretrain_train_predict_white(data_dir, tmp_path, capsys):
         (["train", "--data", "{tmp}", "--split", "scaffold", "--out", "{tmp}/m"], "--split must be one of"),
         (["train", "--data", "{tmp}", "--out", "{tmp}/m"], "lacks mixtures/mixtures_combined.csv"),
         (["predict", "--model", "{tmp}", "--mixtures", "{tmp}/bad.csv", "--pairs", "{tmp}/bad.csv",
-          "--out", "{tmp}/o.csv"], "--model: .* has no model.pt"),
+          "--out", "{tmp}/o.csv"], "--model: .* has no model.safetensors"),
         (["pretrain", "--smiles", "{tmp}/bad.smi", "--out", "{tmp}/p"], r"unparsable SMILES 'C1CC\(' \(--smiles line 2\)"),
         (["white", "--model", "{tmp}", "--pool", "{tmp}/bad.smi", "--sizes", "a,b",
           "--out", "{tmp}/w.csv"], "--sizes must be comma-separated integers"),

@@ -140,8 +140,15 @@ def test_estimator_fits_saves_and_reloads(tmp_path):
     model = MixtureDistanceModel(hidden=8, embedding=8, mixture_width=8, layers=1, steps=5)
     model.fit(MIXTURES, PAIRS, DISTANCE)
     before = model.predict(MIXTURES, PAIRS)
-    loaded = MixtureDistanceModel.load(model.save(tmp_path / "model"))
+    folder = model.save(tmp_path / "model")
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+    loaded = MixtureDistanceModel.load(folder)
     assert np.allclose(loaded.predict(MIXTURES, PAIRS), before, atol=1e-6)
+    # a folder saved before issue 80 (the weights in torch's pickle container) still loads
+    torch.save(model.network.state_dict(), folder / "model.pt")
+    (folder / "model.safetensors").unlink()
+    older = MixtureDistanceModel.load(folder)
+    assert np.allclose(older.predict(MIXTURES, PAIRS), before, atol=1e-6)
     assert model.embed(MIXTURES).shape == (4, 8)
     with pytest.raises(ValueError, match=r"distance: values must lie in \[0, 1\]"):
         model.fit(MIXTURES, PAIRS, DISTANCE + 1)

@@ -54,8 +54,12 @@ def read_smiles_file(path: Path, option: str) -> list[str]:
 
 
 def _load_model(folder: Path, option: str):
-    check_input_folder(folder, option, containing=("model.pt", "config.json"))
-    from mixlab.graphs.mixscentnet.estimator import MixtureDistanceModel
+    from mixlab.graphs.mixscentnet.estimator import WEIGHTS, MixtureDistanceModel
+
+    check_input_folder(folder, option)
+    if not any((folder / name).is_file() for name in (WEIGHTS, "model.pt")):
+        raise ValueError(f"{option}: {str(folder)!r} has no {WEIGHTS} (not a saved model)")
+    check_input_folder(folder, option, containing=("config.json",))
 
     return MixtureDistanceModel.load(folder)
 

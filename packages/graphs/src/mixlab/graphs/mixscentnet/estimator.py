@@ -37,6 +37,9 @@ __all__ = ["MixtureDistanceModel", "ModelConfig"]
 Mixtures = Sequence[Sequence[str]]
 Concentrations = Sequence[Sequence[float] | None] | None
 
+WEIGHTS = "model.safetensors"
+"""the file :meth:`MixtureDistanceModel.save` writes the weights to"""
+
 
 @dataclass
 class ModelConfig:
@@ -157,27 +160,45 @@ class MixtureDistanceModel:
         return embed_mixtures(self.network, features, range(len(mixtures)))
 
     def save(self, folder: str | os.PathLike[str]) -> Path:
+        """``model.safetensors`` (the weights) and ``config.json`` (the options), written whole
+        or not at all (no pickle: DESIGN.md's safetensors + JSON; issue 80)."""
+        from safetensors.torch import save_file
+
+        from mixlab.shared.files import atomic_folder
+
         folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        torch.save(self.network.state_dict(), folder / "model.pt")
-        (folder / "config.json").write_text(
-            json.dumps({**asdict(self.config), "seed": self.seed}, indent=1)
-        )
+        with atomic_folder(folder) as partial:
+            state = {k: v.detach().contiguous().cpu() for k, v in self.network.state_dict().items()}
+            save_file(state, str(partial / WEIGHTS))
+            (partial / "config.json").write_text(
+                json.dumps({**asdict(self.config), "seed": self.seed}, indent=1)
+            )
         return folder
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str], device: str = "auto") -> MixtureDistanceModel:
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
         folder = Path(folder)
-        if not (folder / "model.pt").is_file() or not (folder / "config.json").is_file():
+        weights = folder / WEIGHTS
+        if not weights.is_file():
+            weights = folder / "model.pt"  # what save wrote until issue 80
+        if not weights.is_file() or not (folder / "config.json").is_file():
             raise FileNotFoundError(
-                f"{str(folder)!r} is not a saved MixScentNet model (model.pt, config.json)"
+                f"{str(folder)!r} is not a saved MixScentNet model ({WEIGHTS}, config.json)"
             )
         try:
             options = json.loads((folder / "config.json").read_text())
             model = cls(device=device, **options)
-            state = torch.load(folder / "model.pt", map_location=model.device, weights_only=True)
+            if weights.suffix == ".safetensors":
+                state = load_file(str(weights), device=str(model.device))
+            else:
+                state = torch.load(weights, map_location=model.device, weights_only=True)
             model.network.load_state_dict(state)
-        except (TypeError, RuntimeError, json.JSONDecodeError, pickle.UnpicklingError) as error:
+        except (
+            TypeError, RuntimeError, json.JSONDecodeError, pickle.UnpicklingError, SafetensorError
+        ) as error:  # fmt: skip
             raise ValueError(
                 f"{str(folder)!r} holds a damaged or foreign MixScentNet model: {error}"
             ) from None
