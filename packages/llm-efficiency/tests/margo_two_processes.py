@@ -3,6 +3,7 @@
 ``OUT/rank<i>.json``."""
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -58,3 +59,8 @@ assert trainer.accelerator.num_processes == 2
 # abort ("terminate called without an active exception", SIGABRT), as one fresh-ci run saw.
 trainer.accelerator.wait_for_everyone()
 torch.distributed.destroy_process_group()
+# ... and still, 2 fresh-ci runs in about 10 saw that abort at interpreter exit, after this rank's
+# file was written: leave without the interpreter's teardown (the work and its file are done)
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
