@@ -139,8 +139,6 @@ def test_solve_takes_arrays_mappings_and_vrplib_files_of_any_size(tmp_path):
         "capacity": small.capacity,
     }
     np.testing.assert_allclose(solve(model, fields).costs, solved.costs)
-    with pytest.raises(ValueError, match="instances must hold at least one instance"):
-        solve(model, small[:0])  # an empty batch was an IndexError deep inside (issue 80)
 
     # outside the unit square: the same instances in two other units get the same routes
     def moved(factor: float, shift: float) -> RoutingInstances:

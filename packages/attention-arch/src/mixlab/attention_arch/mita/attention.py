@@ -163,13 +163,6 @@ class TokenAttention(Attention, ABC):
         grid_size: int | Grid | PatchGrid | None = None,
         **attention_kwargs: Any,
     ) -> None:
-        for name, value in (("dim", dim), ("num_heads", num_heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if attention_kwargs.get("attn_head_dim") is None and dim % num_heads:
-            raise ValueError(  # timm's Attention stops on a bare assert here
-                f"num_heads must divide dim={dim} (or pass attn_head_dim), got {num_heads}"
-            )
         super().__init__(dim, num_heads, **attention_kwargs)
         if not hasattr(self, "attn_dim"):  # timm 1.0.18 to 1.0.22 at least has neither
             self.attn_dim = self.num_heads * self.head_dim
@@ -383,10 +376,6 @@ class TokenAttention(Attention, ABC):
             raise ValueError(
                 f"{type(self).__name__} routes tokens bidirectionally: attn_mask and is_causal "
                 "are not supported (use FullAttention for masked attention)"
-            )
-        if x.dim() != 3:
-            raise ValueError(
-                f"x must be a (batch, tokens, channels) tensor, got shape {tuple(x.shape)}"
             )
         batch, num_tokens, _ = x.shape
         gate = self.gate(x).sigmoid() if self.gate is not None else None

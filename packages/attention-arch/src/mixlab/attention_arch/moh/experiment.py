@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 
 from mixlab.attention_arch.moh.config import (
     MATCHED_IN_FLOPS,
@@ -340,7 +339,7 @@ def _train_cell(
     fake = sample(ema, n, steps=config.sample_steps, seed=seed + 2000,
                   **drawing, **conditioning)  # fmt: skip
     sample_s = time.perf_counter() - started
-    save_file({"samples": fake[:64].contiguous()}, str(run_dir / "samples.safetensors"))
+    torch.save(fake[:64].clone(), run_dir / "samples.pt")
     measured = score(net, reference, fake, seed=seed)
     trained = config.steps - first_step  # steps this process ran (a resumed run: the rest)
     costliest = None
@@ -641,8 +640,7 @@ def _plots(done: list[dict[str, Any]], config: Config, out_dir: Path) -> None:
         save_figure(figure, out_dir / f"routes{suffix}.png")
         figure, axes = plt.subplots(1, len(runs), figsize=(3 * len(runs), 3.3))
         for ax, (system, run) in zip(np.atleast_1d(axes), runs.items(), strict=True):
-            samples = load_file(str(_run_dir(out_dir, run) / "samples.safetensors"))["samples"]
-            grid = image_grid(samples[:64], 8)
+            grid = image_grid(torch.load(_run_dir(out_dir, run) / "samples.pt")[:64], 8)
             ax.imshow(grid.squeeze(-1) if grid.shape[-1] == 1 else grid, cmap="gray")
             ax.set_title(system, fontsize=9)
             ax.axis("off")

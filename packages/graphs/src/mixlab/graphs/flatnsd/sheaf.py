@@ -372,17 +372,6 @@ def sheaf_effective_resistance(
     target_maps, source_maps, _, num_nodes = _restriction_maps(
         edge_index, edge_maps, node_maps, num_nodes
     )
-    maps = node_maps if node_maps is not None else edge_maps
-    if not bool(torch.isfinite(maps).all()):
-        raise ValueError("the restriction maps must be finite: they hold NaN or infinity")
-    if node_maps is not None:  # a flat bundle's transport A_v⁻¹: a singular map has none
-        rank = torch.linalg.matrix_rank(node_maps.double())
-        if bool((rank < node_maps.size(-1)).any()):
-            singular = int((rank < node_maps.size(-1)).nonzero()[0])
-            raise ValueError(
-                f"node_maps must be invertible (a flat bundle), but node {singular}'s map is "
-                "singular: its resistance would be a finite number with no meaning (issue 80)"
-            )
     laplacian = sheaf_laplacian(
         edge_index,
         edge_maps=edge_maps,

@@ -183,8 +183,6 @@ def solve(
         )
     if instances.problem != model.problem:
         raise ValueError(f"instances are {instances.problem}, the model solves {model.problem}")
-    if len(instances) == 0:  # an empty batch raised IndexError deep in the decoder (issue 80)
-        raise ValueError("instances must hold at least one instance, got an empty batch")
     if euc_2d:
         check_euc_2d_units(instances)
     _, tours = evaluate(model, normalise(instances), augment=augment, batch_size=batch_size)
