@@ -160,19 +160,22 @@ class MixtureDistanceModel:
         return embed_mixtures(self.network, features, range(len(mixtures)))
 
     def save(self, folder: str | os.PathLike[str]) -> Path:
-        """``model.safetensors`` (the weights) and ``config.json`` (the options), written whole
-        or not at all (no pickle: DESIGN.md's safetensors + JSON; issue 80)."""
+        """``model.safetensors`` (the weights) and ``config.json`` (the options) into ``folder``,
+        each written to a temporary file and renamed into place, so a kill leaves the earlier
+        file or the new one (no pickle: DESIGN.md's safetensors + JSON; issue 80). Other files
+        in ``folder`` are left alone."""
         from safetensors.torch import save_file
 
-        from mixlab.shared.files import atomic_folder
+        from mixlab.shared.files import write_json_atomic
 
         folder = Path(folder)
-        with atomic_folder(folder) as partial:
-            state = {k: v.detach().contiguous().cpu() for k, v in self.network.state_dict().items()}
-            save_file(state, str(partial / WEIGHTS))
-            (partial / "config.json").write_text(
-                json.dumps({**asdict(self.config), "seed": self.seed}, indent=1)
-            )
+        folder.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().contiguous().cpu() for k, v in self.network.state_dict().items()}
+        partial = folder / f".{WEIGHTS}.partial"
+        save_file(state, str(partial))
+        os.replace(partial, folder / WEIGHTS)
+        write_json_atomic(folder / "config.json", {**asdict(self.config), "seed": self.seed},
+                          indent=1)  # fmt: skip
         return folder
 
     @classmethod
