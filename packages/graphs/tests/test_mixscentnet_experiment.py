@@ -42,9 +42,19 @@ def test_killed_experiment_resumes_to_the_same_result(data_dir, tmp_path, monkey
     whole = METHOD.execute(config, tmp_path / "whole")  # refuses a claim without its control
     assert whole.cache["state"] == "cold"  # the first run: Mordred table and both encoders made
     names = sorted(e["entry"].split("/")[1].rsplit("-", 1)[0] for e in whole.cache["entries"])
-    assert names == ["encoder-labels", "encoder-mordred", "mordred"]
+    # the shared encoders and the leave-molecules-out fold's inductive ones
+    assert names == ["encoder-labels"] * 2 + ["encoder-mordred"] * 2 + ["mordred"]
     assert {f"random/{s}" for s in SYSTEMS} <= set(whole.metrics)
-    assert {"white/mixscentnet", "labels/mordred@10", "pretrain/mordred"} <= set(whole.metrics)
+    assert {"white/mixscentnet", "labels/mordred@10", "labels/hgb@10", "pretrain/mordred",
+            "molecules/hgb@25", "molecules/snitz@25"} <= set(whole.metrics)  # fmt: skip
+    inductive = whole.metrics["pretrain/mordred@molecules"]
+    assert inductive["excluded"] >= 1
+    assert inductive["seen"] == 0
+    assert whole.metrics["pretrain/labels@molecules"]["seen"] == 0
+    cells = json.loads((tmp_path / "whole" / "cells.json").read_text())
+    fits = [c for c in cells if c["task"] == "distance" and "steps_run" in c]
+    assert fits
+    assert all(1 <= c["best_step"] <= c["steps_run"] <= config.steps for c in fits)
     assert [c.key for c in whole.claims] == [spec.key for spec in Config.CLAIMS]
     assert all(c.control is not None and c.control.system for c in whole.claims)
     for claim in whole.claims[:3]:  # 4 steps: no fit stops early, so the premise fails
@@ -116,6 +126,55 @@ def test_quick_shares_out_the_mordred_molecules_and_the_white_fits(data_dir):
     assert white(full) == list(SYSTEMS) * full.white_seeds  # per seed, every system
 
 
+def test_the_leave_molecules_out_encoders_never_see_the_held_out_molecules(data_dir):
+    """Inductive pretraining (issue 69): on a leave-molecules-out fold both encoders are
+    pretrained without the fold's held-out molecules, and the premise counts them from the fit
+    set; the random split's encoders exclude nothing."""
+    from mixlab.graphs.mixscentnet.data import load_mixture_pairs, split_pairs
+    from mixlab.graphs.mixscentnet.experiment import held_out_molecules, inductive_pretraining
+
+    pairs = load_mixture_pairs(str(data_dir))
+    held = held_out_molecules(pairs, "molecules", 0, 5)
+    train, _ = split_pairs(pairs, "molecules", 0, 5)
+    in_train = {s for p in pairs.pairs[train] for m in p for s in pairs.mixtures[m]}
+    assert held
+    assert not set(held) & in_train
+    assert held_out_molecules(pairs, "random", 0, 5) == []
+    config = Config(data_dir=str(data_dir))
+
+    def premise(seen: int, r2: float = 0.8):
+        done = [{"task": "pretrain", "kind": k, "split": "molecules", "fold": 0,
+                 "excluded": len(held), "seen": seen, "r2_excluded": r2 if k == "mordred" else None}
+                for k in ("mordred", "labels")]  # fmt: skip
+        return inductive_pretraining(done, config)
+
+    assert premise(seen=0).holds
+    assert not premise(seen=1).holds  # a leak in the recipe shows
+    assert not premise(seen=0, r2=0.1).holds  # pretraining does not transfer to them
+    assert not inductive_pretraining([], config).tested
+
+
+def test_pretraining_leaves_out_the_excluded_molecules(data_dir, tmp_path):
+    from mixlab.graphs.mixscentnet.data import load_gslf, load_mixture_pairs
+    from mixlab.graphs.mixscentnet.experiment import mordred_folder
+    from mixlab.graphs.mixscentnet.pretraining import pretrain_encoder
+
+    labels, pairs = load_gslf(str(data_dir)), load_mixture_pairs(str(data_dir))
+    config = Config(data_dir=str(data_dir), **TINY)
+    exclude = sorted(set(pairs.components) & set(labels.smiles))[:3]
+    assert len(exclude) == 3
+    for kind in ("mordred", "labels"):
+        folder = tmp_path / kind
+        folder.mkdir()
+        pretrain_encoder(folder, kind, labels, pairs, hidden=8, embedding=8, layers=1,
+                         conv="gatv2", epochs=1, device="cpu",
+                         mordred=lambda: mordred_folder(config), exclude=exclude)  # fmt: skip
+        score = json.loads((folder / "score.json").read_text())
+        assert score["excluded"] == 3
+        assert score["seen"] == 0
+        assert ("r2_excluded" in score) == (kind == "mordred")
+
+
 def _distance_cells(pearson: dict[str, float], steps_run: int = 50) -> list[dict]:
     """Distance cells of both splits, fold 0 and three seeds, with ``pearson`` per system."""
     return [
@@ -133,15 +192,16 @@ def test_a_claim_gradient_boosting_also_passes_is_vacuous():
     config = Config(steps=100)
     aggregators = {"mixscentnet": 0.7, "mean-pool": 0.5, "self-attention": 0.55}
 
-    def graph_beats_pooling(hgb: float, steps_run: int = 50):
-        done = _distance_cells({**aggregators, "hgb": hgb}, steps_run)
+    def graph_beats_pooling(hgb: float, snitz: float = 0.3, steps_run: int = 50):
+        done = _distance_cells({**aggregators, "hgb": hgb, "snitz": snitz}, steps_run)
         return {c.key: c for c in claims(done, config)}["graph_beats_pooling"]
 
     assert graph_beats_pooling(hgb=0.3).state == "holds"
     claim = graph_beats_pooling(hgb=0.8)  # descriptors beat the neural aggregators as well
     assert claim.state == "vacuous"
-    assert claim.control.system == "hgb"
+    assert claim.control.system == "hgb and snitz"
     assert "molecules: hgb − mean-pool Pearson: mean 0.3" in claim.control.evidence
+    assert graph_beats_pooling(hgb=0.3, snitz=0.8).state == "vacuous"  # either control
     stopped_at_budget = graph_beats_pooling(hgb=0.3, steps_run=100)
     assert stopped_at_budget.state == "untested"  # the premise: training converged
     assert not stopped_at_budget.premises[0].holds
@@ -169,6 +229,9 @@ def test_a_missing_data_folder_is_one_line_naming_it(tmp_path, capsys):
         ({"white_sizes": (3,)}, "white_sizes"),
         ({"mordred_fraction": 0.0}, "mordred_fraction"),
         ({"white_systems": ("mixscentnet", "gcn")}, "white_systems"),
+        ({"min_delta": -1e-3}, "min_delta"),
+        ({"regime_margin": 0.9}, "regime_margin"),
+        ({"patience": 0}, "patience"),
     ],
 )
 def test_config_names_the_bad_field(override, parameter):

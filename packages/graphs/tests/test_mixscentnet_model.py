@@ -113,6 +113,47 @@ def test_seeded_fits_are_deterministic_and_learn():
     assert history["train"][-1] < history["train"][0]
 
 
+def test_early_stopping_stops_at_the_plateau_and_keeps_the_best_step(monkeypatch):
+    """A validation error that stops falling ends the fit after ``patience`` checks, and the
+    weights of the best check are the ones kept (its step is ``best_step``)."""
+    from mixlab.graphs.mixscentnet import training
+
+    features = FeaturizedMixtures(MIXTURES)
+    errors = iter([0.5, 0.4, 0.3, 0.2995, 0.31, 0.32, 0.33, 0.34])
+
+    def validation_error(model, features, pairs):  # predictions whose MAE is the next error
+        return np.full(len(pairs), next(errors))
+
+    monkeypatch.setattr(training, "predict_distance", validation_error)
+    model = network(seed=1).train()
+    history = fit_distance(model, features, PAIRS, np.zeros(len(PAIRS)), steps=100, eval_every=2,
+                           patience=3, min_delta=1e-3, validation=0.5, seed=1)  # fmt: skip
+    # checks at steps 2, 4, 6 improve; 8 improves by less than min_delta; 10, 12 do not
+    assert len(history["train"]) == 12
+    assert history["best_step"] == 6
+    assert history["validation"][-1] == 0.32
+
+
+def test_mini_batches_draw_every_pair_once_per_epoch(monkeypatch):
+    features = FeaturizedMixtures(MIXTURES)
+    seen = []
+    real = MixScentNet.forward
+
+    def forward(self, molecules, mixtures, pairs):
+        if self.training:
+            seen.append(len(pairs))
+        return real(self, molecules, mixtures, pairs)
+
+    monkeypatch.setattr(MixScentNet, "forward", forward)
+    model = network(seed=2).train()
+    history = fit_distance(model, features, PAIRS, DISTANCE, steps=4, batch_size=4,
+                           validation=0.0, seed=2)  # fmt: skip
+    assert len(history["train"]) == 4
+    assert sorted(seen) == [2, 2, 4, 4]  # two epochs of 6 pairs: a batch of 4 and one of 2
+    with pytest.raises(ValueError, match="batch_size"):
+        fit_distance(model, features, PAIRS, DISTANCE, steps=1, batch_size=0)
+
+
 def test_mordred_targets_are_finite_robust_z_and_cached(tmp_path, monkeypatch):
     smiles = ["CCO", "CCCO", "c1ccccc1", "CC(=O)O", "CCN", "CCCCCC"]
     targets, names = mordred_targets(smiles, tmp_path)

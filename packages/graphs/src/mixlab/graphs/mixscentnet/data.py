@@ -48,6 +48,7 @@ __all__ = [
     "read_mixtures_csv",
     "read_pairs_csv",
     "split_pairs",
+    "unseen_molecules",
     "write_synthetic_olfaction",
 ]
 
@@ -299,6 +300,13 @@ def split_pairs(
         if abs(test.sum() - target) <= tolerance:
             return np.flatnonzero(~test), np.flatnonzero(test)
     raise ValueError(f"no leave-molecules-out split within 2 % of 1/{folds} of {len(data)} pairs")
+
+
+def unseen_molecules(data: MixturePairs, train: np.ndarray, test: np.ndarray) -> list[str]:
+    """The components (sorted) of the ``test`` pairs that no ``train`` pair contains: the
+    molecules a leave-molecules-out split holds out, which an inductive encoder never sees."""
+    seen = {s for pair in data.pairs[train] for m in pair for s in data.mixtures[m]}
+    return sorted({s for pair in data.pairs[test] for m in pair for s in data.mixtures[m]} - seen)
 
 
 def write_synthetic_olfaction(

@@ -144,7 +144,7 @@ class MixtureGraph:
 
 
 class MixtureGATv2(nn.Module):
-    """The mixture graph network: 2 ``GATv2Conv`` layers with ``edge_dim`` over the complete
+    """The mixture graph network: ``layers`` ``GATv2Conv`` layers with ``edge_dim`` over the complete
     component graph, residual, LayerNorm, then a PNA or attention readout."""
 
     def __init__(
@@ -244,8 +244,9 @@ class ScaledCosineDistance(nn.Module):
 class MixScentNet(nn.Module):
     """Molecule encoder → mixture aggregator → scaled-cosine distance, trained end to end.
 
-    ``aggregator`` is ``graph`` (:class:`MixtureGATv2`, the method), ``attention``
-    (:class:`SelfAttentionAggregation`, CheMix/POMMix) or ``mean`` (:class:`MeanPooling`)."""
+    ``aggregator`` is ``graph`` (:class:`MixtureGATv2`, the method, ``graph_layers`` deep),
+    ``attention`` (:class:`SelfAttentionAggregation`, CheMix/POMMix) or ``mean``
+    (:class:`MeanPooling`)."""
 
     def __init__(
         self,
@@ -255,6 +256,7 @@ class MixScentNet(nn.Module):
         heads: int = 4,
         readout: str = "pna",
         dropout: float = 0.1,
+        graph_layers: int = 2,
     ) -> None:
         super().__init__()
         if aggregator not in AGGREGATORS:
@@ -262,7 +264,9 @@ class MixScentNet(nn.Module):
         self.encoder = encoder
         d = encoder.out_dim
         if aggregator == "graph":
-            self.aggregator = MixtureGATv2(d, width, heads, readout=readout, dropout=dropout)
+            self.aggregator = MixtureGATv2(
+                d, width, heads, layers=graph_layers, readout=readout, dropout=dropout
+            )
         elif aggregator == "attention":
             self.aggregator = SelfAttentionAggregation(d, width, heads, dropout)
         else:

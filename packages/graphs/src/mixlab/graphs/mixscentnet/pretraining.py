@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -93,6 +93,7 @@ def pretrain_encoder(
     device: str,
     mordred: Callable[[], Path],
     mordred_fraction: float = 1.0,
+    exclude: Sequence[str] = (),
 ) -> None:
     """Pretrain an encoder (seed 0) as ``kind`` and write its weights (``folder/encoder.pt``, on
     the CPU) and held-out score (``folder/score.json``: median R² of the Mordred targets or GS-LF
@@ -101,8 +102,16 @@ def pretrain_encoder(
     ``mordred``: the folder of the cached raw Mordred table, asked for (only by ``kind="mordred"``)
     after the encoder is drawn. ``mordred_fraction``: the share of GS-LF's training and test
     molecules (:func:`mordred_split`) that pretrain and score the Mordred encoder; the mixture
-    components pretrain it at any share, but no GS-LF test molecule ever does."""
+    components pretrain it at any share, but no GS-LF test molecule ever does.
+
+    ``exclude``: molecules (canonical SMILES) no pretraining step may see, neither as a Mordred
+    row nor as a GS-LF label: the held-out molecules of a leave-molecules-out fold, so that the
+    encoder is inductive there. ``score.json`` then also holds ``excluded`` (how many), ``seen``
+    (how many of them the fit set holds: 0 unless the recipe leaks) and, for ``mordred``,
+    ``r2_excluded``: the median R² of the Mordred targets on those molecules."""
     train, test = gslf_split(labels)
+    excluded = set(exclude)
+    train = np.array([i for i in train if labels.smiles[i] not in excluded], dtype=np.int64)
     encoder = seeded_encoder(hidden, embedding, layers, conv, 0)
     started = time.perf_counter()
     options = {"epochs": epochs, "seed": 0}
@@ -115,7 +124,9 @@ def pretrain_encoder(
         # labels, no distances), which also set the targets' scaling; the chosen GS-LF test
         # molecules score it, and no GS-LF test molecule pretrains it
         fit_smiles = sorted(
-            {labels.smiles[i] for i in chosen_train} | (set(pairs.components) - set(test_smiles))
+            ({labels.smiles[i] for i in chosen_train} | set(pairs.components))
+            - set(test_smiles)
+            - excluded
         )
         held_smiles = [labels.smiles[i] for i in chosen_test]
         targets, _ = mordred_targets(every, mordred(), workers=1, reference=fit_smiles)
@@ -125,13 +136,21 @@ def pretrain_encoder(
         pretrainer.fit(fit_smiles, targets[[row[s] for s in fit_smiles]], **options)
         held = targets[[row[s] for s in held_smiles]]
         score = {"r2": median_r2(pretrainer.predict(held_smiles), held)}
+        fitted = set(fit_smiles)
+        if excluded:
+            unseen = sorted(excluded & set(every))
+            rows = targets[[row[s] for s in unseen]]
+            score["r2_excluded"] = median_r2(pretrainer.predict(unseen), rows)
     elif kind == "labels":
         model = LabelModel(encoder, labels.labels.shape[1])
         model.network.to(resolve_device(device))
         model.fit(train_smiles, labels.labels[train], **options)
         score = {"auroc": macro_auroc(model.predict_proba(test_smiles), labels.labels[test])}
+        fitted = set(train_smiles)
     else:
         raise ValueError(f"kind must be 'mordred' or 'labels', got {kind!r}")
+    if excluded:
+        score |= {"excluded": len(excluded), "seen": len(excluded & fitted)}
     score["seconds"] = time.perf_counter() - started
     torch.save({k: v.cpu() for k, v in encoder.state_dict().items()}, folder / "encoder.pt")
     (folder / "score.json").write_text(json.dumps(score))

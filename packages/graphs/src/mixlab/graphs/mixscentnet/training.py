@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,7 +37,7 @@ __all__ = [
 
 def _validation_split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     order = np.random.default_rng(seed).permutation(n)
-    held = max(1, round(fraction * n)) if n > 1 else 0
+    held = max(1, round(fraction * n)) if n > 1 and fraction > 0 else 0
     return np.sort(order[held:]), np.sort(order[:held])
 
 
@@ -51,10 +52,13 @@ class _EarlyStopping:
     def __init__(self, module: nn.Module, patience: int, min_delta: float) -> None:
         self.module, self.patience, self.min_delta = module, patience, min_delta
         self.best, self.state, self.waited = np.inf, copy.deepcopy(module.state_dict()), 0
+        self.evaluations = self.best_evaluation = 0
 
     def step(self, error: float) -> bool:
+        self.evaluations += 1
         if error < self.best - self.min_delta:
             self.best, self.state, self.waited = error, copy.deepcopy(self.module.state_dict()), 0
+            self.best_evaluation = self.evaluations
             return False
         self.waited += 1
         return self.waited >= self.patience
@@ -140,27 +144,52 @@ def fit_distance(
     validation: float = 0.1,
     eval_every: int = 5,
     patience: int = 10,
+    min_delta: float = 1e-5,
+    batch_size: int | None = None,
     seed: int = 0,
-) -> dict[str, list[float]]:
+) -> dict[str, Any]:
     """Fine-tune ``model`` end to end on the mean absolute error of ``distance`` (POMMix's loss)
     over ``pairs``, holding out ``validation`` of them for early stopping. ``encoder_lr`` (default
-    ``lr``) sets the encoder's rate: a pretrained encoder usually wants a smaller one."""
+    ``lr``) sets the encoder's rate: a pretrained encoder usually wants a smaller one.
+    ``batch_size``: pairs per step, drawn without replacement epoch by epoch (None: every training
+    pair each step). A step embeds only the mixtures its pairs use, so on large mixtures a
+    mini-batch costs about its share of a full-batch step and takes as large a step.
+
+    Every ``eval_every`` steps the validation MAE is measured; training stops after ``patience``
+    measurements that do not improve on the best by more than ``min_delta``, and the best
+    weights are restored. Returns the per-step training loss (``train``; its length is the steps
+    run), the validation MAEs (``validation``) and ``best_step``, the step of the kept weights."""
     torch.manual_seed(seed)
     device = next(model.parameters()).device
     train, held = _validation_split(len(pairs), validation, seed)
-    inputs = _pair_inputs(features, pairs[train], device)
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1 or None, got {batch_size!r}")
+    full = batch_size is None or batch_size >= len(train)
+    inputs = _pair_inputs(features, pairs[train], device) if full else None
     target = torch.as_tensor(distance[train], dtype=torch.float, device=device)
+    generator = np.random.default_rng(seed)
+    order: list[np.ndarray] = []
     groups = [
         {"params": model.encoder.parameters(), "lr": lr if encoder_lr is None else encoder_lr},
         {"params": [p for n, p in model.named_parameters() if not n.startswith("encoder.")]},
     ]
     optimizer = torch.optim.Adam(groups, lr=lr, weight_decay=weight_decay)
-    history: dict[str, list[float]] = {"train": [], "validation": []}
-    stopping = _EarlyStopping(model, patience, min_delta=1e-5)
+    history: dict[str, Any] = {"train": [], "validation": []}
+    stopping = _EarlyStopping(model, patience, min_delta=min_delta)
+    evaluated_at: list[int] = []
     model.train()
     with progress(steps, "distance steps") as bar:
         for step in range(1, steps + 1):
-            loss = F.l1_loss(model(*inputs), target)
+            if full:
+                loss = F.l1_loss(model(*inputs), target)
+            else:
+                if not order:  # a new epoch: the training pairs in a fresh order, in batches
+                    shuffled = generator.permutation(len(train))
+                    order = [shuffled[i : i + batch_size] for i in range(0, len(train), batch_size)]
+                chosen = order.pop()
+                loss = F.l1_loss(
+                    model(*_pair_inputs(features, pairs[train][chosen], device)), target[chosen]
+                )
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -171,10 +200,14 @@ def fit_distance(
                     np.abs(predict_distance(model, features, pairs[held]) - distance[held]).mean()
                 )
                 history["validation"].append(error)
+                evaluated_at.append(step)
                 if stopping.step(error):
                     break
+    history["best_step"] = len(history["train"])
     if len(held):
         stopping.restore()
+        best = stopping.best_evaluation  # 0: no finite validation error, the initial weights
+        history["best_step"] = evaluated_at[best - 1] if best else 0
     model.eval()
     return history
 
