@@ -16,6 +16,7 @@ import pickle
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,9 +53,17 @@ class ModelConfig:
     mixture_width: int = 32
     layers: int = 3
     pretrain_epochs: int = 60
-    steps: int = 150
+    steps: int = 1000
+    """the step budget of :meth:`MixtureDistanceModel.fit`; early stopping usually ends it first"""
     lr: float = 2e-3
     encoder_lr: float = 3e-4
+    batch_size: int | None = 128
+    """pairs per step (None: every training pair each step)"""
+    patience: int = 10
+    """validation checks (every 5 steps, on 10 % of the pairs) without improvement before
+    :meth:`MixtureDistanceModel.fit` stops"""
+    min_delta: float = 1e-3
+    """the smallest fall of the validation MAE that counts as an improvement"""
 
     def __post_init__(self) -> None:
         require(self.encoder in ENCODERS, "encoder", f"one of {list(ENCODERS)}", self.encoder)
@@ -64,7 +73,14 @@ class ModelConfig:
             f"one of {list(AGGREGATORS)}",
             self.aggregator,
         )
-        for name in ("hidden", "embedding", "mixture_width", "layers", "pretrain_epochs", "steps"):
+        if self.batch_size is not None:
+            require(is_count(self.batch_size), "batch_size", "an integer >= 1 or None",
+                    self.batch_size)  # fmt: skip
+        ok = isinstance(self.min_delta, int | float) and self.min_delta >= 0
+        require(ok, "min_delta", "a number >= 0", self.min_delta)
+        names = ("hidden", "embedding", "mixture_width", "layers", "pretrain_epochs", "steps",
+                 "patience")  # fmt: skip
+        for name in names:
             require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
         for name in ("hidden", "embedding", "mixture_width"):
             require(
@@ -106,7 +122,7 @@ class MixtureDistanceModel:
         c = self.config
         encoder = MoleculeEncoder(c.hidden, c.embedding, c.layers, c.encoder)
         self.network = MixScentNet(encoder, c.aggregator, width=c.mixture_width).to(self.device)
-        self.history: dict[str, list[float]] = {}
+        self.history: dict[str, Any] = {}
 
     def pretrain(
         self, smiles: Sequence[str], cache_dir: str | os.PathLike[str], workers: int = 1
@@ -141,7 +157,8 @@ class MixtureDistanceModel:
         c = self.config
         self.history |= fit_distance(
             self.network, features, pairs, distance, steps=c.steps, lr=c.lr,
-            encoder_lr=c.encoder_lr, seed=self.seed,
+            encoder_lr=c.encoder_lr, batch_size=c.batch_size, patience=c.patience,
+            min_delta=c.min_delta, seed=self.seed,
         )  # fmt: skip
         return self
 
