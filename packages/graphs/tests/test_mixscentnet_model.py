@@ -149,7 +149,7 @@ def test_mini_batches_draw_every_pair_once_per_epoch(monkeypatch):
     history = fit_distance(model, features, PAIRS, DISTANCE, steps=4, batch_size=4,
                            validation=0.0, seed=2)  # fmt: skip
     assert len(history["train"]) == 4
-    assert sorted(seen) == [2, 2, 4, 4]  # two epochs of 6 pairs: a batch of 4 and one of 2
+    assert sorted(seen) == [3, 3, 3, 3]  # two epochs of 6 pairs, each in two batches of 3
     with pytest.raises(ValueError, match="batch_size"):
         fit_distance(model, features, PAIRS, DISTANCE, steps=1, batch_size=0)
 

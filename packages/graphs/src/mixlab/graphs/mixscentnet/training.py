@@ -9,6 +9,7 @@ validation step (early stopping with ``patience`` evaluations).
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -151,8 +152,8 @@ def fit_distance(
     """Fine-tune ``model`` end to end on the mean absolute error of ``distance`` (POMMix's loss)
     over ``pairs``, holding out ``validation`` of them for early stopping. ``encoder_lr`` (default
     ``lr``) sets the encoder's rate: a pretrained encoder usually wants a smaller one.
-    ``batch_size``: pairs per step, drawn without replacement epoch by epoch (None: every training
-    pair each step). A step embeds only the mixtures its pairs use, so on large mixtures a
+    ``batch_size``: at most this many pairs per step, drawn without replacement epoch by epoch in
+    batches of near-equal size (None: every training pair each step). A step embeds only the mixtures its pairs use, so on large mixtures a
     mini-batch costs about its share of a full-batch step and takes as large a step.
 
     Every ``eval_every`` steps the validation MAE is measured; training stops after ``patience``
@@ -184,8 +185,9 @@ def fit_distance(
                 loss = F.l1_loss(model(*inputs), target)
             else:
                 if not order:  # a new epoch: the training pairs in a fresh order, in batches
+                    # of near-equal size (155 pairs make 78 + 77, not 128 + a noisy 27)
                     shuffled = generator.permutation(len(train))
-                    order = [shuffled[i : i + batch_size] for i in range(0, len(train), batch_size)]
+                    order = np.array_split(shuffled, math.ceil(len(train) / batch_size))
                 chosen = order.pop()
                 loss = F.l1_loss(
                     model(*_pair_inputs(features, pairs[train][chosen], device)), target[chosen]
