@@ -59,10 +59,10 @@ class ModelConfig:
     encoder_lr: float = 3e-4
     batch_size: int | None = 128
     """pairs per step (None: every training pair each step)"""
-    patience: int = 10
+    patience: int = 15
     """validation checks (every 5 steps, on 10 % of the pairs) without improvement before
     :meth:`MixtureDistanceModel.fit` stops"""
-    min_delta: float = 1e-3
+    min_delta: float = 2e-3
     """the smallest fall of the validation MAE that counts as an improvement"""
 
     def __post_init__(self) -> None:
