@@ -124,11 +124,12 @@ CLAIMS = (
 
 @dataclass
 class Config(ExperimentConfig):
-    """Defaults are the quick profile (an estimated 6 minutes on 2 idle CPU cores from an empty
-    cache, 11 where the two workers get one core's throughput as in the committed run; the Mordred
-    table and both pretrained encoders included: Mordred descriptors of a fifth of GS-LF, the
-    olfactory-white fit only for the systems its claim compares); full follows the issue (5 folds
-    × both splits, 5 seeds, wider encoder, every GS-LF molecule)."""
+    """Defaults are the quick profile: one fold of each split, 3 seeds, every neural fit run to
+    early stopping, within 15 minutes on 2 CPU cores from an empty cache (the Mordred table and
+    the four pretrained encoders included; seeds/mixscentnet.md gives the measured time). To fit,
+    it computes Mordred descriptors of a fifth of GS-LF, keeps the mixture aggregators 16 wide
+    and fits olfactory white only for the systems its claim compares. Full follows the issue (5
+    folds × both splits, 5 seeds, wider encoder and aggregators, every GS-LF molecule)."""
 
     data_dir: str = "../shared/data/olfaction"
     """the published olfaction files (gs-lf/, mixtures/); relative paths start at the current folder"""
