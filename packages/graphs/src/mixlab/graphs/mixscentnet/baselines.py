@@ -108,9 +108,10 @@ class GradientBoostingLabels:
     """Odour labels from a molecule's RDKit 2D descriptors: one ``HistGradientBoostingClassifier``
     per label (the descriptor control of Mordred pretraining's label efficiency: no GNN, no
     pretraining). A label with one class among the training molecules predicts its training rate.
-    """
+    ``max_iter`` boosting rounds per label (50: at 100 the 138 labels took 90 s a seed on one core,
+    the quick run's longest cell)."""
 
-    def __init__(self, max_iter: int = 100) -> None:
+    def __init__(self, max_iter: int = 50) -> None:
         self.max_iter = max_iter
         self.models: list = []
 

@@ -221,6 +221,13 @@ def _cells(config: Config, pairs: MixturePairs) -> list[dict[str, Any]]:
         for fold in config.fold_ids
         for k in ("mordred", "labels")
     ]
+    # the label cells next: gradient boosting's are the run's longest after the encoders
+    cells += [
+        {"task": "labels", "seed": seed, "init": init, "fraction": fraction}
+        for fraction in config.label_fractions
+        for seed in seeds
+        for init in LABEL_INITS
+    ]
     for split in SPLITS:
         for fold in config.fold_ids:
             for seed in seeds:
@@ -238,12 +245,6 @@ def _cells(config: Config, pairs: MixturePairs) -> list[dict[str, Any]]:
             for system in config.systems
             if system in config.white_systems
         ]
-    cells += [
-        {"task": "labels", "seed": seed, "init": init, "fraction": fraction}
-        for fraction in config.label_fractions
-        for seed in seeds
-        for init in LABEL_INITS
-    ]
     return cells
 
 
