@@ -6,15 +6,15 @@ MixScentNet's GATv2 mixture graph against mean pooling and POMMix-style self-att
 
 Data: the published mixtures (``--data``, default ``../shared/data/olfaction``): 865 pairs over
 mixtures of 1–43 components. Every system has the quick experiment's encoder (GATv2 node attention,
-hidden 64, embedding 96, 3 layers) and mixture width (32), and differs only in the aggregator:
+hidden 64, embedding 96, 3 layers) and mixture width (16), and differs only in the aggregator:
 
 - ``mixscentnet``: 2 GATv2 layers on the complete component graph (O(n²) edges per mixture);
 - ``mean-pool``: an MLP per component and the mean (the fastest peer);
 - ``pommix``: CheMix self-attention over components and attention pooling.
 
-An epoch is one full-batch optimiser step on the random split's training pairs (fold 0), as the
-experiment trains: the component table is encoded, every training mixture embedded, the MAE
-backpropagated. Throughput embeds every mixture once without gradients. Median of repeated calls,
+An epoch is one full-batch optimiser step on the random split's training pairs (fold 0): the
+component table is encoded, every training mixture embedded, the MAE backpropagated (the
+experiment takes the epoch in mini-batches of 128 pairs, each encoding the table again). Throughput embeds every mixture once without gradients. Median of repeated calls,
 one system after the other on one thread in this run; figures are ratios to mean pooling and to
 POMMix-style.
 """

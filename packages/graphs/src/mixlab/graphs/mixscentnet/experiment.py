@@ -228,24 +228,25 @@ def _cells(config: Config, pairs: MixturePairs) -> list[dict[str, Any]]:
         for seed in seeds
         for init in LABEL_INITS
     ]
-    for split in SPLITS:
-        for fold in config.fold_ids:
-            for seed in seeds:
-                for system in config.systems:
-                    cells.append({"task": "distance", "split": split, "fold": fold,
-                                  "seed": seed, "system": system, "fraction": 1.0})  # fmt: skip
-                    if system in FEW_PAIRS_SYSTEMS:
-                        cells.append({"task": "distance", "split": split, "fold": fold,
-                                      "seed": seed, "system": system,
-                                      "fraction": config.pair_fraction})  # fmt: skip
-    if (pairs.study == WHITE_STUDY).any():
-        cells += [
-            {"task": "white", "seed": seed, "system": system}
-            for seed in seeds[: config.white_seeds]
-            for system in config.systems
-            if system in config.white_systems
-        ]
-    return cells
+    distance = [
+        {"task": "distance", "split": split, "fold": fold, "seed": seed, "system": system,
+         "fraction": fraction}
+        for split in SPLITS
+        for fold in config.fold_ids
+        for seed in seeds
+        for system in config.systems
+        for fraction in (1.0, config.pair_fraction)
+        if fraction == 1.0 or system in FEW_PAIRS_SYSTEMS
+    ]  # fmt: skip
+    white = [
+        {"task": "white", "seed": seed, "system": system}
+        for seed in seeds[: config.white_seeds]
+        for system in config.systems
+        if system in config.white_systems and (pairs.study == WHITE_STUDY).any()
+    ]
+    # the neural fits before the descriptor models' seconds-long cells, which fill the end
+    neural = [c for c in distance + white if c["system"] in NEURAL_SYSTEMS]
+    return cells + neural + [c for c in distance + white if c["system"] not in NEURAL_SYSTEMS]
 
 
 def _fit_system(
