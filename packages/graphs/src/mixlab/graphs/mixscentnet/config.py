@@ -186,10 +186,10 @@ class Config(ExperimentConfig):
     pretraining 0.62 at 260 full-batch steps in 169 s, 0.62 at 260 steps of 128 in 48 s)"""
     eval_every: int = 5
     """steps between validation checks of a distance fit"""
-    patience: int = 15
-    """validation checks without improvement before a distance fit stops (15 × 5 steps: about
-    14 epochs at 128 pairs a step). At 10, 11 of the first 26 quick fits kept the weights of
-    their first 90 steps, three those of their first check: validation noise, not convergence"""
+    patience: int = 10
+    """validation checks without improvement before a distance fit stops (10 × 5 steps: about
+    9 epochs at 128 pairs a step). At 15 a cold quick run took 951 s, over its 15 minutes; at 10
+    more fits stop on validation noise early on (cells.json's ``best_step`` shows which)"""
     min_delta: float = 2e-3
     """the smallest fall of the validation MAE (distances in [0, 1]) that counts as an
     improvement: under 2 % of a fitted model's MAE (0.11–0.13), below the spread between folds;

@@ -59,7 +59,7 @@ class ModelConfig:
     encoder_lr: float = 3e-4
     batch_size: int | None = 128
     """pairs per step (None: every training pair each step)"""
-    patience: int = 15
+    patience: int = 10
     """validation checks (every 5 steps, on 10 % of the pairs) without improvement before
     :meth:`MixtureDistanceModel.fit` stops"""
     min_delta: float = 2e-3
