@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from mixlab.rl.rnd_rff import (
+    BONUS_KINDS,
+    BONUS_METHODS,
     CoordMaze,
     CoordMazeVector,
     CountBonus,
@@ -93,7 +95,7 @@ def test_targets_stay_frozen_while_the_predictor_learns():
     assert not any(p.requires_grad for p in mlp.parameters())
 
 
-@pytest.mark.parametrize("kind", ["rff", "rff-laplace", "rff-multiscale", "rnd", "drnd"])
+@pytest.mark.parametrize("kind", BONUS_KINDS)
 def test_the_bonus_falls_on_fitted_points_and_stays_high_far_away(kind):
     rng = np.random.default_rng(0)
     data = (rng.normal(size=(600, 2)) * 0.3).astype(np.float32)
@@ -105,6 +107,35 @@ def test_the_bonus_falls_on_fitted_points_and_stays_high_far_away(kind):
     far = bonus.bonus(np.full((20, 2), 6.0, np.float32) * np.sign(rng.normal(size=(20, 2)))).mean()
     assert fitted < 0.5 * before
     assert far > 3 * fitted
+
+
+@pytest.mark.parametrize("kind", BONUS_KINDS)
+def test_every_kind_has_the_same_methods_and_they_work(kind):
+    """Issue 70: ``make_bonus("count", ...)`` had no ``fit``, though the module docstring showed
+    one; every kind now answers every method of BONUS_METHODS the same way."""
+    rng = np.random.default_rng(0)
+    data = rng.normal(size=(300, 3)).astype(np.float32)
+    bonus = make_bonus(kind, (3,), seed=0)
+    assert all(callable(getattr(bonus, name, None)) for name in BONUS_METHODS)
+    assert bonus.fit(data, steps=20, batch_size=64) is bonus
+    assert bonus.distill(data[:50], steps=5) is bonus
+    assert bonus.bonus(data[:7]).shape == (7,)
+    assert bonus.bonus(data[:7], batch_size=3).shape == (7,)
+    assert isinstance(bonus.update(data[:64]), float)
+    assert isinstance(bonus.update(data[:64], update_stats=False), float)
+    assert bonus.normalize_rewards(np.ones((4, 2))).shape == (4, 2)
+    if kind.startswith("rff"):
+        ell = bonus.bandwidth
+        assert bonus.scale_bandwidth(0.5) == pytest.approx(ell / 2)
+    else:
+        assert bonus.bandwidth is None
+        with pytest.raises(ValueError, match="scale_bandwidth needs an RFF target"):
+            bonus.scale_bandwidth(0.5)
+    restored = make_bonus(kind, (3,), seed=1)
+    restored.load_state_dict(bonus.state_dict())
+    np.testing.assert_allclose(restored.bonus(data[:20]), bonus.bonus(data[:20]), rtol=1e-6)
+    with pytest.raises(ValueError, match=r"obs must have shape \[batch, 3\]"):
+        bonus.bonus(data[:5, :2])
 
 
 def test_drnd_bonus_has_its_pseudo_count_term_bounded():

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from mixlab.rl.cli import main
-from mixlab.rl.rnd_rff.config import Config
+from mixlab.rl.rnd_rff import make_bonus
+from mixlab.rl.rnd_rff.config import PROBE_TARGETS, Config
 
 TINY = {
     "n_seeds": 2,
@@ -16,6 +17,7 @@ TINY = {
     "probe_steps": 20,
     "gp_points": 60,
     "bandwidths": (0.25, 1.0),
+    "probe_targets": PROBE_TARGETS,
     "maze_steps": 256,
     "onehot_steps": 128,
     "rooms": (1, 2),
@@ -43,23 +45,21 @@ def test_killed_experiment_resumes_to_the_same_result(tmp_path, monkeypatch):
         "probe/rff-laplace@1",
         "probe/rff-multiscale@1",
     } <= set(whole.metrics)
-    assert {f"maze-{o}/{s}" for o in ("xy", "onehot") for s in config.explorers} <= set(
-        whole.metrics
-    )
+    assert {f"maze-xy/{s}" for s in config.explorers} <= set(whole.metrics)
+    assert {f"maze-onehot/{s}" for s in config.onehot_explorers} <= set(whole.metrics)
+    assert "maze-onehot/drnd" not in whole.metrics  # quick runs four explorers there
     assert [c.text[:4] for c in whole.claims] == ["(1) ", "(2a)", "(2b)", "(3a)", "(3b)", "(4) "]
     assert all(c.key and c.control is not None for c in whole.claims)
     assert [c.control.system for c in whole.claims] == [
-        "rnd",
-        "drnd",
-        "drnd",
-        "count",
-        "count",
-        "count",
-    ]
+        "rnd", "drnd", "drnd", "drnd", "drnd", "ppo",
+    ]  # fmt: skip
     assert len(whole.regime) == 3
     assert whole.metrics["probe/rff@1"]["spearman"] is not None
     assert whole.metrics["probe/rnd"]["spearman"] is not None  # claim 1's control, the same σ²
     assert whole.metrics["probe/drnd"]["spearman"] is None
+    assert whole.metrics["probe/rff@1"]["spearman_all"] is not None  # far-OOD points apart
+    assert 0 <= whole.metrics["probe/rff@1"]["gp_near_auroc"] <= 1
+    assert "no explorer covers more than 90%" in whole.regime[1].text
     assert (tmp_path / "whole" / "exploration.png").is_file()
     calls = []
     real = experiment.run_cell
@@ -88,7 +88,7 @@ def _done(explore=None, probe=None, seeds=3):
     """Fake cells of ``seeds`` seeds: the probe rows of the claims and both mazes for every
     explorer. ``explore``: {(env, system): [cells per seed]}; ``probe``: {(system, scale): {key:
     [values per seed]}}; both update the defaults, under which every claim holds and no control
-    passes. The maze has 453 cells (Config's default rooms)."""
+    passes. The maze has 808 cells (Config's default rooms)."""
     probes = {
         ("rnd", 1.0): {"near_auroc": [0.70, 0.71, 0.72], "id_error": [2e-4] * 3,
                        "spearman": [0.84, 0.85, 0.83]},
@@ -100,7 +100,7 @@ def _done(explore=None, probe=None, seeds=3):
     } | (probe or {})  # fmt: skip
     mazes = {
         "rnd": [300, 305, 310], "rff": [400, 410, 405], "rff-multiscale": [390, 392, 395],
-        "count": [320, 330, 325], "drnd": [300, 300, 300], "ppo": [250, 240, 245],
+        "count": [450, 460, 455], "drnd": [300, 300, 300], "ppo": [250, 240, 245],
     }  # fmt: skip
     cells = {(env, system): values for env in ("maze-xy", "maze-onehot")
              for system, values in mazes.items()} | (explore or {})  # fmt: skip
@@ -110,7 +110,7 @@ def _done(explore=None, probe=None, seeds=3):
                   **{key: values[seed] for key, values in columns.items()}}
                  for (system, scale), columns in probes.items()]  # fmt: skip
         done += [{"task": "explore", "env": env, "system": system, "seed": seed,
-                  "cells": values[seed], "cell_share": values[seed] / 453,
+                  "cells": values[seed], "cell_share": values[seed] / 808,
                   "reached": system != "ppo"}
                  for (env, system), values in cells.items()]  # fmt: skip
     return done
@@ -129,8 +129,8 @@ def test_claims_are_computed_from_the_seeds():
     assert found[0].control.system == "rnd"
     assert "probe/rnd Spearman(bonus, σ²_ℓ) 0.83 >= 0.9" in found[0].control.evidence
     assert (found[5].holds, found[5].state) == (False, "fails")  # rff 400 vs RND 300: no tie
-    # RND-RFF ties RND on the one-hot maze, but so does the count bonus: the tie says nothing
-    ties = {("maze-onehot", s): [301, 306, 311] for s in ("rff", "count")}
+    # RND-RFF ties RND on the one-hot maze, but so does PPO without a bonus: the tie says nothing
+    ties = {("maze-onehot", s): [301, 306, 311] for s in ("rff", "ppo")}
     assert claims({}, config, _done(explore=ties))[5].state == "vacuous"
     # the ID error at ¼ × median only 5× that at the median, on one seed of three
     low = {("rff", 0.25): {"id_error": [0.020, 0.005, 0.022]}}
@@ -156,20 +156,53 @@ def test_a_claim_its_control_also_passes_is_vacuous():
     assert near.control.holds
 
 
-def test_coverage_needs_a_reachable_threshold_and_an_unsaturated_maze():
+def test_coverage_is_judged_between_rnd_and_the_count_oracle_on_an_unsaturated_maze():
     from mixlab.rl.rnd_rff.experiment import claims
 
     config = Config(n_seeds=3)
-    # the committed quick run: 1.25 × RND's 385 cells = 481 > the maze's 453
-    busy = {("maze-xy", "rnd"): [385, 380, 390], ("maze-xy", "rff"): [450, 452, 451]}
-    coverage = claims({}, config, _done(explore=busy))[3]
+    coverage = claims({}, config, _done())[3]
+    assert "(seed 2): maze-xy/rff cells 405 >= RND + 0.5 × (count − RND) 382.5" in coverage.evidence
+    # halfway on two seeds, short of it on one: the worst seed decides
+    short = {("maze-xy", "rff"): [400, 410, 370]}
+    assert claims({}, config, _done(explore=short))[3].state == "fails"
+    # the count oracle covers no more than RND on one seed: there is no gap to close
+    flat = {("maze-xy", "count"): [450, 300, 455]}
+    coverage = claims({}, config, _done(explore=flat))[3]
     assert coverage.state == "untested"
-    assert "threshold 487.5 < ceiling 453" in coverage.evidence
-    # the count bonus covers 99 % of the cells on one seed: coverage no longer separates bonuses
-    saturated = {("maze-xy", "count"): [320, 449, 325]}
+    assert "maze-xy/count cells 300 > RND's 305" in coverage.evidence
+    # the count bonus covers 93 % of the cells on one seed: coverage no longer separates bonuses
+    saturated = {("maze-xy", "count"): [450, 750, 455]}
     coverage = claims({}, config, _done(explore=saturated))[3]
     assert coverage.state == "untested"
-    assert "largest share of the xy maze's cells covered 0.9912 <= 0.95" in coverage.evidence
+    assert "largest share of the xy maze's cells covered 0.9282 <= 0.9" in coverage.evidence
+
+
+def test_near_ood_threshold_must_lie_below_a_perfect_detector():
+    from mixlab.rl.rnd_rff.experiment import claims
+
+    # RND already at 0.97: RND + 0.05 exceeds an AUROC's ceiling of 1
+    high = {("rnd", 1.0): {"near_auroc": [0.97, 0.96, 0.98], "id_error": [2e-4] * 3,
+                           "spearman": [0.84, 0.85, 0.83]}}  # fmt: skip
+    near = claims({}, Config(n_seeds=3), _done(probe=high))[1]
+    assert near.state == "untested"
+    assert "ceiling 1" in near.evidence
+
+
+def test_the_probe_spearman_leaves_the_far_points_out():
+    from scipy.stats import spearmanr
+
+    from mixlab.rl.rnd_rff.kernels import gp_posterior_variance
+    from mixlab.rl.rnd_rff.probe import cluster_probe, score_bonus
+
+    probe = cluster_probe(grid=3, n_train=300, n_test=60, seed=0)
+    bonus = make_bonus("rff", (2,), seed=0, lr=1e-3)
+    scores = score_bonus(bonus, probe, steps=30)
+    close = np.concatenate([probe.inside, probe.near])
+    posterior = gp_posterior_variance(
+        bonus.target.kernel, bonus.normalize(probe.train).cpu(), bonus.normalize(close).cpu(), 1e-2
+    )
+    assert scores["spearman"] == pytest.approx(spearmanr(bonus.bonus(close), posterior).statistic)
+    assert scores["spearman_all"] != pytest.approx(scores["spearman"])
 
 
 def test_the_tie_claim_is_judged_on_every_seed():
@@ -186,6 +219,10 @@ def test_the_tie_claim_is_judged_on_every_seed():
 def test_config_names_the_bad_field():
     for override, parameter in [
         ({"explorers": ("ppo", "rnd")}, "explorers"),
+        ({"explorers": ("ppo", "rnd", "rff", "count")}, "explorers"),  # DRND: claim 3's control
+        ({"probe_targets": ("rff-laplace",)}, "probe_targets"),
+        ({"probe_targets": ("rff",)}, "probe_targets"),  # multiscale explores: (2b) needs it
+        ({"onehot_explorers": ("ppo", "rnd", "rff")}, "onehot_explorers"),
         ({"bandwidths": (0.5, 2.0)}, "bandwidths"),
         ({"rooms": (1, 1)}, "rooms"),
         ({"minigrid": ("CartPole-v1",)}, "minigrid"),

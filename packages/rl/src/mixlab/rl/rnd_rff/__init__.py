@@ -12,7 +12,7 @@ default) and the spectrum (Gaussian, Laplace, multiscale) are explicit knobs.
     bonus = make_bonus("rff", envs.single_observation_space)   # or "rnd", "drnd", "count"
     PPOLearner(envs, bonus, seed=0).learn(50_000)
 
-    bonus = make_bonus("rff", (d,)).fit(visited)                # alone, on any array
+    bonus = make_bonus("rff", (d,)).fit(visited)                # alone, on any array (any kind)
     bonus.bonus(new_points)
 
 See ``seeds/rnd_rff.md`` for what is reconstructed and the measured results.
@@ -24,6 +24,8 @@ from mixlab.shared.lazy import lazy_exports
 
 _MODULE_OF = {
     "Agent": "ppo",
+    "BONUS_KINDS": "bonus",
+    "BONUS_METHODS": "bonus",
     "CellInfo": "envs",
     "ClusterProbe": "probe",
     "ConvPredictor": "targets",
@@ -59,6 +61,8 @@ _MODULE_OF = {
 __getattr__, __dir__ = lazy_exports(__name__, _MODULE_OF)
 
 __all__ = [
+    "BONUS_KINDS",
+    "BONUS_METHODS",
     "ENV_ID",
     "Agent",
     "CellInfo",
@@ -94,7 +98,14 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from mixlab.rl.rnd_rff.bonus import CountBonus, DRNDBonus, NoveltyBonus, make_bonus
+    from mixlab.rl.rnd_rff.bonus import (
+        BONUS_KINDS,
+        BONUS_METHODS,
+        CountBonus,
+        DRNDBonus,
+        NoveltyBonus,
+        make_bonus,
+    )
     from mixlab.rl.rnd_rff.envs import (
         ENV_ID,
         CellInfo,

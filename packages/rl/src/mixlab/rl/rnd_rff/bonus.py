@@ -1,13 +1,18 @@
 """Novelty bonuses usable alone on any array, or inside a learner (:mod:`.ppo`, :mod:`.sb3`).
 
-Every bonus has the same interface:
+Every bonus that :func:`make_bonus` builds has the same methods (:data:`BONUS_METHODS`):
 
 - ``init_normalization(obs)``: observation statistics (and a ``"median"`` bandwidth) from a
   rollout before training (CleanRL's ``num_iterations_obs_norm_init``);
+- ``fit(data)``: offline use, statistics from ``data`` then ``distill(data)``: learn ``data``
+  (predictor steps; the count bonus counts each row once); both return the bonus;
 - ``bonus(obs)``: the raw per-observation novelty, a NumPy vector;
 - ``update(obs)``: learn from visited observations (statistics, then predictor steps);
 - ``normalize_rewards(raw)``: a [T, N] block of raw bonuses divided by the running standard
-  deviation of the discounted intrinsic return (RND's ``RewardForwardFilter``).
+  deviation of the discounted intrinsic return (RND's ``RewardForwardFilter``);
+- ``bandwidth`` and ``scale_bandwidth(factor)``: the RFF target's ℓ (None, and a ValueError
+  naming the bonus, where there is no ℓ);
+- ``state_dict()`` / ``load_state_dict(state)``: everything a resumed run needs.
 
 :class:`NoveltyBonus` is RND with any frozen target (:mod:`.targets`); :class:`DRNDBonus` is DRND
 (Yang et al. 2024); :class:`CountBonus` is the 1/√n oracle on discretised observations.
@@ -37,9 +42,15 @@ from mixlab.shared import progress
 
 BONUS_KINDS = ("rnd", "rff", "rff-multiscale", "rff-laplace", "drnd", "count")
 """what :func:`make_bonus` builds; ``none`` (no bonus) is the learners' business"""
+BONUS_METHODS = (
+    "init_normalization", "fit", "distill", "bonus", "update", "normalize_rewards",
+    "scale_bandwidth", "state_dict", "load_state_dict",
+)  # fmt: skip
+"""the methods every bonus of :data:`BONUS_KINDS` has (with the ``bandwidth`` property)"""
 
 __all__ = [
     "BONUS_KINDS",
+    "BONUS_METHODS",
     "CountBonus",
     "DRNDBonus",
     "IntrinsicReward",
@@ -154,6 +165,35 @@ class IntrinsicReward:
 
     def init_normalization(self, obs: np.ndarray) -> None:
         """Fit observation statistics before training; the count bonus needs none."""
+
+    def scale_bandwidth(self, factor: float) -> float:
+        """Multiply the RFF target's ℓ by ``factor``; returns ℓ (only RFF targets have one)."""
+        raise ValueError(
+            f"scale_bandwidth needs an RFF target with its bandwidth set; {type(self).__name__} "
+            "has no bandwidth"
+        )
+
+    def bonus(self, obs: np.ndarray | torch.Tensor, batch_size: int = 4096) -> np.ndarray:
+        """The raw novelty of each observation, shape [batch]."""
+        raise NotImplementedError
+
+    def update(self, obs: np.ndarray | torch.Tensor, *, update_stats: bool = True) -> float:
+        """Learn from visited observations; returns the last training loss (0 without one)."""
+        raise NotImplementedError
+
+    def distill(
+        self, data: np.ndarray, steps: int = 2000, batch_size: int | None = None
+    ) -> IntrinsicReward:
+        """Learn ``data`` under the current statistics; returns the bonus."""
+        raise NotImplementedError
+
+    def fit(
+        self, data: np.ndarray, steps: int = 2000, batch_size: int | None = None
+    ) -> IntrinsicReward:
+        """Offline use: statistics (and a median-rule ℓ) from ``data``, then :meth:`distill`."""
+        data = self._check(data)
+        self.init_normalization(data)
+        return self.distill(data, steps, batch_size)
 
     def state_dict(self) -> dict[str, object]:
         return {"returns": self.forward_filter.returns, "return_rms": self.return_rms.state_dict()}
@@ -288,14 +328,6 @@ class NoveltyBonus(IntrinsicReward):
                 loss = self.train_step(x[order[start : start + self.batch_size]])
         return loss
 
-    def fit(
-        self, data: np.ndarray, steps: int = 2000, batch_size: int | None = None
-    ) -> NoveltyBonus:
-        """Offline use: statistics and bandwidth from ``data``, then :meth:`distill` on it."""
-        data = self._check(data)
-        self.init_normalization(data)
-        return self.distill(data, steps, batch_size)
-
     def distill(
         self, data: np.ndarray, steps: int = 2000, batch_size: int | None = None
     ) -> NoveltyBonus:
@@ -396,14 +428,24 @@ class CountBonus(IntrinsicReward):
         cells = np.floor(obs.reshape(len(obs), -1) / self.cell_size).astype(np.int64)
         return [row.tobytes() for row in cells]
 
-    def bonus(self, obs: np.ndarray | torch.Tensor) -> np.ndarray:
+    def bonus(self, obs: np.ndarray | torch.Tensor, batch_size: int = 4096) -> np.ndarray:
+        """1/√n of each observation's cell (1 for an unseen cell); ``batch_size`` is unused."""
         keys = self._keys(self._check(obs))
         return np.array([1 / math.sqrt(max(self.counts.get(k, 0), 1)) for k in keys], np.float32)
 
-    def update(self, obs: np.ndarray | torch.Tensor) -> float:
+    def update(self, obs: np.ndarray | torch.Tensor, *, update_stats: bool = True) -> float:
+        """Count every observation's cell; there are no statistics or loss (returns 0)."""
         for key in self._keys(self._check(obs)):
             self.counts[key] = self.counts.get(key, 0) + 1
         return 0.0
+
+    def distill(
+        self, data: np.ndarray, steps: int = 2000, batch_size: int | None = None
+    ) -> CountBonus:
+        """Count every row of ``data`` once (there is no predictor: ``steps`` and
+        ``batch_size`` are unused)."""
+        self.update(data)
+        return self
 
     def state_dict(self) -> dict[str, object]:
         return {**super().state_dict(), "counts": {k.hex(): n for k, n in self.counts.items()}}
