@@ -4,7 +4,7 @@ without a bonus (the fastest peer), and bonus throughput of the RFF, MLP and con
     uv run python benchmarks/rnd_rff.py                  # -> benchmarks/results/rnd_rff/
     uv run python benchmarks/rnd_rff.py --steps 8192 --out /tmp/bench
 
-Training: the quick experiment's CoordMaze ((3, 3) rooms of 7 cells, (x, y) observations), 8 envs,
+Training: the quick experiment's CoordMaze ((4, 4) rooms of 7 cells, (x, y) observations), 8 envs,
 128 steps per env per iteration, 4 epochs of 4 minibatches, the same 64-64 tanh actor and
 critic networks. SB3 steps 8 ``CoordMaze`` envs in a ``DummyVecEnv`` (its usual setup);
 ``ppo`` is our learner without a bonus, so ``ppo+rff / ppo`` is the bonus's own cost. Each system
