@@ -270,12 +270,14 @@ if __name__ == "__main__":
 """
 
 
-def test_ctrl_c_stops_a_run_with_worker_processes_and_keeps_the_finished_cells(
-    tmp_path: Path,
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_or_kill_stops_a_run_with_worker_processes_and_keeps_the_finished_cells(
+    tmp_path: Path, stop: str
 ) -> None:
     """Issue 80: leaving a process pool waited for every submitted cell, so SIGINT to a run with
     workers did not end it (240 s and counting); now it ends within seconds and the cell that
-    finished is on record for --resume."""
+    finished is on record for --resume. SIGTERM to the run alone (``kill PID``, ``timeout``)
+    ended it and left its workers running; now it stops them too."""
     import os
     import signal
     import subprocess
@@ -298,7 +300,10 @@ def test_ctrl_c_stops_a_run_with_worker_processes_and_keeps_the_finished_cells(
     while not any(done.glob("*.json")) and time.monotonic() < deadline:
         time.sleep(0.2)  # cell 0 finished: the workers are busy with the slow ones
     os_group = process.pid
-    os.killpg(os_group, signal.SIGINT)
+    if stop == "SIGINT":
+        os.killpg(os_group, signal.SIGINT)  # a terminal's Ctrl-C reaches the whole group
+    else:
+        os.kill(process.pid, signal.SIGTERM)  # kill PID reaches the run alone
     started = time.monotonic()
     try:
         code = process.wait(timeout=30)
@@ -308,3 +313,13 @@ def test_ctrl_c_stops_a_run_with_worker_processes_and_keeps_the_finished_cells(
     assert time.monotonic() - started < 30
     assert code != 0
     assert any(done.glob("*.json"))  # the finished cell stays saved for --resume
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:  # no worker of the run is left behind
+        try:
+            os.killpg(os_group, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        os.killpg(os_group, signal.SIGKILL)
+        raise AssertionError(f"{stop}: worker processes of the run outlived it")

@@ -29,7 +29,9 @@ import multiprocessing
 import os
 import re
 import shutil
+import signal
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -408,6 +410,7 @@ def run_cells(
             context = multiprocessing.get_context("spawn")  # no forked torch or thread state
             workers = min(workers, len(pending))
             pool = ProcessPoolExecutor(workers, mp_context=context, initializer=lines_in_workers)
+            restore_sigterm = _sigterm_raises()
             try:
                 jobs = {
                     pool.submit(_run_named, run_cell, cell_name(cell), cell): key
@@ -417,10 +420,27 @@ def run_cells(
                 for job in as_completed(jobs):
                     finished(jobs[job], job.result())
             except BaseException:
-                _stop_workers(pool)  # Ctrl-C or a failed cell: the finished cells stay saved
+                _stop_workers(pool)  # Ctrl-C, kill or a failed cell: the finished cells stay saved
                 raise
+            finally:
+                restore_sigterm()
             pool.shutdown()
     return [done[key] for key in keys]
+
+
+def _sigterm_raises() -> Callable[[], None]:
+    """Until the returned function is called, SIGTERM (``kill``, ``timeout``, a cancelled job)
+    raises SystemExit(143) in the main thread, so a killed run stops its worker processes
+    instead of leaving them running (issue 80); off the main thread nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
