@@ -116,20 +116,21 @@ def _counts(values: object, minimum: int = 1) -> bool:
 
 @dataclass
 class Config(ExperimentConfig):
-    """Defaults are the quick profile: TinyMem Math-Noise on a 4-layer, 128-wide byte Llama and
-    its clean-only reference (trained once and cached, about 12 minutes on 2 CPU cores), 3 seeds
-    of calibration draws and baseline runs (a few minutes once cached). Full: all three tasks,
-    a 6-layer, 256-wide model, layer, K and δ sweeps, 5 seeds (one large GPU)."""
+    """Defaults are the quick profile: TinyMem Math-Noise on a 4-layer, 96-wide byte Llama and
+    its clean-only reference (trained once and cached, about 5 minutes on 2 CPU cores), 3 seeds
+    of calibration draws and baseline runs (several minutes once cached). Full: all three
+    tasks, a 6-layer, 256-wide model, layer, K and δ sweeps, 5 seeds (one large GPU)."""
 
     tasks: tuple[str, ...] = ("math-noise",)
     """memorization tasks: math-noise, math-backdoor (TinyMem Math) and canaries (stdlib text)"""
-    hidden_size: int = 128
-    """width of the base and reference models (one attention head per 32 channels)"""
+    hidden_size: int = 96
+    """width of the base and reference models (one attention head per 32 channels); 128 wide
+    and 3,000 steps took 14.5 minutes to train on 2 cores, the whole quick budget"""
     layers: int = 4
     """decoder blocks of the base and reference models"""
-    lm_steps: int = 3000
+    lm_steps: int = 2000
     """training steps of the base model (16 x 128 tokens each; cached by config)"""
-    reference_steps: int = 1000
+    reference_steps: int = 600
     """training steps of the reference (it learns the clean rule early)"""
     n_memorized: int = 200
     """memorized (noised or backdoored) sequences, each duplicated ``duplicates`` times; a
