@@ -125,10 +125,11 @@ class Config(ExperimentConfig):
     """memorization tasks: math-noise, math-backdoor (TinyMem Math) and canaries (stdlib text)"""
     hidden_size: int = 96
     """width of the base and reference models (one attention head per 32 channels); 128 wide
-    and 3,000 steps took 14.5 minutes to train on 2 cores, the whole quick budget"""
+    and 3,000 steps took 14.5 minutes to train on 2 cores, the whole quick budget (96 wide and
+    2,000 steps memorized 95 % of the test sequences and the cold quick run took 17 minutes)"""
     layers: int = 4
     """decoder blocks of the base and reference models"""
-    lm_steps: int = 2000
+    lm_steps: int = 1500
     """training steps of the base model (16 x 128 tokens each; cached by config)"""
     reference_steps: int = 600
     """training steps of the reference (it learns the clean rule early)"""
@@ -145,10 +146,10 @@ class Config(ExperimentConfig):
     """GSS ranks K on the validation grid"""
     deltas: tuple[float, ...] = (0.05,)
     """GSS δ (the probe's Chebyshev budget) on the validation grid"""
-    strengths: tuple[float, ...] = (16.0, 64.0, 256.0, 1024.0)
+    strengths: tuple[float, ...] = (64.0, 256.0, 1024.0)
     """multipliers of α on the validation grid (1 is the paper's α; both readings of it). In a
     pilot on the quick lab no setting moved memorization below strength 4: α is in units of
-    1/‖u‖, not of ‖h‖"""
+    1/‖u‖, not of ‖h‖ (validation never picked 16 in the committed runs)"""
     caa_strengths: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
     """multipliers of the mean difference v on the validation grid (mean-difference steering)"""
     top_fraction: float = 0.05

@@ -99,7 +99,7 @@ DS_LAMBDA = 0.05
 UNGATED = {"gss": "gss_ungated", "caa_gated": "caa"}
 """the gating claim's pairs: each gated steer and the same steer without its gate"""
 TEST_SHARE = 3  # a third of the memorized sequences is the fixed test split
-N_TEST_CLEAN, N_GENERAL, N_HELD, N_VAL_CLEAN = 1000, 400, 400, 300
+N_TEST_CLEAN, N_GENERAL, N_HELD, N_VAL_CLEAN = 1000, 400, 400, 150
 
 
 def deviation_score(memorization: float, perplexity: float, base_perplexity: float) -> float:
