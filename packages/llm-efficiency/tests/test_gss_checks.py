@@ -4,6 +4,7 @@ CLI (``mixlab-llm gss``: fit / eval / generate, and one-line refusals of bad inp
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -153,7 +154,7 @@ def test_extraction_hits_counts_exact_greedy_continuations(tiny):
 TINY = dict(
     hidden_size=32, layers=2, lm_steps=10, reference_steps=5, n_memorized=12, duplicates=2, n_seeds=1,
     steer_layers=(0,), ranks=(1,), strengths=(1.0,), caa_strengths=(1.0,), max_steps=2,
-    check_every=1,
+    check_every=1, workers=1,
 )  # fmt: skip
 
 
@@ -168,8 +169,9 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     from mixlab.llm_efficiency.gss import experiment
 
     monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
-    config = Config(**TINY)
-    result = experiment.METHOD.execute(config, tmp_path / "full")  # records its cache uses
+    config = Config(**TINY)  # one worker: the kill below reaches _mitigation in this process
+    # the validation cells in two worker processes, the same metrics as in one (below)
+    result = experiment.METHOD.execute(replace(config, workers=2), tmp_path / "full")
     assert result.cache["state"] == "cold"  # its models trained into the empty cache
     assert set(result.metrics) == set(experiment.SYSTEMS)
     assert result.metrics["gss"]["picked_layer"] == 0.0

@@ -117,20 +117,21 @@ def _counts(values: object, minimum: int = 1) -> bool:
 @dataclass
 class Config(ExperimentConfig):
     """Defaults are the quick profile: TinyMem Math-Noise on a 4-layer, 96-wide byte Llama and
-    its clean-only reference (trained once and cached, about 5 minutes on 2 CPU cores), 3 seeds
-    of calibration draws and baseline runs (several minutes once cached). Full: all three
-    tasks, a 6-layer, 256-wide model, layer, K and δ sweeps, 5 seeds (one large GPU)."""
+    its clean-only reference (trained once and cached, about 6.5 minutes on 2 CPU cores), 3 seeds
+    of calibration draws and baseline runs in two worker processes (about 6 minutes once
+    cached). Full: all three tasks, a 6-layer, 256-wide model, layer, K and δ sweeps, 5 seeds
+    (one large GPU)."""
 
     tasks: tuple[str, ...] = ("math-noise",)
     """memorization tasks: math-noise, math-backdoor (TinyMem Math) and canaries (stdlib text)"""
     hidden_size: int = 96
     """width of the base and reference models (one attention head per 32 channels); 128 wide
-    and 3,000 steps took 14.5 minutes to train on 2 cores, the whole quick budget (96 wide and
-    2,000 steps memorized 95 % of the test sequences and the cold quick run took 17 minutes)"""
+    and 3,000 steps took 14.5 minutes to train on 2 cores, the whole quick budget"""
     layers: int = 4
     """decoder blocks of the base and reference models"""
-    lm_steps: int = 1500
-    """training steps of the base model (16 x 128 tokens each; cached by config)"""
+    lm_steps: int = 2000
+    """training steps of the base model (16 x 128 tokens each; cached by config); at 1,500 the
+    quick base model memorized only 24 % of the test sequences, at 2,000 95 %"""
     reference_steps: int = 600
     """training steps of the reference (it learns the clean rule early)"""
     n_memorized: int = 200
@@ -164,6 +165,10 @@ class Config(ExperimentConfig):
     its step count by the same rule as GSS's strength"""
     check_every: int = 10
     """the optimisation baselines' validation checks: every this many steps (not timed)"""
+    workers: int = 2
+    """processes that run the validation and test cells side by side (one torch thread each;
+    a seed's systems are fitted one after another in one process, so its fit times compare
+    under the same load)"""
 
     SYSTEMS: ClassVar[tuple[str, ...]] = SYSTEMS
     TIMINGS: ClassVar[tuple[str, ...]] = ("seconds", "seconds_std", "fit_time_vs_gss")
@@ -182,6 +187,7 @@ class Config(ExperimentConfig):
             "ranks": (1, 2, 5, 10),
             "deltas": (0.01, 0.05, 0.2),
             "max_steps": 1000,
+            "workers": 1,
         },
     }
 
@@ -204,6 +210,7 @@ class Config(ExperimentConfig):
             "n_seeds",
             "max_steps",
             "check_every",
+            "workers",
         ):
             require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
         require(is_count(self.n_memorized, 6), "n_memorized", "an integer >= 6", self.n_memorized)

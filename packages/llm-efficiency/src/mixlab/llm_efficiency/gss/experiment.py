@@ -39,6 +39,7 @@ reference), measured on the same fit sequences.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -203,150 +204,203 @@ def _pick(rows: list[dict[str, Any]], min_accuracy: float | None) -> dict[str, A
     return min(ok, key=lambda r: (r["memorization"], -(r["accuracy"] or 0.0)))
 
 
-def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
+_LABS: dict[str, tuple[Any, Any, MemorizationData]] = {}
+"""this process's labs by task, loaded once from the cache (a worker runs many cells)"""
+
+
+def _lab(config: Config, task: str) -> tuple[Any, Any, MemorizationData]:
+    """``(base, reference, data)`` of ``task``: trained and cached on first use."""
+    key = f"{task}: {config.lm_config(task)!r}"
+    if key not in _LABS:
+        _LABS[key] = pretrained_memorization_lms(config.lm_config(task))
+    return _LABS[key]
+
+
+def _task(config: Config, cell: dict[str, Any]) -> _Task:
+    return _Task(_lab(config, cell["task"])[2], cell["seed"], cell["task"] != "canaries")
+
+
+def _validate(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
+    """One validation cell: ``part`` "steering" sweeps GSS, ungated GSS and CAA (gated and not)
+    and picks them; an optimisation baseline's part trains it to ``max_steps`` once, measured
+    every ``check_every`` steps (its pick needs the base model's accuracy, so it is made when
+    the seed's cells are joined, :func:`_join_validation`)."""
+    torch.set_num_threads(1)  # small ops: one thread is as fast, and safe beside a worker
     torch.set_flush_denormal(True)
-    labs = {task: pretrained_memorization_lms(config.lm_config(task)) for task in config.tasks}
-
-    def task_split(task: str, seed: int) -> _Task:
-        return _Task(labs[task][2], seed, task != "canaries")
-
-    def ungated_strengths() -> list[float]:
-        return sorted({*config.strengths, *(s / 4 for s in config.strengths)})
-
-    def validate(cell: dict[str, Any]) -> dict[str, Any]:
-        per_layer = len(config.ranks) * len(config.deltas) * len(ALPHA_MODES)
-        per_layer = per_layer * len(config.strengths) + 2 * len(config.caa_strengths)
-        checks = len(OPTIMISED) * (config.max_steps // config.check_every)
-        measures = 1 + len(config.steer_layers) * per_layer + len(ungated_strengths()) + checks
-        with progress(measures, "validation grid") as bar:
-            return validate_grid(cell, bar)
-
-    def validate_grid(cell: dict[str, Any], bar: Any) -> dict[str, Any]:
-        base, reference, _ = labs[cell["task"]]
-        task = task_split(cell["task"], cell["seed"])
-        data = replace(task.mitigation_data, reference=reference)
-        base_val = task.measure(base, "val")
-        bar.advance()
-        omega = torch.cat(memorization_signal(base, data.memorized, reference))
-        logprob = torch.cat(memorization_signal(base, data.memorized))  # the heavy tail's control
-        grid, caa_grid = [], []
-        for layer in config.steer_layers:
-            for rank in config.ranks:
-                for delta in config.deltas:
-                    mitigated = GSS(layer, rank, delta, top_fraction=config.top_fraction).mitigate(
-                        base, data
-                    )
-                    for mode in ALPHA_MODES:
-                        for strength in config.strengths:
-                            steer = mitigated.steer.replace(alpha_mode=mode, strength=strength)
-                            with steer:
-                                row = task.measure(base, "val")
-                            bar.advance(memorization=row["memorization"])
-                            params = {
-                                "layer": layer,
-                                "rank": rank,
-                                "delta": delta,
-                                "alpha_mode": mode,
-                                "strength": strength,
-                            }
-                            grid.append({**row, "params": params, "seconds": mitigated.seconds})
-            for gated in (False, True):
-                fitted = MeanDifference(
-                    layer, 1.0, gated, config.quantile, config.top_fraction
-                ).mitigate(base, data)
-                for strength in config.caa_strengths:
-                    with fitted.steer.replace(strength=strength):
-                        row = task.measure(base, "val")
-                    bar.advance(memorization=row["memorization"])
-                    params = {"layer": layer, "strength": strength, "gated": gated}
-                    caa_grid.append({**row, "params": params})
-        floor = (
-            None
-            if base_val["accuracy"] is None
-            else base_val["accuracy"] - config.max_accuracy_drop
-        )
-        best = _pick(grid, floor)
-        picked = best["params"]
-        refit = GSS(
-            **{k: picked[k] for k in ("layer", "rank", "delta", "alpha_mode")},
-            top_fraction=config.top_fraction,
-        )
-        steer = refit.mitigate(base, data).steer
-        ungated = []
-        for strength in ungated_strengths():
-            with steer.replace(gated=False, strength=strength):
-                ungated.append({**task.measure(base, "val"), "strength": strength})
-            bar.advance(memorization=ungated[-1]["memorization"])
-        reaching = [r for r in ungated if r["memorization"] <= best["memorization"]]
-        ungated_pick = (
-            min(reaching, key=lambda r: r["strength"])
-            if reaching
-            else max(ungated, key=lambda r: r["strength"])
-        )
-        optimised_grid = {}
-        for system in OPTIMISED:  # each trained to max_steps once, measured every check_every
+    base, reference, _ = _lab(config, cell["task"])
+    task = _task(config, cell)
+    data = replace(task.mitigation_data, reference=reference)
+    if cell["part"] != "steering":
+        with progress(config.max_steps // config.check_every, f"{cell['part']} curve") as bar:
             rows: list[dict[str, Any]] = []
 
-            def record(model: Any, rows: list[dict[str, Any]] = rows) -> bool:
+            def record(model: Any) -> bool:
                 rows.append({**task.measure(model, "val"),
                              "params": {"steps": (len(rows) + 1) * config.check_every}})  # fmt: skip
                 bar.advance(memorization=rows[-1]["memorization"])
                 return False  # never stop early: the whole curve is the grid
 
-            _mitigation(system, {}, config).mitigate(base, replace(data, stop=record))
-            optimised_grid[system] = rows
-        picks = {
-            "gss": {**picked, "gated": True},
-            "gss_ungated": {**{**picked, "strength": ungated_pick["strength"]}, "gated": False},
-            # the memorization claims' control at matched clean accuracy: as accurate as GSS
-            "caa": _pick([r for r in caa_grid if not r["params"]["gated"]], best["accuracy"])[
-                "params"
-            ],
-            "caa_gated": _pick([r for r in caa_grid if r["params"]["gated"]], floor)["params"],
-            **{system: _pick(rows, floor)["params"] for system, rows in optimised_grid.items()},
-        }
-        return {
-            **cell,
-            "base_val": base_val,
-            "target_memorization": best["memorization"],
-            "picks": picks,
-            "share_above_mean_omega": (omega > omega.mean()).float().mean().item(),
-            "share_above_mean_logprob": (logprob > logprob.mean()).float().mean().item(),
-            "grid": grid,
-            "caa_grid": caa_grid,
-            "ungated_grid": ungated,
-            "optimised_grid": optimised_grid,
-        }
+            _mitigation(cell["part"], {}, config).mitigate(base, replace(data, stop=record))
+        return {**cell, "rows": rows}
+    per_layer = len(config.ranks) * len(config.deltas) * len(ALPHA_MODES)
+    per_layer = per_layer * len(config.strengths) + 2 * len(config.caa_strengths)
+    measures = 1 + len(config.steer_layers) * per_layer + len(_ungated_strengths(config))
+    with progress(measures, "steering grid") as bar:
+        return {**cell, **_steering_grid(config, base, task, data, bar)}
 
+
+def _ungated_strengths(config: Config) -> list[float]:
+    return sorted({*config.strengths, *(s / 4 for s in config.strengths)})
+
+
+def _steering_grid(
+    config: Config, base: Any, task: _Task, data: MitigationData, bar: Any
+) -> dict[str, Any]:
+    base_val = task.measure(base, "val")
+    bar.advance()
+    omega = torch.cat(memorization_signal(base, data.memorized, data.reference))
+    logprob = torch.cat(memorization_signal(base, data.memorized))  # the heavy tail's control
+    grid, caa_grid = [], []
+    for layer in config.steer_layers:
+        for rank in config.ranks:
+            for delta in config.deltas:
+                mitigated = GSS(layer, rank, delta, top_fraction=config.top_fraction).mitigate(
+                    base, data
+                )
+                for mode in ALPHA_MODES:
+                    for strength in config.strengths:
+                        steer = mitigated.steer.replace(alpha_mode=mode, strength=strength)
+                        with steer:
+                            row = task.measure(base, "val")
+                        bar.advance(memorization=row["memorization"])
+                        params = {
+                            "layer": layer,
+                            "rank": rank,
+                            "delta": delta,
+                            "alpha_mode": mode,
+                            "strength": strength,
+                        }
+                        grid.append({**row, "params": params, "seconds": mitigated.seconds})
+        for gated in (False, True):
+            fitted = MeanDifference(
+                layer, 1.0, gated, config.quantile, config.top_fraction
+            ).mitigate(base, data)
+            for strength in config.caa_strengths:
+                with fitted.steer.replace(strength=strength):
+                    row = task.measure(base, "val")
+                bar.advance(memorization=row["memorization"])
+                params = {"layer": layer, "strength": strength, "gated": gated}
+                caa_grid.append({**row, "params": params})
+    floor = _floor(base_val, config)
+    best = _pick(grid, floor)
+    picked = best["params"]
+    refit = GSS(
+        **{k: picked[k] for k in ("layer", "rank", "delta", "alpha_mode")},
+        top_fraction=config.top_fraction,
+    )
+    steer = refit.mitigate(base, data).steer
+    ungated = []
+    for strength in _ungated_strengths(config):
+        with steer.replace(gated=False, strength=strength):
+            ungated.append({**task.measure(base, "val"), "strength": strength})
+        bar.advance(memorization=ungated[-1]["memorization"])
+    reaching = [r for r in ungated if r["memorization"] <= best["memorization"]]
+    ungated_pick = (
+        min(reaching, key=lambda r: r["strength"])
+        if reaching
+        else max(ungated, key=lambda r: r["strength"])
+    )
+    picks = {
+        "gss": {**picked, "gated": True},
+        "gss_ungated": {**{**picked, "strength": ungated_pick["strength"]}, "gated": False},
+        # the memorization claims' control at matched clean accuracy: as accurate as GSS
+        "caa": _pick([r for r in caa_grid if not r["params"]["gated"]], best["accuracy"])["params"],
+        "caa_gated": _pick([r for r in caa_grid if r["params"]["gated"]], floor)["params"],
+    }
+    return {
+        "base_val": base_val,
+        "target_memorization": best["memorization"],
+        "picks": picks,
+        "share_above_mean_omega": (omega > omega.mean()).float().mean().item(),
+        "share_above_mean_logprob": (logprob > logprob.mean()).float().mean().item(),
+        "grid": grid,
+        "caa_grid": caa_grid,
+        "ungated_grid": ungated,
+    }
+
+
+def _floor(base_val: dict[str, Any], config: Config) -> float | None:
+    """The validation rule's accuracy floor (None for a text task: no accuracy)."""
+    accuracy = base_val["accuracy"]
+    return None if accuracy is None else accuracy - config.max_accuracy_drop
+
+
+def _join_validation(parts: list[dict[str, Any]], config: Config) -> dict[str, Any]:
+    """One seed's validation cells as one record: the steering part's picks and grids, and
+    each optimisation baseline's curve (``optimised_grid``) and pick by the same rule."""
+    steering = next(p for p in parts if p["part"] == "steering")
+    curves = {p["part"]: p["rows"] for p in parts if p["part"] != "steering"}
+    floor = _floor(steering["base_val"], config)
+    record = {k: v for k, v in steering.items() if k != "part"}
+    return {
+        **record,
+        "picks": {
+            **steering["picks"],
+            **{system: _pick(rows, floor)["params"] for system, rows in curves.items()},
+        },
+        "optimised_grid": curves,
+    }
+
+
+def _test(
+    config: Config, picks: dict[str, dict[str, dict[str, Any]]], cell: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Every system of one seed at its pick, fitted one after another in this process (the fit
+    times compare under the same load) and measured on the test split."""
+    torch.set_num_threads(1)
+    torch.set_flush_denormal(True)
+    base, reference, _ = _lab(config, cell["task"])
+    task = _task(config, cell)
+    chosen = picks[f"{cell['task']}/{cell['seed']}"]
+    data = replace(task.mitigation_data, reference=reference)  # no stop: the picked steps
+    rows = []
+    with progress(len(SYSTEMS), "test systems") as bar:
+        for system in SYSTEMS:
+            if system in ("base", "reference"):
+                model = base if system == "base" else reference
+                row = {**task.measure(model, "test"), "seconds": 0.0, "steps": None}
+            else:
+                mitigated = _mitigation(system, chosen, config).mitigate(base, data)
+                with mitigated as model:
+                    row = task.measure(model, "test")
+                    if mitigated.steer is not None:
+                        row.update(_gate_rates(mitigated.steer, model, task))
+                row.update(seconds=mitigated.seconds, steps=mitigated.steps)
+            rows.append({**cell, "system": system, **row})
+            bar.advance(memorization=row["memorization"])
+    return rows
+
+
+def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
+    torch.set_flush_denormal(True)
+    _LABS.clear()  # loaded anew from this run's cache
+    for task in config.tasks:  # trained and cached here, before the workers load them
+        _lab(config, task)
+    seeds = [(t, config.seed + s) for t in config.tasks for s in range(config.n_seeds)]
     val_cells = [
-        {"task": t, "seed": config.seed + s} for t in config.tasks for s in range(config.n_seeds)
+        {"task": t, "seed": s, "part": part} for t, s in seeds for part in ("steering", *OPTIMISED)
     ]
-    val = run_cells(out_dir, config, val_cells, validate, resume=resume, label="gss validation")
-    by_key = {(v["task"], v["seed"]): v for v in val}
-
-    def test(cell: dict[str, Any]) -> dict[str, Any]:
-        base, reference, _ = labs[cell["task"]]
-        task = task_split(cell["task"], cell["seed"])
-        chosen = by_key[(cell["task"], cell["seed"])]
-        system = cell["system"]
-        if system in ("base", "reference"):
-            model = base if system == "base" else reference
-            return {**cell, **task.measure(model, "test"), "seconds": 0.0, "steps": None}
-        data = replace(task.mitigation_data, reference=reference)  # no stop: the picked steps
-        mitigated = _mitigation(system, chosen["picks"], config).mitigate(base, data)
-        with mitigated as model:
-            row = task.measure(model, "test")
-            if mitigated.steer is not None:
-                row.update(_gate_rates(mitigated.steer, model, task))
-        return {**cell, **row, "seconds": mitigated.seconds, "steps": mitigated.steps}
-
-    test_cells = [
-        {"task": t, "seed": config.seed + s, "system": system}
-        for t in config.tasks
-        for s in range(config.n_seeds)
-        for system in SYSTEMS
+    parts = run_cells(out_dir, config, val_cells, functools.partial(_validate, config),
+                      resume=resume, label="gss validation", workers=config.workers)  # fmt: skip
+    val = [
+        _join_validation([p for p in parts if (p["task"], p["seed"]) == key], config)
+        for key in seeds
     ]
-    tested = run_cells(out_dir, config, test_cells, test, resume=True, label="gss test")
+    picks = {f"{v['task']}/{v['seed']}": v["picks"] for v in val}
+    test_cells = [{"task": t, "seed": s} for t, s in seeds]
+    tested = run_cells(out_dir, config, test_cells, functools.partial(_test, config, picks),
+                       resume=True, label="gss test", workers=config.workers)  # fmt: skip
+    tested = [row for rows in tested for row in rows]
     write_json_atomic(out_dir / "cells.json", {"validation": val, "test": tested}, indent=1)
     metrics = summarise(val, tested, config.tasks)
     _plot(val, metrics, config.tasks[0], out_dir)
