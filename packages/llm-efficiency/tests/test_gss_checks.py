@@ -4,6 +4,7 @@ CLI (``mixlab-llm gss``: fit / eval / generate, and one-line refusals of bad inp
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -153,6 +154,7 @@ def test_extraction_hits_counts_exact_greedy_continuations(tiny):
 TINY = dict(
     hidden_size=32, layers=2, lm_steps=10, reference_steps=5, n_memorized=12, duplicates=2, n_seeds=1,
     steer_layers=(0,), ranks=(1,), strengths=(1.0,), caa_strengths=(1.0,), max_steps=2,
+    check_every=1, workers=1,
 )  # fmt: skip
 
 
@@ -167,11 +169,18 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     from mixlab.llm_efficiency.gss import experiment
 
     monkeypatch.setenv("MIXLAB_CACHE", str(tmp_path / "cache"))
-    config = Config(**TINY)
-    result = experiment.METHOD.execute(config, tmp_path / "full")  # records its cache uses
+    config = Config(**TINY)  # one worker: the kill below reaches _mitigation in this process
+    # the validation cells in two worker processes, the same metrics as in one (below)
+    result = experiment.METHOD.execute(replace(config, workers=2), tmp_path / "full")
     assert result.cache["state"] == "cold"  # its models trained into the empty cache
     assert set(result.metrics) == set(experiment.SYSTEMS)
     assert result.metrics["gss"]["picked_layer"] == 0.0
+    for system in experiment.OPTIMISED:  # steps picked on validation, fitted to them on test
+        assert result.metrics[system]["picked_steps"] in (1.0, 2.0)
+        assert result.metrics[system]["steps"] == result.metrics[system]["picked_steps"]
+    cells = json.loads((tmp_path / "full" / "cells.json").read_text())
+    curve = cells["validation"][0]["optimised_grid"]["npo"]
+    assert [r["params"]["steps"] for r in curve] == [1, 2]  # every check_every steps
     assert {c.text.split(":")[0] for c in result.regime}  # three checks
     assert len(result.regime) == 3
     assert len(result.claims) == 5
@@ -201,6 +210,21 @@ def test_experiment_runs_gates_and_resumes_after_a_kill(tmp_path, monkeypatch):
     resumed = experiment.METHOD.execute(config, tmp_path / "killed", resume=True)
     assert resumed.cache["state"] == "warm"  # every model found in the cache
     assert _without_time(resumed.metrics) == _without_time(result.metrics)
+
+
+def test_validation_picks_by_one_rule_and_caa_at_matched_accuracy():
+    from mixlab.llm_efficiency.gss.experiment import _pick, pareto_front
+
+    rows = [{"memorization": m, "accuracy": a, "params": {"strength": s}}
+            for m, a, s in [(0.9, 0.99, 1), (0.5, 0.985, 2), (0.2, 0.95, 4), (0.6, 0.99, 3)]]  # fmt: skip
+    # within 0.01 of a base at 0.995: the lowest memorization among 0.99, 0.985 and 0.99
+    assert _pick(rows, 0.985)["params"]["strength"] == 2
+    # matched to a pick at 0.99: only 0.99-accurate settings qualify
+    assert _pick(rows, 0.99)["params"]["strength"] == 3
+    assert _pick(rows, 0.999)["params"]["strength"] == 1  # none qualifies: the most accurate
+    assert _pick(rows, None)["params"]["strength"] == 4  # a text task: no accuracy floor
+    points = [(r["memorization"], r["accuracy"]) for r in rows]
+    assert pareto_front(points) == [(0.2, 0.95), (0.5, 0.985), (0.6, 0.99)]
 
 
 def _values(**systems):
@@ -292,6 +316,8 @@ def test_config_refuses_bad_values():
         Config(tasks=("lang-noise",))
     with pytest.raises(ValueError, match="deltas must be"):
         Config(deltas=(1.0,))
+    with pytest.raises(ValueError, match="check_every must be an integer from 1 to max_steps"):
+        Config(max_steps=5, check_every=10)
 
 
 # -- the CLI -----------------------------------------------------------------------------------

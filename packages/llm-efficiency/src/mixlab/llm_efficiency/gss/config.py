@@ -34,9 +34,9 @@ EQUAL_MEMORIZATION = 0.05
 SPEEDUPS = (10.0, 100.0)
 """the compute claim as the NeurIPS abstract (10x) and arXiv v1 (100x) state its lower end"""
 _CAA_CONTROL = (
-    "mean-difference (CAA) steering at the same layers, picked on validation by the same rule "
-    "(lowest memorization within the clean-accuracy drop): a steer without GSS's gradient "
-    "subspace, probes or gate (issue 71's control at matched clean accuracy)"
+    "mean-difference (CAA) steering at the same layers, picked on validation at matched clean "
+    "accuracy (its lowest memorization among the settings at least as accurate as GSS's pick): "
+    "a steer without GSS's gradient subspace, probes or gate (issue 71)"
 )
 CLAIMS = (
     ClaimSpec(
@@ -76,12 +76,14 @@ CLAIMS = (
         control="caa_gated",
         why_control="gated mean-difference (CAA) steering against CAA without its gate: the "
         "same gate on a steer without GSS's gradient subspace or probes; if gating costs less "
-        "accuracy there too, the claim measures gating, not GSS",
+        "accuracy there too, the claim measures gating, not GSS (ungated GSS, which issue 71 "
+        "names, is the claim's own reference: in GSS's place it would be compared with itself)",
     ),
     ClaimSpec(
         key="fits_faster",
-        text=f"GSS fits at least {SPEEDUPS[0]:.0f}x faster than every optimisation baseline "
-        f"(NeurIPS abstract: 10-100x; arXiv v1: 100-1000x)",
+        text=f"GSS fits at least {SPEEDUPS[0]:.0f}x faster than every optimisation baseline, "
+        "each at its step count picked on validation by the same rule and fitted side by side "
+        "(NeurIPS abstract: 10-100x; arXiv v1: 100-1000x)",
         system="gss",
         control="caa",
         why_control="mean-difference (CAA) steering, also fitted in closed form from activations "
@@ -114,20 +116,23 @@ def _counts(values: object, minimum: int = 1) -> bool:
 
 @dataclass
 class Config(ExperimentConfig):
-    """Defaults are the quick profile: TinyMem Math-Noise on a 4-layer, 128-wide byte Llama and
-    its clean-only reference (trained once and cached, about 12 minutes on 2 CPU cores), 3 seeds
-    of calibration draws and baseline runs (a few minutes once cached). Full: all three tasks,
-    a 6-layer, 256-wide model, layer, K and δ sweeps, 5 seeds (one large GPU)."""
+    """Defaults are the quick profile: TinyMem Math-Noise on a 4-layer, 96-wide byte Llama and
+    its clean-only reference (trained once and cached, about 6.5 minutes on 2 CPU cores), 3 seeds
+    of calibration draws and baseline runs in two worker processes (about 6 minutes once
+    cached). Full: all three tasks, a 6-layer, 256-wide model, layer, K and δ sweeps, 5 seeds
+    (one large GPU)."""
 
     tasks: tuple[str, ...] = ("math-noise",)
     """memorization tasks: math-noise, math-backdoor (TinyMem Math) and canaries (stdlib text)"""
-    hidden_size: int = 128
-    """width of the base and reference models (one attention head per 32 channels)"""
+    hidden_size: int = 96
+    """width of the base and reference models (one attention head per 32 channels); 128 wide
+    and 3,000 steps took 14.5 minutes to train on 2 cores, the whole quick budget"""
     layers: int = 4
     """decoder blocks of the base and reference models"""
-    lm_steps: int = 3000
-    """training steps of the base model (16 x 128 tokens each; cached by config)"""
-    reference_steps: int = 1000
+    lm_steps: int = 2000
+    """training steps of the base model (16 x 128 tokens each; cached by config); at 1,500 the
+    quick base model memorized only 24 % of the test sequences, at 2,000 95 %"""
+    reference_steps: int = 600
     """training steps of the reference (it learns the clean rule early)"""
     n_memorized: int = 200
     """memorized (noised or backdoored) sequences, each duplicated ``duplicates`` times; a
@@ -142,10 +147,10 @@ class Config(ExperimentConfig):
     """GSS ranks K on the validation grid"""
     deltas: tuple[float, ...] = (0.05,)
     """GSS δ (the probe's Chebyshev budget) on the validation grid"""
-    strengths: tuple[float, ...] = (16.0, 64.0, 256.0, 1024.0)
+    strengths: tuple[float, ...] = (64.0, 256.0, 1024.0)
     """multipliers of α on the validation grid (1 is the paper's α; both readings of it). In a
     pilot on the quick lab no setting moved memorization below strength 4: α is in units of
-    1/‖u‖, not of ‖h‖"""
+    1/‖u‖, not of ‖h‖ (validation never picked 16 in the committed runs)"""
     caa_strengths: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
     """multipliers of the mean difference v on the validation grid (mean-difference steering)"""
     top_fraction: float = 0.05
@@ -156,7 +161,14 @@ class Config(ExperimentConfig):
     """validation rule: the lowest memorization among settings whose clean validation accuracy
     is at most this far below the base model's"""
     max_steps: int = 100
-    """step cap of the optimisation baselines (each stops earlier at GSS's memorization)"""
+    """step cap of the optimisation baselines: validation trains each this far once and picks
+    its step count by the same rule as GSS's strength"""
+    check_every: int = 10
+    """the optimisation baselines' validation checks: every this many steps (not timed)"""
+    workers: int = 2
+    """processes that run the validation and test cells side by side (one torch thread each;
+    a seed's systems are fitted one after another in one process, so its fit times compare
+    under the same load)"""
 
     SYSTEMS: ClassVar[tuple[str, ...]] = SYSTEMS
     TIMINGS: ClassVar[tuple[str, ...]] = ("seconds", "seconds_std", "fit_time_vs_gss")
@@ -175,6 +187,7 @@ class Config(ExperimentConfig):
             "ranks": (1, 2, 5, 10),
             "deltas": (0.01, 0.05, 0.2),
             "max_steps": 1000,
+            "workers": 1,
         },
     }
 
@@ -196,6 +209,8 @@ class Config(ExperimentConfig):
             "duplicates",
             "n_seeds",
             "max_steps",
+            "check_every",
+            "workers",
         ):
             require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
         require(is_count(self.n_memorized, 6), "n_memorized", "an integer >= 6", self.n_memorized)
@@ -222,6 +237,12 @@ class Config(ExperimentConfig):
             "deltas",
             "a non-empty tuple of numbers in (0, 1)",
             self.deltas,
+        )
+        require(
+            self.check_every <= self.max_steps,
+            "check_every",
+            f"an integer from 1 to max_steps = {self.max_steps}",
+            self.check_every,
         )
         for name in ("strengths", "caa_strengths"):
             values = getattr(self, name)

@@ -8,14 +8,19 @@ math sequences with duplicated noised ones, and a reference on the clean ones al
    halves, the held-out clean sequences into general (Σ_gen, and what the optimisation
    baselines keep), held-out (gate thresholds) and validation parts; the clean test sequences
    are fixed.
-2. Validation picks GSS's layer, K, δ, α reading and strength, and the mean-difference
-   steers' layer and strength: the lowest validation memorization among the settings whose
-   validation accuracy is at most ``max_accuracy_drop`` below the base model's. Ungated GSS uses
-   GSS's probes and steers at the smallest strength whose validation memorization is at most
-   GSS's (equal memorization; the strongest when none is).
-3. Gradient ascent, NPO, hard-concrete masks and the BalancedSubnet-style mask train until their
-   validation memorization is at most GSS's, or ``max_steps``; their wall time is measured like
-   GSS's fit.
+2. Validation, one rule for every system (issue 71): the lowest validation memorization among
+   the settings whose validation accuracy is at most ``max_accuracy_drop`` below the base
+   model's. It picks GSS's layer, K, δ, α reading and strength, gated CAA's layer and strength,
+   and the step count of gradient ascent, NPO, hard-concrete masks and the BalancedSubnet-style
+   mask (each trained to ``max_steps`` once, measured every ``check_every`` steps). CAA, the
+   memorization claims' control, is picked at matched clean accuracy: the lowest validation
+   memorization among its settings at least as accurate as GSS's pick. Ungated GSS uses GSS's
+   probes and steers at the smallest strength whose validation memorization is at most GSS's
+   (equal memorization; the strongest when none is). Every setting's validation point is kept:
+   the plot draws each system's Pareto front of memorization against clean accuracy.
+3. Every system is fitted again at its picked setting on the test cells, one after another in
+   one process, so the fit times (wall time; the optimisation baselines' validation checks are
+   not timed) are measured side by side.
 4. Every system is measured on the test split: memorization (greedy extraction of the next
    ``window`` tokens from the clean prefix, TinyMem's), clean accuracy (teacher-forced digits
    after the prefix), perplexity, DS_0.05 = 100 √(m² + 0.05 · max(0, PPL/PPL_base − 1)²),
@@ -26,13 +31,15 @@ memorizes at least half of the test sequences, the reference at most 5 %, and th
 clean accuracy is at least 90 %.
 
 The claims (``Config.CLAIMS``) are judged seed by seed on the first task, each again with its
-control in GSS's place: CAA for memorization, DS_0.05 (against the mitigations other than GSS)
-and fit time, gated CAA against CAA for the gate, and for ω's heavy tail the base model's
-log-prob alone (without the reference), measured on the same fit sequences.
+control in GSS's place: CAA at matched clean accuracy for memorization, DS_0.05 (against the
+mitigations other than GSS) and fit time, gated CAA against CAA for the gate (ungated GSS is
+that claim's own reference), and for ω's heavy tail the base model's log-prob alone (without the
+reference), measured on the same fit sequences.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -73,7 +80,7 @@ from mixlab.llm_efficiency.memorization import (
     extraction_rate,
     pretrained_memorization_lms,
 )
-from mixlab.shared import Claim, Result, line_plot, mean_std, progress, run_cells
+from mixlab.shared import Claim, Result, mean_std, progress, run_cells
 from mixlab.shared.files import write_json_atomic
 
 __all__ = [
@@ -93,7 +100,7 @@ DS_LAMBDA = 0.05
 UNGATED = {"gss": "gss_ungated", "caa_gated": "caa"}
 """the gating claim's pairs: each gated steer and the same steer without its gate"""
 TEST_SHARE = 3  # a third of the memorized sequences is the fixed test split
-N_TEST_CLEAN, N_GENERAL, N_HELD, N_VAL_CLEAN = 1000, 400, 400, 300
+N_TEST_CLEAN, N_GENERAL, N_HELD, N_VAL_CLEAN = 1000, 400, 400, 150
 
 
 def deviation_score(memorization: float, perplexity: float, base_perplexity: float) -> float:
@@ -185,155 +192,215 @@ def _gate_rates(steer: GSSSteer, model: Any, task: _Task) -> dict[str, float]:
     }
 
 
-def _pick(rows: list[dict[str, Any]], base_accuracy: float, drop: float) -> dict[str, Any]:
-    """The lowest validation memorization among rows within ``drop`` of the base accuracy
-    (ties: higher accuracy); the most accurate row when none is."""
-    ok = [r for r in rows if r["accuracy"] is None or r["accuracy"] >= base_accuracy - drop]
+def _pick(rows: list[dict[str, Any]], min_accuracy: float | None) -> dict[str, Any]:
+    """The lowest validation memorization among rows at least ``min_accuracy`` accurate (ties:
+    higher accuracy; every row when ``min_accuracy`` is None, a text task); the most accurate
+    row when none is."""
+    if not rows:
+        raise ValueError("the validation grid is empty: nothing to pick from")
+    ok = [r for r in rows if min_accuracy is None or r["accuracy"] >= min_accuracy - 1e-12]
     if not ok:
         return max(rows, key=lambda r: r["accuracy"])
     return min(ok, key=lambda r: (r["memorization"], -(r["accuracy"] or 0.0)))
 
 
+_LABS: dict[str, tuple[Any, Any, MemorizationData]] = {}
+"""this process's labs by task, loaded once from the cache (a worker runs many cells)"""
+
+
+def _lab(config: Config, task: str) -> tuple[Any, Any, MemorizationData]:
+    """``(base, reference, data)`` of ``task``: trained and cached on first use."""
+    key = f"{task}: {config.lm_config(task)!r}"
+    if key not in _LABS:
+        _LABS[key] = pretrained_memorization_lms(config.lm_config(task))
+    return _LABS[key]
+
+
+def _task(config: Config, cell: dict[str, Any]) -> _Task:
+    return _Task(_lab(config, cell["task"])[2], cell["seed"], cell["task"] != "canaries")
+
+
+def _validate(config: Config, cell: dict[str, Any]) -> dict[str, Any]:
+    """One validation cell: ``part`` "steering" sweeps GSS, ungated GSS and CAA (gated and not)
+    and picks them; an optimisation baseline's part trains it to ``max_steps`` once, measured
+    every ``check_every`` steps (its pick needs the base model's accuracy, so it is made when
+    the seed's cells are joined, :func:`_join_validation`)."""
+    torch.set_num_threads(1)  # small ops: one thread is as fast, and safe beside a worker
+    torch.set_flush_denormal(True)
+    base, reference, _ = _lab(config, cell["task"])
+    task = _task(config, cell)
+    data = replace(task.mitigation_data, reference=reference)
+    if cell["part"] != "steering":
+        with progress(config.max_steps // config.check_every, f"{cell['part']} curve") as bar:
+            rows: list[dict[str, Any]] = []
+
+            def record(model: Any) -> bool:
+                rows.append({**task.measure(model, "val"),
+                             "params": {"steps": (len(rows) + 1) * config.check_every}})  # fmt: skip
+                bar.advance(memorization=rows[-1]["memorization"])
+                return False  # never stop early: the whole curve is the grid
+
+            _mitigation(cell["part"], {}, config).mitigate(base, replace(data, stop=record))
+        return {**cell, "rows": rows}
+    per_layer = len(config.ranks) * len(config.deltas) * len(ALPHA_MODES)
+    per_layer = per_layer * len(config.strengths) + 2 * len(config.caa_strengths)
+    measures = 1 + len(config.steer_layers) * per_layer + len(_ungated_strengths(config))
+    with progress(measures, "steering grid") as bar:
+        return {**cell, **_steering_grid(config, base, task, data, bar)}
+
+
+def _ungated_strengths(config: Config) -> list[float]:
+    return sorted({*config.strengths, *(s / 4 for s in config.strengths)})
+
+
+def _steering_grid(
+    config: Config, base: Any, task: _Task, data: MitigationData, bar: Any
+) -> dict[str, Any]:
+    base_val = task.measure(base, "val")
+    bar.advance()
+    omega = torch.cat(memorization_signal(base, data.memorized, data.reference))
+    logprob = torch.cat(memorization_signal(base, data.memorized))  # the heavy tail's control
+    grid, caa_grid = [], []
+    for layer in config.steer_layers:
+        for rank in config.ranks:
+            for delta in config.deltas:
+                mitigated = GSS(layer, rank, delta, top_fraction=config.top_fraction).mitigate(
+                    base, data
+                )
+                for mode in ALPHA_MODES:
+                    for strength in config.strengths:
+                        steer = mitigated.steer.replace(alpha_mode=mode, strength=strength)
+                        with steer:
+                            row = task.measure(base, "val")
+                        bar.advance(memorization=row["memorization"])
+                        params = {
+                            "layer": layer,
+                            "rank": rank,
+                            "delta": delta,
+                            "alpha_mode": mode,
+                            "strength": strength,
+                        }
+                        grid.append({**row, "params": params, "seconds": mitigated.seconds})
+        for gated in (False, True):
+            fitted = MeanDifference(
+                layer, 1.0, gated, config.quantile, config.top_fraction
+            ).mitigate(base, data)
+            for strength in config.caa_strengths:
+                with fitted.steer.replace(strength=strength):
+                    row = task.measure(base, "val")
+                bar.advance(memorization=row["memorization"])
+                params = {"layer": layer, "strength": strength, "gated": gated}
+                caa_grid.append({**row, "params": params})
+    floor = _floor(base_val, config)
+    best = _pick(grid, floor)
+    picked = best["params"]
+    refit = GSS(
+        **{k: picked[k] for k in ("layer", "rank", "delta", "alpha_mode")},
+        top_fraction=config.top_fraction,
+    )
+    steer = refit.mitigate(base, data).steer
+    ungated = []
+    for strength in _ungated_strengths(config):
+        with steer.replace(gated=False, strength=strength):
+            ungated.append({**task.measure(base, "val"), "strength": strength})
+        bar.advance(memorization=ungated[-1]["memorization"])
+    reaching = [r for r in ungated if r["memorization"] <= best["memorization"]]
+    ungated_pick = (
+        min(reaching, key=lambda r: r["strength"])
+        if reaching
+        else max(ungated, key=lambda r: r["strength"])
+    )
+    picks = {
+        "gss": {**picked, "gated": True},
+        "gss_ungated": {**{**picked, "strength": ungated_pick["strength"]}, "gated": False},
+        # the memorization claims' control at matched clean accuracy: as accurate as GSS
+        "caa": _pick([r for r in caa_grid if not r["params"]["gated"]], best["accuracy"])["params"],
+        "caa_gated": _pick([r for r in caa_grid if r["params"]["gated"]], floor)["params"],
+    }
+    return {
+        "base_val": base_val,
+        "target_memorization": best["memorization"],
+        "picks": picks,
+        "share_above_mean_omega": (omega > omega.mean()).float().mean().item(),
+        "share_above_mean_logprob": (logprob > logprob.mean()).float().mean().item(),
+        "grid": grid,
+        "caa_grid": caa_grid,
+        "ungated_grid": ungated,
+    }
+
+
+def _floor(base_val: dict[str, Any], config: Config) -> float | None:
+    """The validation rule's accuracy floor (None for a text task: no accuracy)."""
+    accuracy = base_val["accuracy"]
+    return None if accuracy is None else accuracy - config.max_accuracy_drop
+
+
+def _join_validation(parts: list[dict[str, Any]], config: Config) -> dict[str, Any]:
+    """One seed's validation cells as one record: the steering part's picks and grids, and
+    each optimisation baseline's curve (``optimised_grid``) and pick by the same rule."""
+    steering = next(p for p in parts if p["part"] == "steering")
+    curves = {p["part"]: p["rows"] for p in parts if p["part"] != "steering"}
+    floor = _floor(steering["base_val"], config)
+    record = {k: v for k, v in steering.items() if k != "part"}
+    return {
+        **record,
+        "picks": {
+            **steering["picks"],
+            **{system: _pick(rows, floor)["params"] for system, rows in curves.items()},
+        },
+        "optimised_grid": curves,
+    }
+
+
+def _test(
+    config: Config, picks: dict[str, dict[str, dict[str, Any]]], cell: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Every system of one seed at its pick, fitted one after another in this process (the fit
+    times compare under the same load) and measured on the test split."""
+    torch.set_num_threads(1)
+    torch.set_flush_denormal(True)
+    base, reference, _ = _lab(config, cell["task"])
+    task = _task(config, cell)
+    chosen = picks[f"{cell['task']}/{cell['seed']}"]
+    data = replace(task.mitigation_data, reference=reference)  # no stop: the picked steps
+    rows = []
+    with progress(len(SYSTEMS), "test systems") as bar:
+        for system in SYSTEMS:
+            if system in ("base", "reference"):
+                model = base if system == "base" else reference
+                row = {**task.measure(model, "test"), "seconds": 0.0, "steps": None}
+            else:
+                mitigated = _mitigation(system, chosen, config).mitigate(base, data)
+                with mitigated as model:
+                    row = task.measure(model, "test")
+                    if mitigated.steer is not None:
+                        row.update(_gate_rates(mitigated.steer, model, task))
+                row.update(seconds=mitigated.seconds, steps=mitigated.steps)
+            rows.append({**cell, "system": system, **row})
+            bar.advance(memorization=row["memorization"])
+    return rows
+
+
 def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
     torch.set_flush_denormal(True)
-    labs = {task: pretrained_memorization_lms(config.lm_config(task)) for task in config.tasks}
-
-    def task_split(task: str, seed: int) -> _Task:
-        return _Task(labs[task][2], seed, task != "canaries")
-
-    def ungated_strengths() -> list[float]:
-        return sorted({*config.strengths, *(s / 4 for s in config.strengths)})
-
-    def validate(cell: dict[str, Any]) -> dict[str, Any]:
-        per_layer = len(config.ranks) * len(config.deltas) * len(ALPHA_MODES)
-        per_layer = per_layer * len(config.strengths) + 2 * len(config.caa_strengths)
-        measures = 1 + len(config.steer_layers) * per_layer + len(ungated_strengths())
-        with progress(measures, "validation grid") as bar:
-            return validate_grid(cell, bar)
-
-    def validate_grid(cell: dict[str, Any], bar: Any) -> dict[str, Any]:
-        base, reference, _ = labs[cell["task"]]
-        task = task_split(cell["task"], cell["seed"])
-        data = replace(task.mitigation_data, reference=reference)
-        base_val = task.measure(base, "val")
-        bar.advance()
-        omega = torch.cat(memorization_signal(base, data.memorized, reference))
-        logprob = torch.cat(memorization_signal(base, data.memorized))  # the heavy tail's control
-        grid, caa_grid = [], []
-        for layer in config.steer_layers:
-            for rank in config.ranks:
-                for delta in config.deltas:
-                    mitigated = GSS(layer, rank, delta, top_fraction=config.top_fraction).mitigate(
-                        base, data
-                    )
-                    for mode in ALPHA_MODES:
-                        for strength in config.strengths:
-                            steer = mitigated.steer.replace(alpha_mode=mode, strength=strength)
-                            with steer:
-                                row = task.measure(base, "val")
-                            bar.advance(memorization=row["memorization"])
-                            params = {
-                                "layer": layer,
-                                "rank": rank,
-                                "delta": delta,
-                                "alpha_mode": mode,
-                                "strength": strength,
-                            }
-                            grid.append({**row, "params": params, "seconds": mitigated.seconds})
-            for gated in (False, True):
-                fitted = MeanDifference(
-                    layer, 1.0, gated, config.quantile, config.top_fraction
-                ).mitigate(base, data)
-                for strength in config.caa_strengths:
-                    with fitted.steer.replace(strength=strength):
-                        row = task.measure(base, "val")
-                    bar.advance(memorization=row["memorization"])
-                    params = {"layer": layer, "strength": strength, "gated": gated}
-                    caa_grid.append({**row, "params": params})
-        best = _pick(grid, base_val["accuracy"] or 0.0, config.max_accuracy_drop)
-        picked = best["params"]
-        refit = GSS(
-            **{k: picked[k] for k in ("layer", "rank", "delta", "alpha_mode")},
-            top_fraction=config.top_fraction,
-        )
-        steer = refit.mitigate(base, data).steer
-        ungated = []
-        for strength in ungated_strengths():
-            with steer.replace(gated=False, strength=strength):
-                ungated.append({**task.measure(base, "val"), "strength": strength})
-            bar.advance(memorization=ungated[-1]["memorization"])
-        reaching = [r for r in ungated if r["memorization"] <= best["memorization"]]
-        ungated_pick = (
-            min(reaching, key=lambda r: r["strength"])
-            if reaching
-            else max(ungated, key=lambda r: r["strength"])
-        )
-        picks = {
-            "gss": {**picked, "gated": True},
-            "gss_ungated": {**{**picked, "strength": ungated_pick["strength"]}, "gated": False},
-            "caa": _pick(
-                [r for r in caa_grid if not r["params"]["gated"]],
-                base_val["accuracy"] or 0.0,
-                config.max_accuracy_drop,
-            )["params"],
-            "caa_gated": _pick(
-                [r for r in caa_grid if r["params"]["gated"]],
-                base_val["accuracy"] or 0.0,
-                config.max_accuracy_drop,
-            )["params"],
-        }
-        return {
-            **cell,
-            "base_val": base_val,
-            "target_memorization": best["memorization"],
-            "picks": picks,
-            "share_above_mean_omega": (omega > omega.mean()).float().mean().item(),
-            "share_above_mean_logprob": (logprob > logprob.mean()).float().mean().item(),
-            "grid": grid,
-            "caa_grid": caa_grid,
-            "ungated_grid": ungated,
-        }
-
+    _LABS.clear()  # loaded anew from this run's cache
+    for task in config.tasks:  # trained and cached here, before the workers load them
+        _lab(config, task)
+    seeds = [(t, config.seed + s) for t in config.tasks for s in range(config.n_seeds)]
     val_cells = [
-        {"task": t, "seed": config.seed + s} for t in config.tasks for s in range(config.n_seeds)
+        {"task": t, "seed": s, "part": part} for t, s in seeds for part in ("steering", *OPTIMISED)
     ]
-    val = run_cells(out_dir, config, val_cells, validate, resume=resume, label="gss validation")
-    by_key = {(v["task"], v["seed"]): v for v in val}
-
-    def test(cell: dict[str, Any]) -> dict[str, Any]:
-        base, reference, _ = labs[cell["task"]]
-        task = task_split(cell["task"], cell["seed"])
-        chosen = by_key[(cell["task"], cell["seed"])]
-        system = cell["system"]
-        if system in ("base", "reference"):
-            model = base if system == "base" else reference
-            return {**cell, **task.measure(model, "test"), "seconds": 0.0, "steps": None}
-        target = chosen["target_memorization"]
-        data = replace(
-            task.mitigation_data,
-            reference=reference,
-            stop=lambda model: extraction_rate(model, task.val_records) <= target,
-        )
-        mitigated = _mitigation(system, chosen["picks"], config).mitigate(base, data)
-        with mitigated as model:
-            row = task.measure(model, "test")
-            if mitigated.steer is not None:
-                row.update(_gate_rates(mitigated.steer, model, task))
-        return {
-            **cell,
-            **row,
-            "seconds": mitigated.seconds,
-            "steps": mitigated.steps,
-            "reached": mitigated.reached,
-        }
-
-    test_cells = [
-        {"task": t, "seed": config.seed + s, "system": system}
-        for t in config.tasks
-        for s in range(config.n_seeds)
-        for system in SYSTEMS
+    parts = run_cells(out_dir, config, val_cells, functools.partial(_validate, config),
+                      resume=resume, label="gss validation", workers=config.workers)  # fmt: skip
+    val = [
+        _join_validation([p for p in parts if (p["task"], p["seed"]) == key], config)
+        for key in seeds
     ]
-    tested = run_cells(out_dir, config, test_cells, test, resume=True, label="gss test")
+    picks = {f"{v['task']}/{v['seed']}": v["picks"] for v in val}
+    test_cells = [{"task": t, "seed": s} for t, s in seeds]
+    tested = run_cells(out_dir, config, test_cells, functools.partial(_test, config, picks),
+                       resume=True, label="gss test", workers=config.workers)  # fmt: skip
+    tested = [row for rows in tested for row in rows]
     write_json_atomic(out_dir / "cells.json", {"validation": val, "test": tested}, indent=1)
     metrics = summarise(val, tested, config.tasks)
     _plot(val, metrics, config.tasks[0], out_dir)
@@ -346,7 +413,12 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
 
 
 def _mitigation(system: str, picks: dict[str, dict[str, Any]], config: Config) -> Any:
-    steps = {"max_steps": config.max_steps}
+    """``system`` at its validation pick; an optimisation baseline without a pick trains to
+    ``max_steps`` (the validation run that draws its curve)."""
+    steps = {
+        "max_steps": picks.get(system, {}).get("steps", config.max_steps),
+        "check_every": config.check_every,
+    }
     if system in ("gss", "gss_ungated"):
         return GSS(**picks[system], top_fraction=config.top_fraction)
     if system in ("caa", "caa_gated"):
@@ -372,7 +444,7 @@ _MEASURED = (
     "gate_rate_memorized",
     "control_memorization",
 )
-_PICKED = ("layer", "rank", "strength", "adaptive", "gated")
+_PICKED = ("layer", "rank", "strength", "adaptive", "gated", "steps")
 
 
 def summarise(
@@ -381,8 +453,7 @@ def summarise(
     """One row per task and system (``<system>`` for the first task, ``<task>/<system>`` for
     the others), every row with the same keys (None where a system has no such value): each
     measured value's mean over seeds and its std (``<name>_std``); the optimisation baselines'
-    share of seeds that reached GSS's validation memorization and fit time over GSS's; the
-    validation picks (``picked_<name>``, the mean over seeds when they differ; ``adaptive`` and
+    fit time over GSS's (both at their picked settings); the validation picks (``picked_<name>``, the mean over seeds when they differ; ``adaptive`` and
     ``gated`` as shares of seeds); on GSS's row the heavy-tail share of ω
     (``share_above_mean_omega``) and on the base row the same share of the base model's log-prob
     alone (``share_above_mean_logprob``, the heavy-tail claim's control; None when the validation
@@ -405,9 +476,6 @@ def summarise(
                 else:
                     row[name], row[f"{name}_std"] = mean_std([float(v) for v in values])
             optimised = system in OPTIMISED
-            row["reached_target"] = (
-                sum(bool(c["reached"]) for c in mine) / len(mine) if optimised else None
-            )
             row["fit_time_vs_gss"] = (
                 mean_std([c["seconds"] / gss_seconds[c["seed"]] for c in mine])[0]
                 if optimised
@@ -632,22 +700,61 @@ def claims(values: dict[str, dict[str, list[float]]], config: Config) -> list[Cl
     ]
 
 
+def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The (memorization, accuracy) points no other point beats on both (lower memorization,
+    higher accuracy), by rising memorization."""
+    front: list[tuple[float, float]] = []
+    for point in sorted(points, key=lambda p: (p[0], -p[1])):
+        if not front or point[1] > front[-1][1]:
+            front.append(point)
+    return front
+
+
+def _validation_points(cell: dict[str, Any]) -> dict[str, list[tuple[float, float]]]:
+    """Every system's validation settings of one validation cell as (memorization, accuracy)."""
+    rows = {
+        "gss": cell["grid"],
+        "gss_ungated": cell["ungated_grid"],
+        "caa": [r for r in cell["caa_grid"] if not r["params"]["gated"]],
+        "caa_gated": [r for r in cell["caa_grid"] if r["params"]["gated"]],
+        **cell.get("optimised_grid", {}),
+    }
+    return {
+        system: [(r["memorization"], r["accuracy"]) for r in found if r["accuracy"] is not None]
+        for system, found in rows.items()
+    }
+
+
 def _plot(
     val: list[dict[str, Any]], metrics: dict[str, dict[str, Any]], task: str, out_dir: Path
 ) -> None:
-    grid = [r for v in val if v["task"] == task and v["seed"] == val[0]["seed"] for r in v["grid"]]
-    points = sorted((r["memorization"], r["accuracy"]) for r in grid if r["accuracy"] is not None)
-    series = {
-        "GSS settings (validation, one seed)": ([p[0] for p in points], [p[1] for p in points])
-    }
-    for system in SYSTEMS:
+    """Each system's Pareto front of validation memorization against clean accuracy over the
+    settings validation tried (the first seed), and its test point at the picked setting (the
+    mean over seeds, a larger marker of the same colour)."""
+    from matplotlib.figure import Figure
+
+    from mixlab.shared import save_figure
+
+    first = min((v for v in val if v["task"] == task), key=lambda v: v["seed"])
+    figure = Figure(figsize=(7.5, 5), layout="constrained")
+    axes = figure.add_subplot()
+    for system, points in _validation_points(first).items():
+        front = pareto_front(points)
+        if not front:
+            continue
+        (line,) = axes.plot(*zip(*front, strict=True), marker=".", label=f"{system} (validation)")
         row = metrics[system]
         if row["accuracy"] is not None:
-            series[system] = ([row["memorization"]], [row["accuracy"]])
-    line_plot(
-        out_dir / "memorization_vs_accuracy.png",
-        series,
-        xlabel="memorization (extraction rate, test)",
-        ylabel="clean accuracy (test)",
-        title=f"{task}: memorization against accuracy",
+            axes.plot(row["memorization"], row["accuracy"], marker="*", markersize=13,
+                      color=line.get_color(), linestyle="none")  # fmt: skip
+    base = metrics["base"]
+    if base["accuracy"] is not None:
+        axes.plot(base["memorization"], base["accuracy"], "kx", markersize=10, label="base (test)")
+    axes.set(
+        xlabel="memorization (extraction rate)",
+        ylabel="clean accuracy",
+        title=f"{task}: Pareto fronts on validation (seed {first['seed']}); ★ = test at the pick",
     )
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=7)
+    save_figure(figure, out_dir / "memorization_vs_accuracy.png")
