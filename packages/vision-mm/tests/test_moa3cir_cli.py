@@ -101,6 +101,14 @@ def test_cli_trains_indexes_searches_and_evaluates(toy, tmp_path, capsys):
         ),
         (["train", "--data", "{tmp}", "--out", "{tmp}/r"], "is neither FashionIQ's layout"),
         (
+            ["train", "--data", "{toy}", "--out", "{tmp}/r", "--route-supervision", "1"],
+            "--route-supervision: only --data toy knows",
+        ),
+        (
+            ["train", "--data", "toy", "--out", "{tmp}/r", "--route-supervision", "-1"],
+            "--route-supervision must be a number >= 0",
+        ),
+        (
             ["train", "--data", "{toy}", "--out", "{tmp}/r", "--clip", "ViT-Q-99"],
             "--clip must be 'tiny' or an open_clip",
         ),

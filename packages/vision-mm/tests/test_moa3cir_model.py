@@ -17,6 +17,7 @@ from mixlab.vision_mm.moa3cir.model import (
     QueryFeatures,
     RetrievalIndex,
     SimpleHead,
+    build_head,
     recall_at_k,
     target_ranks,
 )  # fmt: skip
@@ -66,13 +67,14 @@ def test_unshared_towers_are_five_copies(towers):
     apart = ClipTowers(tiny_clip(**TINY_CLIP), share="none")
     first, second = apart.model("reference_image"), apart.model("target_image")
     assert first is not second
-    with torch.no_grad():
-        first.visual.proj.add_(1.0)
-    images = torch.rand(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))  # not the
-    # global stream: after some earlier tests its draw gave the two towers equal outputs
-    assert not torch.allclose(
-        apart.image(images, "reference_image").pooled, apart.image(images, "target_image").pooled
-    )
+    generator = torch.Generator().manual_seed(0)  # not the global stream: order-independent
+    with torch.no_grad():  # a random change of the projection (a constant added after the
+        # LayerNorm would cancel: its output sums to zero over the features)
+        first.visual.proj.add_(torch.randn(first.visual.proj.shape, generator=generator))
+    images = torch.rand(2, 3, 16, 16, generator=generator)
+    reference = apart.image(images, "reference_image").pooled
+    target = apart.image(images, "target_image").pooled
+    assert (reference - target).abs().max() > 0.1 * target.abs().max()
     with pytest.raises(ValueError, match="share must be one of"):
         ClipTowers(tiny_clip(**TINY_CLIP), share="some")
 
@@ -304,3 +306,58 @@ def test_seeded_head_training_is_deterministic():
         runs.append(train_head(head, features, 5, batch_size=4, seed=3))
     assert runs[0] == runs[1]
     assert runs[0][0] != runs[0][-1]
+
+
+def test_combiner_reading_descriptions_adds_them_on_both_sides():
+    torch.manual_seed(0)
+    f = _features()
+    plain, described = Combiner(16, 24, 32).eval(), Combiner(16, 24, 32, descriptions=True).eval()
+    described.load_state_dict(plain.state_dict())
+    image_side = QueryFeatures(
+        Encoded(f.image.pooled + f.description.pooled, f.image.tokens), f.text
+    )
+    assert torch.allclose(described.query(f), plain.query(image_side), atol=1e-6)
+    assert not torch.allclose(described.query(f), plain.query(f), atol=1e-3)
+    assert torch.allclose(
+        described.target(f.image.pooled, f.text.pooled),
+        F.normalize(f.image.pooled + f.text.pooled, dim=-1),
+    )
+    assert build_head(described.config).uses_descriptions
+
+
+def test_route_supervision_is_the_routers_nll_of_the_known_attributes():
+    from mixlab.vision_mm.moa3cir.training import route_supervision_loss
+
+    weights = torch.tensor([[0.5, 0.25, 0.25], [0.1, 0.8, 0.1], [0.2, 0.2, 0.6]])
+    attribute = torch.tensor([0, -1, 2])  # the second triplet's edit is not known
+    expected = -(torch.log(torch.tensor(0.5)) + torch.log(torch.tensor(0.6))) / 2
+    assert torch.isclose(route_supervision_loss(weights, attribute), expected)
+    per_token = weights[:, None].expand(3, 4, 3)  # [B, L, G]: the mean over tokens
+    assert torch.isclose(route_supervision_loss(per_token, attribute), expected)
+    assert route_supervision_loss(weights, torch.full((3,), -1)) == 0
+
+
+def test_supervised_router_sends_each_attribute_to_its_group():
+    from mixlab.vision_mm.moa3cir.model import MoA3Head
+    from mixlab.vision_mm.moa3cir.training import TripletFeatures, train_head
+
+    generator = torch.Generator().manual_seed(0)
+    attribute = torch.arange(64) % 4
+    directions = torch.randn(4, 16, generator=generator)  # the modification text names the edit
+    f = _features(batch=64)
+    text = directions[attribute] + 0.1 * torch.randn(64, 16, generator=generator)
+    f = QueryFeatures(f.image, Encoded(text, f.text.tokens, f.text.padding), f.description)
+    features = TripletFeatures(f, torch.randn(64, 16, generator=generator), None, attribute)
+    top = {}
+    for weight in (0.0, 1.0):
+        torch.manual_seed(1)
+        head = MoA3Head(16, 16, 16, dim=16, heads=8, groups=4, shared_heads=4)
+        train_head(head, features, 60, batch_size=32, lr=1e-2, seed=0, route_supervision=weight)
+        with torch.no_grad():
+            head.query(f)
+        top[weight] = (head.last_weights[0].argmax(-1) == attribute).float().mean().item()
+    assert top[1.0] == 1.0  # every triplet's top group is its attribute's
+    assert top[0.0] < 0.9  # the retrieval loss alone does not name the groups
+    with pytest.raises(ValueError, match="route_supervision needs a router group per attribute"):
+        train_head(MoA3Head(16, 16, 16, dim=16, heads=4, groups=2, shared_heads=2), features, 1,
+                   route_supervision=1.0)  # fmt: skip

@@ -37,6 +37,7 @@ _MODULE_OF = {
     "encode_triplets": "training",
     "info_nce": "training",
     "recall_at_k": "model",
+    "route_supervision_loss": "training",
     "routing_statistics": "attention",
     "target_ranks": "model",
     "tiny_clip": "towers",

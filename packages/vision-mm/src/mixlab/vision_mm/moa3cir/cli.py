@@ -141,6 +141,13 @@ def train(
     no_descriptions: Annotated[
         bool, typer.Option(help="three towers: ignore descriptions")
     ] = False,
+    route_supervision: Annotated[
+        float | None,
+        typer.Option(
+            help="weight of the router's NLL of each triplet's edited attribute (toy "
+            "data only: it knows the attribute; default 1 there, one group per attribute)"
+        ),
+    ] = None,
     seed: int = 0,
     resume: Annotated[bool, typer.Option(help="continue from the checkpoints in --out")] = False,
 ) -> None:
@@ -163,13 +170,22 @@ def train(
         check_count(value, option, 0)
     for option, value in (("--lr", lr), ("--tower-lr", tower_lr)):
         check_number(value, option, value > 0, "a number > 0")
+    if route_supervision is not None:
+        check_number(
+            route_supervision, "--route-supervision", route_supervision >= 0, "a number >= 0"
+        )
+        if data != TOY and route_supervision > 0:
+            raise ValueError("--route-supervision: only --data toy knows each triplet's edited "
+                             "attribute; leave it out for a dataset folder")  # fmt: skip
     check_seed(seed)
     if pretrained is not None:
         check_input_file(pretrained, "--pretrained")
     check_fresh_output(out, "--out", resume=resume, made=("training",))
     options = _head_options(head, groups, heads, shared_heads, top_k, not no_descriptions)
     if data == TOY:
-        model, clip_config, losses = _train_toy(head, options, steps, batch_size, lr, seed, out)
+        supervision = 1.0 if route_supervision is None else route_supervision
+        model, clip_config, losses = _train_toy(head, options, steps, batch_size, lr, supervision,
+                                                seed, out)  # fmt: skip
     else:
         dataset = _dataset(Path(data), "train", descriptions)
         towers, clip_config = _towers(clip, pretrained, image_size, share)
@@ -189,9 +205,11 @@ def train(
 
 
 def _train_toy(
-    head: str, options: dict, steps: int, batch_size: int, lr: float, seed: int, out: Path
-):
-    """The experiment's cached towers (trained on first use) and a head on their features."""
+    head: str, options: dict, steps: int, batch_size: int, lr: float, route_supervision: float,
+    seed: int, out: Path,
+):  # fmt: skip
+    """The experiment's cached towers (trained on first use) and a head on their features, a
+    routed head's router supervised with each triplet's edited attribute."""
     import torch
 
     from mixlab.vision_mm.moa3cir import experiment
@@ -211,7 +229,7 @@ def _train_toy(
     system = "moa3cir" if options["descriptions"] else "moa3cir-3tower"
     features = experiment._training_features(config, system)
     losses = train_head(fusion, features, steps, batch_size=batch_size, lr=lr, seed=seed,
-                        checkpoint=out / "training" / "head")  # fmt: skip
+                        route_supervision=route_supervision, checkpoint=out / "training" / "head")  # fmt: skip
     return CIRModel(towers, fusion), experiment._clip_config(config), {"head": losses}
 
 

@@ -9,7 +9,9 @@ A head turns tower outputs into a query embedding (``query``) and a gallery embe
   normalize(f_T4 + g·f_T5) with g = σ(w·[f_T4; f_T5] + b), starting at g ≈ 1 (phase 1's target),
   so the gallery is embedded once, apart from any query.
 - :class:`Combiner`: CLIP4Cir's combiner (``ABaldrati/CLIP4Cir`` ``src/combiner.py``) exactly;
-  targets are normalize(f_image).
+  targets are normalize(f_image). With ``descriptions`` (issue 72's control: a combiner that
+  reads what MoA3CIR reads) its image input is the reference's f_T1 + f_T2 and its targets are
+  normalize(f_T4 + f_T5), phase 1's five-tower sum on both sides.
 - :class:`SimpleHead`: no parameters: ``image`` (the reference alone, blind to the edit),
   ``text`` (the modification alone) or ``sum`` (normalize(f_image + f_text), CLIP4Cir's
   fine-tuning objective; with descriptions, phase 1's five-tower sum).
@@ -112,9 +114,14 @@ class Combiner(nn.Module):
 
     p_t = Dropout(ReLU(W_t f_txt)), p_i = Dropout(ReLU(W_i f_img)), c = Dropout(ReLU(W_c [p_t; p_i])),
     λ = σ(MLP([p_t; p_i])), q = normalize(W_o c + λ·f_txt + (1 − λ)·f_img), dropout 0.5.
+
+    With ``descriptions`` f_img is the reference image's and description's sum and the targets
+    are normalize(f_image + f_description).
     """
 
-    def __init__(self, feature_dim: int, projection_dim: int, hidden_dim: int) -> None:
+    def __init__(
+        self, feature_dim: int, projection_dim: int, hidden_dim: int, descriptions: bool = False
+    ) -> None:
         super().__init__()
         self.feature_dim, self.projection_dim, self.hidden_dim = (
             feature_dim,
@@ -134,7 +141,7 @@ class Combiner(nn.Module):
             nn.Linear(2 * projection_dim, hidden_dim), nn.ReLU(), nn.Dropout(0.5),
             nn.Linear(hidden_dim, 1), nn.Sigmoid(),
         )  # fmt: skip
-        self.uses_descriptions = False
+        self.uses_descriptions = descriptions
 
     def combine(self, image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
         p_text = self.dropout1(F.relu(self.text_projection_layer(text)))
@@ -147,15 +154,21 @@ class Combiner(nn.Module):
         )
 
     def query(self, f: QueryFeatures) -> torch.Tensor:
-        return self.combine(f.image.pooled, f.text.pooled)
+        image = f.image.pooled
+        if self.uses_descriptions and f.description is not None:
+            image = image + f.description.pooled
+        return self.combine(image, f.text.pooled)
 
     def target(self, image: torch.Tensor, description: torch.Tensor | None = None) -> torch.Tensor:
+        if self.uses_descriptions and description is not None:
+            image = image + description
         return F.normalize(image, dim=-1)
 
     @property
     def config(self) -> dict[str, Any]:
         return {"head": "combiner", "feature_dim": self.feature_dim,
-                "projection_dim": self.projection_dim, "hidden_dim": self.hidden_dim}  # fmt: skip
+                "projection_dim": self.projection_dim, "hidden_dim": self.hidden_dim,
+                "descriptions": self.uses_descriptions}  # fmt: skip
 
 
 class MoA3Head(nn.Module):
@@ -217,6 +230,11 @@ class MoA3Head(nn.Module):
     def routed(self) -> bool:
         """Whether a router weighs the head groups (False for dense MoA³)."""
         return self.blocks[0].attention.router is not None
+
+    @property
+    def groups(self) -> int:
+        """The router's attribute groups G."""
+        return self.blocks[0].attention.groups
 
     def query(self, f: QueryFeatures) -> torch.Tensor:
         batch = f.image.pooled.shape[0]

@@ -5,7 +5,9 @@
   fine-tuning, CE(100·normalize(f_ref + f_text)·normalize(f_target)ᵀ).
 - Phase 2 (:func:`train_head`): a fusion head on frozen towers, from their outputs computed once
   (:func:`encode_triplets`); CE with scale 100 as CLIP4Cir, plus ``balance`` × the router's
-  load-balance loss.
+  load-balance loss and, where a triplet's edited attribute is known (controlled edits and
+  single-attribute modifications), ``route_supervision`` × the router's NLL of that attribute's
+  group (:func:`route_supervision_loss`: the attribute-aware routing).
 - One phase (:func:`train_end_to_end`, the ablation): towers and head together from the start,
   the CIR loss plus the contrastive one on every step.
 
@@ -39,6 +41,7 @@ __all__ = [
     "encode_triplets",
     "fit_two_phase",
     "info_nce",
+    "route_supervision_loss",
     "train_end_to_end",
     "train_head",
     "train_towers",
@@ -237,13 +240,19 @@ class TripletFeatures:
     query: QueryFeatures
     target_image: torch.Tensor
     target_description: torch.Tensor | None = None
+    attribute: torch.Tensor | None = None
+    """``[N]`` long: the edited attribute's index per triplet, −1 where it is not known (None:
+    unknown for every row)"""
 
     def __len__(self) -> int:
         return len(self.target_image)
 
     def rows(self, index) -> TripletFeatures:
         description = None if self.target_description is None else self.target_description[index]
-        return TripletFeatures(self.query.rows(index), self.target_image[index], description)
+        attribute = None if self.attribute is None else self.attribute[index]
+        return TripletFeatures(
+            self.query.rows(index), self.target_image[index], description, attribute
+        )
 
 
 def _cat(parts: list[Encoded | None], dtype: torch.dtype | None) -> Encoded | None:
@@ -265,7 +274,13 @@ def concat_features(
     description = None
     if parts[0].target_description is not None:
         description = torch.cat([p.target_description for p in parts])
-    return TripletFeatures(query, torch.cat([p.target_image for p in parts]), description)
+    attribute = None
+    if any(p.attribute is not None for p in parts):
+        attribute = torch.cat([torch.full((len(p),), -1, dtype=torch.long) if p.attribute is None
+                               else p.attribute for p in parts])  # fmt: skip
+    return TripletFeatures(
+        query, torch.cat([p.target_image for p in parts]), description, attribute
+    )
 
 
 def _slice(data: TripletData, rows) -> TripletData:
@@ -305,14 +320,32 @@ def encode_triplets(
     return concat_features(parts, dtype)
 
 
-def _cir_loss(head: nn.Module, batch: TripletFeatures, balance: float) -> torch.Tensor:
+def route_supervision_loss(weights: torch.Tensor, attribute: torch.Tensor) -> torch.Tensor:
+    """−log w_a, the router's NLL of the edited attribute's group a (group a routes attribute
+    a), averaged over the rows whose attribute is known (``attribute`` >= 0); per-token
+    weights ``[B, L, G]`` are averaged over tokens first. 0 when no row is known."""
+    if weights.ndim == 3:
+        weights = weights.mean(1)
+    known = attribute >= 0
+    if not known.any():
+        return weights.new_zeros(())
+    picked = weights[known].gather(1, attribute[known, None]).squeeze(1)
+    return -picked.clamp_min(1e-9).log().mean()
+
+
+def _cir_loss(
+    head: nn.Module, batch: TripletFeatures, balance: float, route_supervision: float = 0.0
+) -> torch.Tensor:
     queries = head.query(batch.query.float())
     targets = head.target(batch.target_image, batch.target_description)
     loss = info_nce(queries, targets)
-    if balance > 0 and getattr(head, "routed", False):
-        loss = loss + balance * sum(balance_loss(w) for w in head.last_weights) / len(
-            head.last_weights
-        )
+    if getattr(head, "routed", False):
+        blocks = len(head.last_weights)
+        if balance > 0:
+            loss = loss + balance * sum(balance_loss(w) for w in head.last_weights) / blocks
+        if route_supervision > 0 and batch.attribute is not None:
+            supervised = sum(route_supervision_loss(w, batch.attribute) for w in head.last_weights)
+            loss = loss + route_supervision * supervised / blocks
     return loss
 
 
@@ -325,15 +358,26 @@ def train_head(
     lr: float = 1e-3,
     seed: int = 0,
     balance: float = 0.01,
+    route_supervision: float = 0.0,
     checkpoint: Path | None = None,
     checkpoint_every: int = 100,
 ) -> list[float]:
-    """Phase 2: the fusion head on frozen towers' ``features``."""
+    """Phase 2: the fusion head on frozen towers' ``features``; a routed head's router is
+    supervised with ``features.attribute`` at weight ``route_supervision`` (0: not at all)."""
+    if not route_supervision >= 0:
+        raise ValueError(f"route_supervision must be a number >= 0, got {route_supervision!r}")
+    supervised = route_supervision > 0 and features.attribute is not None
+    if supervised and getattr(head, "routed", False) and features.attribute.max() >= head.groups:
+        raise ValueError(
+            f"route_supervision needs a router group per attribute: the features name attribute "
+            f"{int(features.attribute.max())}, the head has groups = {head.groups}"
+        )
     if not any(p.requires_grad for p in head.parameters()):
         return []  # a parameter-free baseline
 
     def loss_of_step(step: int) -> torch.Tensor:
-        return _cir_loss(head, features.rows(_rows(len(features), batch_size, seed, step)), balance)
+        batch = features.rows(_rows(len(features), batch_size, seed, step))
+        return _cir_loss(head, batch, balance, route_supervision)
 
     return _loop(head, loss_of_step, steps, lr=lr, checkpoint=checkpoint, every=checkpoint_every,
                  description="phase 2: head")  # fmt: skip
