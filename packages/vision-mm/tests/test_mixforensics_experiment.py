@@ -11,7 +11,7 @@ import torch
 from mixlab.vision_mm.mixforensics.config import Config
 
 TINY = dict(n_seeds=2, frames=4, size=16, train_clips=24, test_real=8, test_per_kind=6, steps=4, batch_size=4,
-            encoder_steps=2, timesformer_width=8, workers=1)  # fmt: skip
+            encoder_steps=2, timesformer_width=8, blends=2, workers=1)  # fmt: skip
 
 
 def _tiny_generator(spec):
@@ -47,7 +47,7 @@ def test_experiment_runs_and_gates_claims_on_the_regime(cache, monkeypatch):
     for system in ("voting", "sfb-bir"):
         assert 0 <= rows[system]["auc_seen_1f"] <= 1
         assert rows[system]["auc_seen_4f"] is not None
-    assert rows["decof"]["auc_seen_1f"] is None
+    assert rows["decof-style"]["auc_seen_1f"] is None
     assert rows["mean-frame"]["auc_seen_4f"] is not None  # the control of claim 4
     assert rows["voting"]["auc_seen_majority"] is not None
     assert [c.text[:3] for c in result.regime] == ["Lea", "Lea", "Not"]
@@ -131,6 +131,8 @@ def test_config_refuses_bad_values():
         Config(alpha=0.0)
     with pytest.raises(ValueError, match="backbone must be"):
         Config(backbone="vgg11")
+    with pytest.raises(ValueError, match="blends must be an integer from 1 to frames // 2 = 2"):
+        Config(frames=4, blends=4)  # refused, not capped at 2
     with pytest.raises(ValueError, match="frames must be"):
         Config(frames=1)
 
