@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_flush_denormal(True)
     started = time.perf_counter()
     torch.manual_seed(0)
-    backbone = build_backbone("resnet50")
+    backbone = build_backbone("torchvision/resnet50")
     systems = {
         "mixforensics": MixForensicsDetector(backbone, blends=BLENDS).eval(),
         "voting": FrameVoting(backbone).eval(),  # the same backbone object: the same weights

@@ -44,7 +44,9 @@ def test_a_lossy_pyav_mp4_reads_back_in_order(tmp_path):
     assert read_video(path, frames=4, size=16).shape == (4, 3, 16, 16)
 
 
-@pytest.mark.parametrize(("name", "suffix"), [("resnet18", ".pth"), ("resnet10t", ".safetensors")])
+@pytest.mark.parametrize(
+    ("name", "suffix"), [("torchvision/resnet18", ".pth"), ("resnet10t", ".safetensors")]
+)
 def test_backbones_load_from_local_files(name, suffix, tmp_path):
     from safetensors.torch import save_file
 

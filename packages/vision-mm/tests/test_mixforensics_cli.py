@@ -21,7 +21,7 @@ def clips(tmp_path_factory):
 
 def _train(clips, out, *extra):
     return main(["mixforensics", "train", "--data", str(clips / "train"), "--out", str(out), "--frames", "4",
-                 "--size", "16", "--steps", "4", "--batch-size", "4", *extra])  # fmt: skip
+                 "--size", "16", "--steps", "4", "--batch-size", "4", "--blends", "2", *extra])  # fmt: skip
 
 
 def test_make_data_writes_videos_and_labels(clips):
@@ -53,7 +53,7 @@ def test_train_score_eval(clips, tmp_path, capsys):
     )
     scored = json.loads(capsys.readouterr().out.strip())
     assert 0 <= scored["p_fake"] <= 1
-    assert scored["passes"] == 2  # R = min(4, T // 2) blends of a 4-frame clip
+    assert scored["passes"] == 2  # R = 2 blends of a 4-frame clip
     assert main(["mixforensics", "eval", "--model", str(tmp_path / "run" / "model"), "--data",
                  str(clips / "test")]) == 0  # fmt: skip
     report = json.loads(capsys.readouterr().out)
@@ -92,6 +92,20 @@ def test_killed_training_resumes_to_the_same_model(clips, tmp_path, monkeypatch)
         (["train", "--data", "{tmp}/nowhere", "--out", "{tmp}/o"], "--data"),
         (["train", "--data", "toy", "--out", "{tmp}/o", "--alpha", "0"], "--alpha must be"),
         (["train", "--data", "toy", "--out", "{tmp}/o", "--blends", "0"], "--blends must be"),
+        (
+            [
+                "train",
+                "--data",
+                "{tmp}/nowhere",
+                "--out",
+                "{tmp}/o",
+                "--frames",
+                "6",
+                "--blends",
+                "4",
+            ],
+            "--blends must be at most --frames // 2 = 3",
+        ),
         (["train", "--data", "toy", "--out", "{tmp}/o", "--frames", "1"], "--frames must be"),
         (["train", "--data", "toy", "--out", "{tmp}/o", "--system", "x3d"], "--system must be"),
         (["train", "--data", "toy", "--out", "{tmp}/o", "--device", "tpu"], "--device"),

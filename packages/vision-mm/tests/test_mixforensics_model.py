@@ -49,7 +49,7 @@ def test_one_hot_weights_give_one_frame():
     out = torch.einsum("bt,btchw->bchw", weights, clip)
     torch.testing.assert_close(out, clip[:, 3])
     # a fixed blend of a one-frame budget is that frame itself
-    torch.testing.assert_close(StochasticFrameBlend.fixed_weights(1, 4), torch.ones(1, 1))
+    torch.testing.assert_close(StochasticFrameBlend.fixed_weights(1, 1), torch.ones(1, 1))
 
 
 def test_dirichlet_weights_sum_to_one_with_mean_one_over_n():
@@ -172,7 +172,7 @@ def test_seeded_training_is_deterministic(tmp_path):
     outputs = []
     for _ in range(2):
         torch.manual_seed(0)
-        detector = build_detector("sfb-bir", frames=4, size=16)
+        detector = build_detector("sfb-bir", frames=4, size=16, blends=2)
         history = train_detector(detector, clips, labels, 3, batch_size=4, seed=7,
                                  loss=BlendInvarianceLoss(4.0))  # fmt: skip
         outputs.append((history, detector(clips[:4])))
@@ -196,7 +196,8 @@ def test_torchvision_and_timm_backbones_plug_in():
     from mixlab.vision_mm.mixforensics.model import build_backbone
 
     # torchvision (an fc head; a classifier whose hidden layers stay; a norm and flatten that stay), timm
-    for name in ("resnet18", "mobilenet_v3_small", "convnext_tiny", "resnet10t"):
+    for name in ("torchvision/resnet18", "mobilenet_v3_small", "torchvision/convnext_tiny", "resnet10t",
+                 "timm/resnet18"):  # fmt: skip
         backbone = build_backbone(name)
         with torch.no_grad():
             assert backbone.eval()(torch.rand(2, 3, 32, 32)).shape == (2, backbone.feature_dim)
@@ -239,6 +240,44 @@ def test_bad_inputs_are_refused_by_name():
         MixForensicsDetector(SmallCNN(widths=(4, 8)), blends=0)
     with pytest.raises(ValueError, match="backbone must be"):
         build_detector("sfb", backbone="no-such-net")
+    with pytest.raises(ValueError, match="backbone must be"):
+        build_detector("sfb", backbone="keras/resnet18")
+    # more blends than a clip's frames can give is refused, not capped (6 frames: at most 3)
+    with pytest.raises(ValueError, match="blends must be at most 3 for 6 frames"):
+        MixForensicsDetector(SmallCNN(widths=(4, 8)), blends=4)(_video(1, 6))
+    with pytest.raises(ValueError, match="blends must be at most 1 for 1 frames"):
+        StochasticFrameBlend.fixed_weights(1, 4)
+    with pytest.raises(ValueError, match="blends must be at most 2 for 4 frames"):
+        build_detector("sfb", frames=4, size=16)  # refused when built, not when first scored
+
+
+def test_a_name_both_libraries_know_must_say_which():
+    from mixlab.vision_mm.mixforensics.model import build_backbone
+
+    with pytest.raises(
+        ValueError, match="names both a torchvision and a timm model: say 'torchvision/resnet18'"
+    ):
+        build_backbone("resnet18")
+    assert type(build_backbone("timm/resnet18")).__module__.startswith("timm")
+    assert type(build_backbone("torchvision/resnet18")).__module__.startswith("torchvision")
+
+
+def test_each_backbone_gets_its_own_normalisation():
+    import timm
+
+    from mixlab.vision_mm.mixforensics.model import IMAGENET_MEAN, IMAGENET_STD, normalise
+
+    images = torch.full((1, 3, 8, 8), 0.5)
+    clip = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0)  # raw timm
+    mean, std = clip.pretrained_cfg["mean"], clip.pretrained_cfg["std"]
+    assert mean != IMAGENET_MEAN  # timm's ViTs expect 0.5 / 0.5
+    want = (0.5 - torch.tensor(mean)) / torch.tensor(std)
+    torch.testing.assert_close(normalise(images, clip)[0, :, 0, 0], want.float())
+    plain = torch.nn.Conv2d(3, 4, 3)  # no statistics of its own: ImageNet's
+    want = (0.5 - torch.tensor(IMAGENET_MEAN)) / torch.tensor(IMAGENET_STD)
+    torch.testing.assert_close(normalise(images, plain)[0, :, 0, 0], want.float())
+    small = SmallCNN(widths=(4, 8))  # from scratch: 0.5 / 0.25, built directly or by name
+    torch.testing.assert_close(normalise(images, small), torch.zeros_like(images))
 
 
 # ------------------------------------------------------------------------------- clips, video

@@ -5,7 +5,7 @@ abstract on per-frame detectors, DeCoF, TimeSformer and AugMix, see seeds/mixfor
 Several frames are blended into one composite before a single image encoder, so cues spread over
 frames meet in one forward pass; BIR keeps two blends of a clip in agreement::
 
-    detector = MixForensicsDetector(build_backbone("resnet50", "r50.pth"), blends=4)
+    detector = MixForensicsDetector(build_backbone("torchvision/resnet50", "r50.pth"), blends=4)
     train_detector(detector, clips, labels, steps=3000, loss=BlendInvarianceLoss(consistency=4.0))
     p_fake = detector(read_video("clip.mp4", frames=8, size=224)[None])   # detector.passes == 4
 """

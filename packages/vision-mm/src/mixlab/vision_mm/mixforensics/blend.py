@@ -106,10 +106,17 @@ class StochasticFrameBlend(nn.Module):
 
     @staticmethod
     def fixed_weights(frames: int, blends: int) -> torch.Tensor:
-        """(R, frames) inference weights: blend r averages frames r, r + R, r + 2R, … uniformly,
-        with R = min(blends, frames // 2) so that each blend mixes >= 2 frames (one frame: R = 1,
-        the frame itself)."""
-        count = max(1, min(blends, frames // 2))
+        """(R, frames) inference weights, R = ``blends``: blend r averages frames r, r + R,
+        r + 2R, … uniformly. Each blend must mix >= 2 frames, so R <= frames // 2 (one frame:
+        R = 1, the frame itself); more is refused, not capped (a 6-frame clip cannot give 4)."""
+        check_count(blends, "blends")
+        most = max(1, frames // 2)
+        if blends > most:
+            raise ValueError(
+                f"blends must be at most {most} for {frames} frames (each blend mixes >= 2 "
+                f"frames), got {blends}: use fewer blends or more frames"
+            )
+        count = blends
         weights = torch.zeros(count, frames)
         for r in range(count):
             weights[r, r::count] = 1.0
@@ -145,7 +152,6 @@ class StochasticFrameBlend(nn.Module):
 
     def fixed(self, clips: torch.Tensor, blends: int) -> torch.Tensor:
         """(B, R, C, H, W): the R fixed inference blends of :meth:`fixed_weights`."""
-        check_count(blends, "blends")
         x = self.prepare(clips)
         weights = self.fixed_weights(clips.shape[1], blends)
         return torch.einsum("rt,btchw->brchw", weights.to(x), x)

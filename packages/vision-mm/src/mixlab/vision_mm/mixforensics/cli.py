@@ -9,7 +9,7 @@ and exit code 2.
 mixlab-vision mixforensics make-data --out clips                  (clips/train and clips/test)
 mixlab-vision mixforensics train --data clips/train --out runs/sfb
 mixlab-vision mixforensics train --data toy --out runs/toy         (the experiment's cached clips)
-mixlab-vision mixforensics train --data videos/ --backbone resnet18 --checkpoint r18.pth --size 224 --out runs/r18
+mixlab-vision mixforensics train --data videos/ --backbone torchvision/resnet18 --checkpoint r18.pth --size 224 --out runs/r18
 mixlab-vision mixforensics score --model runs/sfb/model clip1.mp4 clip2.mp4
 mixlab-vision mixforensics eval --model runs/sfb/model --data clips/test
 """
@@ -135,7 +135,11 @@ def train(
     out: Annotated[Path, typer.Option(help="folder for model/, losses.json and the checkpoints")],
     system: Annotated[str, typer.Option(help=f"one of {', '.join(TRAINABLE)}")] = "sfb-bir",
     backbone: Annotated[
-        str, typer.Option(help="'small-cnn', a torchvision or a timm model name")
+        str,
+        typer.Option(
+            help="'small-cnn', 'torchvision/NAME' or 'timm/NAME' (a bare NAME where "
+            "only one library has it)"
+        ),
     ] = "small-cnn",
     checkpoint: Annotated[
         Path | None, typer.Option(help="local backbone weights (no download)")
@@ -191,7 +195,10 @@ def train(
         toy = dataset(Config(seed=seed), "train")
         clips, labels = toy["clips"], toy["labels"]
         frames, size = clips.shape[1], clips.shape[-1]
-    else:
+    if system in ("sfb", "sfb-bir") and blends > frames // 2:  # refused now, not after training
+        raise ValueError(f"--blends must be at most --frames // 2 = {frames // 2} (each blend mixes "
+                         f">= 2 frames), got {blends}")  # fmt: skip
+    if data != TOY:
         rows = _labelled(Path(data))
         clips = _read_all(Path(data), rows, frames, size)
         labels = torch.tensor([row["label"] for row in rows])

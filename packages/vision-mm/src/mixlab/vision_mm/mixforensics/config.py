@@ -11,10 +11,14 @@ from mixlab.shared.claims import ClaimSpec
 from mixlab.shared.config import ExperimentConfig, is_count, require
 from mixlab.shared.registry import Method
 
-EXPERIMENT_SYSTEMS = ("voting", "voting-residual", "univfd", "frame-difference", "decof", "timesformer", "mean-frame", "sfb",
-                      "sfb-bir")  # fmt: skip
+EXPERIMENT_SYSTEMS = ("voting", "voting-residual", "univfd-style", "frame-difference", "decof-style", "timesformer",
+                      "mean-frame", "sfb", "sfb-bir")  # fmt: skip
 """every system the experiment knows (see :mod:`~.experiment`)"""
-BACKBONES = ("small-cnn", "resnet18", "resnet50")
+QUICK_SYSTEMS = tuple(s for s in EXPERIMENT_SYSTEMS if s not in ("voting-residual", "timesformer"))
+"""the quick profile's: TimeSformer (at chance at this budget, 110 s a cell) and voting on
+residuals (an ablation the mean frame now answers), both in no claim, run in the full profile
+(with them the cold quick run was on course for 15 minutes on 2 cores)"""
+BACKBONES = ("small-cnn", "torchvision/resnet18", "torchvision/resnet50")
 LEVEL_WITH_VOTING = -0.01
 """claim 1: SFB+BIR's seen AUC may trail per-frame voting's by at most this"""
 BEATS_SFB = 0.02
@@ -70,14 +74,16 @@ CLAIMS = (
 
 @dataclass
 class Config(ExperimentConfig):
-    """Defaults are the quick profile (8 frames at 32², 3 seeds, minutes on 2 CPU cores); full
-    is the issue's GPU run (16 frames at 64², ResNet-18, 5 seeds)."""
+    """Defaults are the quick profile (8 frames at 32², 3 seeds, about 11 minutes on 2 CPU cores
+    from an empty cache); full is the issue's GPU run (16 frames at 64², ResNet-18, 5 seeds,
+    every system)."""
 
     n_seeds: int = 3
     """seeds per system: seed, seed + 1, ... (claims are paired t-tests over them)"""
-    systems: tuple[str, ...] = EXPERIMENT_SYSTEMS
-    """detectors trained and scored: per-frame voting (pixels, residuals), UnivFD, frame
-    difference, DeCoF, TimeSformer, the mean frame (every claim's control), SFB and SFB+BIR"""
+    systems: tuple[str, ...] = QUICK_SYSTEMS
+    """detectors trained and scored: per-frame voting (pixels, residuals), UnivFD-style, frame
+    difference, DeCoF-style, TimeSformer, the mean frame (every claim's control), SFB and
+    SFB+BIR"""
     frames: int = 8
     """frames per clip (the frame budgets go 1, 2, 4, ... up to it)"""
     size: int = 32
@@ -97,7 +103,7 @@ class Config(ExperimentConfig):
     lr: float = 3e-3
     """AdamW learning rate of every detector and of the frozen encoder's pre-training"""
     encoder_steps: int = 400
-    """UnivFD's and DeCoF's frozen encoder: pre-trained here to name the source picture of real
+    """the UnivFD-style and DeCoF-style frozen encoder: pre-trained here to name the source picture of real
     frames (a generic image encoder, blind to the traces)"""
     n_max: int = 4
     """SFB: most frames in one training blend (n ~ U{2..n_max}, capped at frames)"""
@@ -166,10 +172,11 @@ class Config(ExperimentConfig):
     PROFILES: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {},
         "full": {
+            "systems": EXPERIMENT_SYSTEMS,
             "n_seeds": 5,
             "frames": 16,
             "size": 64,
-            "backbone": "resnet18",
+            "backbone": "torchvision/resnet18",
             "train_clips": 10_000,
             "test_real": 1000,
             "test_per_kind": 500,
@@ -193,6 +200,9 @@ class Config(ExperimentConfig):
         require(self.size >= 16 and self.size % 4 == 0, "size", "a multiple of 4 >= 16", self.size)
         require(self.train_clips >= 6, "train_clips", "an integer >= 6", self.train_clips)
         require(is_count(self.n_max) and self.n_max >= 2, "n_max", "an integer >= 2", self.n_max)
+        require(self.blends <= self.frames // 2, "blends",
+                f"an integer from 1 to frames // 2 = {self.frames // 2} (each blend mixes >= 2 frames)",
+                self.blends)  # fmt: skip
         require(self.size % self.timesformer_patch == 0, "timesformer_patch", f"a divisor of size = {self.size}",
                 self.timesformer_patch)  # fmt: skip
         require(self.timesformer_width % 4 == 0, "timesformer_width", "a multiple of 4 (4 heads)",
@@ -257,5 +267,6 @@ __all__ = [
     "GAIN_RATIO",
     "LEVEL_WITH_VOTING",
     "METHOD",
+    "QUICK_SYSTEMS",
     "Config",
 ]

@@ -1,5 +1,5 @@
 """The experiment's data and its frozen encoder, made once and cached by :mod:`~.experiment`:
-the training and test clips of each split (:func:`make_data`) and UnivFD's and DeCoF's generic
+the training and test clips of each split (:func:`make_data`) and the UnivFD-style and DeCoF-style generic
 encoder (:func:`train_frozen_encoder`). Their source, with the clip generator's, keys the cache
 entries: a change here makes them again.
 """
@@ -78,7 +78,7 @@ def make_data(config: Config, split: str) -> dict[str, torch.Tensor]:
 
 
 def train_frozen_encoder(config: Config) -> torch.nn.Module:
-    """UnivFD's and DeCoF's generic encoder (:func:`~.experiment.frozen_encoder`), trained now
+    """the UnivFD-style and DeCoF-style generic encoder (:func:`~.experiment.frozen_encoder`), trained now
     to name the source picture of single real training frames (on the CPU when it returns)."""
     from mixlab.vision_mm.mixforensics.clips import TRAIN_PICTURES, make_set
     from mixlab.vision_mm.mixforensics.model import build_backbone, normalise

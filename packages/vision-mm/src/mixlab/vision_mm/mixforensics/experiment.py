@@ -8,11 +8,14 @@ continuations (a real opening, the same scene continued with a trace) against re
 batches and seeds, then AUC/AP/ACC per family and scenario and the seen-family AUC against the
 frame budget (1, 2, 4, … frames spread over the clip).
 
-Systems, all on one image backbone but TimeSformer: ``voting`` (CNNSpot recipe, end to end, mean
-vote; its majority vote is scored from the same model), ``voting-residual`` (the same on the
-high-pass residuals SFB blends: what the residual input gives without blending), ``univfd`` (a linear head on a frozen
-encoder pre-trained here to name the source picture of real frames, mean vote), ``decof`` (frame
-consistency on that frozen encoder), ``frame-difference``, ``timesformer`` (HF, from config),
+Systems, all on one image backbone but TimeSformer: ``voting`` (per-frame training as CNNSpot's,
+end to end, without its blur and JPEG augmentation; mean vote, its majority vote scored from the
+same model), ``voting-residual`` (the same on the high-pass residuals SFB blends: what the residual
+input gives without blending), ``univfd-style`` (UnivFD's linear head on a frozen encoder, here
+one pre-trained to name the source picture of real frames, not CLIP; mean vote), ``decof-style``
+(an MLP on the steps between that frozen encoder's frame features, not DeCoF's transformer on
+CLIP), ``frame-difference``, ``timesformer`` (HF, from config; reported, claimed against nowhere:
+it needs more than the quick budget to leave chance),
 ``mean-frame`` (deterministic composite), ``sfb`` (SFB alone: two blends per clip, BCE only) and
 ``sfb-bir`` (SFB + BIR, the method).
 
@@ -52,7 +55,7 @@ from mixlab.vision_mm.mixforensics.config import (
 )
 from mixlab.vision_mm.mixforensics.data import data_key, make_data, train_frozen_encoder
 
-FRAME_SYSTEMS = ("voting", "voting-residual", "univfd", "mean-frame", "sfb", "sfb-bir")
+FRAME_SYSTEMS = ("voting", "voting-residual", "univfd-style", "mean-frame", "sfb", "sfb-bir")
 """systems scored against the frame budget (the mean frame as the control of claim 4: one pass
 per budget)"""
 
@@ -139,7 +142,7 @@ ENCODER_CODE = (*DATA_CODE, "mixlab.vision_mm.mixforensics.model")
 
 
 def frozen_encoder(config: Config) -> torch.nn.Module:
-    """UnivFD's and DeCoF's generic encoder, trained once (cached) to name the source picture of
+    """the UnivFD-style and DeCoF-style generic encoder, trained once (cached) to name the source picture of
     single real training frames: it learns content, not traces, like CLIP for UnivFD."""
     from safetensors.torch import load_model, save_model
 
@@ -162,7 +165,7 @@ def make_detector(config: Config, system: str) -> torch.nn.Module:
     """A fresh detector of ``system`` (seeded by the caller)."""
     from mixlab.vision_mm.mixforensics.model import build_detector
 
-    encoder = frozen_encoder(config) if system in ("univfd", "decof") else None
+    encoder = frozen_encoder(config) if system in ("univfd-style", "decof-style") else None
     return build_detector(system, backbone=config.backbone, frames=config.frames, size=config.size,
                           blends=config.blends, n_max=config.n_max, alpha=config.alpha, domain=config.domain,
                           encoder=encoder, timesformer_width=config.timesformer_width,
@@ -232,13 +235,18 @@ def evaluate(
             {n: vote(frames[n], "majority").numpy() for n in ("real", *SEEN)}
         )
     if system in FRAME_SYSTEMS:
+        blends = getattr(detector, "blends", None)
         for count in budgets(config.frames):
             rows = evenly_spaced(config.frames, count)
             if voter:
                 scores = {n: vote(frames[n][:, rows]).numpy() for n in ("real", *SEEN)}
             else:
+                if blends is not None:  # R blends of >= 2 frames each: fewer on a small budget
+                    detector.blends = min(blends, max(1, count // 2))
                 scores = {n: predict(detector, test[n][:, rows]) for n in ("real", *SEEN)}
             out[f"auc_seen_{count}f"] = seen_auc(scores)
+        if blends is not None:
+            detector.blends = blends
     return out
 
 
@@ -284,7 +292,7 @@ def run(config: Config, out_dir: Path, *, resume: bool = False) -> Result:
         shutil.rmtree(Path(out_dir) / "training", ignore_errors=True)
     for split in ("train", "test"):
         dataset(config, split)  # once, before the workers share it
-    if {"univfd", "decof"} & set(config.systems):
+    if {"univfd-style", "decof-style"} & set(config.systems):
         frozen_encoder(config)
     leak = leak_check(config)
     torch.set_num_threads(1)

@@ -4,12 +4,18 @@ per video; ``training_logits(video, rng)`` returns (V, B) logits of the V views 
 sees, with their (V, B, d) embeddings, for :class:`~.blend.BlendInvarianceLoss`.
 
 - :class:`MixForensicsDetector`: blend-then-encode, p averaged over R fixed blends (R passes);
-- :class:`FrameVoting`: encode-then-fuse, the CNNSpot recipe (end to end) or UnivFD's (a linear
-  head on a frozen encoder) with mean or majority voting (T passes);
+- :class:`FrameVoting`: encode-then-fuse, per-frame training as CNNSpot's (end to end, without
+  its blur and JPEG augmentation) or a UnivFD-style linear head on a frozen encoder (UnivFD's is
+  CLIP's ViT-L/14; here any backbone), with mean or majority voting (T passes);
 - :class:`MeanFrame` (the deterministic mean composite, 1 pass), :class:`FrameDifference`
-  (a CNN on consecutive differences, T − 1 passes), :class:`DeCoF` (frame consistency of a
-  frozen encoder's features, T passes) and :class:`TimeSformerDetector` (HF ``TimesformerModel``,
-  divided space-time attention, one pass over the whole clip).
+  (a CNN on consecutive differences, T − 1 passes), :class:`DeCoF` (DeCoF-style frame
+  consistency of a frozen encoder's features through an MLP, T passes; DeCoF's is a transformer
+  on CLIP features) and :class:`TimeSformerDetector` (HF ``TimesformerModel``, divided
+  space-time attention, one pass over the whole clip).
+
+Backbones (:func:`build_backbone`) normalise their input as their weights expect (``input_mean``,
+``input_std``); a module without them gets timm's ``pretrained_cfg`` statistics when it has
+one, else ImageNet's.
 """
 
 from __future__ import annotations
@@ -53,7 +59,9 @@ class SmallCNN(nn.Module):
     """A forensic CNN of about 0.3 M parameters: four stages of two 3×3 conv–BN–ReLU layers
     (16, 32, 64, 128 channels), full resolution in the first stage so that pixel-level traces
     survive, 2× average pooling between stages and global average pooling at the end (13 M
-    multiply-adds per 32² image)."""
+    multiply-adds per 32² image); trained from scratch on inputs centred at 0.5, std 0.25."""
+
+    input_mean, input_std = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
 
     def __init__(self, in_channels: int = 3, widths: tuple[int, ...] = (16, 32, 64, 128)) -> None:
         super().__init__()
@@ -76,40 +84,56 @@ class SmallCNN(nn.Module):
 
 def build_backbone(name: str = "small-cnn", checkpoint: str | Path | None = None) -> nn.Module:
     """An image backbone mapping (N, 3, H, W) to (N, d) with ``feature_dim = d``: ``small-cnn``,
-    a torchvision classifier name (``resnet18``, ``resnet50``, ``efficientnet_b0``, …) or a timm
-    model name, always built from its config (random weights) and then loaded from the local
-    ``checkpoint`` file (.safetensors, .pt or .pth state dict, with or without its classifier)
-    when given; nothing is downloaded. ``input_mean``/``input_std`` are the normalisation its
-    weights expect: ImageNet's for torchvision and timm models (their pre-trained checkpoints),
-    0.5/0.25 for ``small-cnn``."""
+    a torchvision classifier (``torchvision/resnet18``, ``torchvision/efficientnet_b0``, …) or a
+    timm model (``timm/resnet18``, ``timm/vit_tiny_patch16_224``, …); a bare name is allowed where
+    only one of the two libraries has it (``mobilenet_v3_small``, ``resnet10t``) and refused where
+    both do (``resnet18``: say which). Always built from its config (random weights) and then
+    loaded from the local ``checkpoint`` file (.safetensors, .pt or .pth state dict, with or
+    without its classifier) when given; nothing is downloaded. ``input_mean``/``input_std`` are
+    the normalisation its weights expect: ImageNet's for torchvision, the model's
+    ``pretrained_cfg`` for timm, 0.5/0.25 for ``small-cnn``."""
     if name == "small-cnn":
         model: nn.Module = SmallCNN()
         if checkpoint is not None:
             _load_backbone(model, Path(checkpoint))
-        model.input_mean, model.input_std = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
         return model
     import timm
     import torchvision
 
-    if name in torchvision.models.list_models(module=torchvision.models):
-        model = torchvision.models.get_model(name, weights=None)
+    library, _, bare = name.rpartition("/")
+    in_torchvision = bare in torchvision.models.list_models(module=torchvision.models)
+    in_timm = timm.is_model(bare)
+    if library not in ("", "timm", "torchvision"):
+        in_torchvision = in_timm = False
+    elif library == "" and in_torchvision and in_timm:
+        raise ValueError(
+            f"backbone {name!r} names both a torchvision and a timm model: say "
+            f"'torchvision/{bare}' or 'timm/{bare}'"
+        )
+    if library in ("", "torchvision") and in_torchvision:
+        model = torchvision.models.get_model(bare, weights=None)
         if checkpoint is not None:  # before the head goes: a classifier's checkpoint fits whole
             _load_backbone(model, Path(checkpoint))
         _drop_last_linear(model, name)
         model.input_mean, model.input_std = IMAGENET_MEAN, IMAGENET_STD
-    elif timm.is_model(name):
-        model = timm.create_model(name, pretrained=False, num_classes=0)
+    elif library in ("", "timm") and in_timm:
+        model = timm.create_model(bare, pretrained=False, num_classes=0)
         if checkpoint is not None:
             _load_backbone(model, Path(checkpoint))
-        config = model.pretrained_cfg
-        model.input_mean = tuple(config.get("mean", IMAGENET_MEAN))
-        model.input_std = tuple(config.get("std", IMAGENET_STD))
+        model.input_mean, model.input_std = _timm_statistics(model)
     else:
         raise ValueError(
-            f"backbone must be 'small-cnn', a torchvision classifier or a timm model name, got {name!r}"
+            "backbone must be 'small-cnn', a torchvision classifier or a timm model name "
+            f"(optionally 'torchvision/…' or 'timm/…'), got {name!r}"
         )
     model.feature_dim = _feature_width(model, name)
     return model
+
+
+def _timm_statistics(model: nn.Module) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The mean and std a timm model's weights expect (ImageNet's when it does not say)."""
+    config = getattr(model, "pretrained_cfg", None) or {}
+    return tuple(config.get("mean", IMAGENET_MEAN)), tuple(config.get("std", IMAGENET_STD))
 
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -186,9 +210,13 @@ def _read_state(path: Path) -> dict[str, torch.Tensor]:
 
 
 def normalise(images: torch.Tensor, backbone: nn.Module) -> torch.Tensor:
-    """Images in [0, 1] (or residuals) to the input range the backbone's weights expect."""
-    mean = getattr(backbone, "input_mean", (0.5,) * 3)
-    std = getattr(backbone, "input_std", (0.25,) * 3)
+    """Images in [0, 1] (or residuals) to the input range the backbone's weights expect: its
+    ``input_mean``/``input_std``; for a module built elsewhere (a raw timm or torchvision model)
+    timm's ``pretrained_cfg`` statistics, else ImageNet's (not a guess of 0.5)."""
+    if hasattr(backbone, "input_mean") and hasattr(backbone, "input_std"):
+        mean, std = backbone.input_mean, backbone.input_std
+    else:
+        mean, std = _timm_statistics(backbone)
     mean = torch.tensor(mean, dtype=images.dtype, device=images.device).view(-1, 1, 1)
     return (images - mean) / torch.tensor(std, dtype=images.dtype, device=images.device).view(
         -1, 1, 1
@@ -409,6 +437,7 @@ class TimeSformerDetector(nn.Module):
     head on the [CLS] token; one pass over the whole clip (its cost grows with T)."""
 
     passes: int = 0
+    input_mean, input_std = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)  # from scratch, as the small CNN
 
     def __init__(self, *, image_size: int = 32, frames: int = 8, patch_size: int = 4, hidden_size: int = 80,
                  layers: int = 3, heads: int = 4) -> None:  # fmt: skip
@@ -440,8 +469,8 @@ class TimeSformerDetector(nn.Module):
 
 
 # ------------------------------------------------------------------------------ build and save
-SYSTEMS = ("sfb-bir", "sfb", "voting", "voting-residual", "univfd", "decof", "frame-difference", "mean-frame",
-           "timesformer")  # fmt: skip
+SYSTEMS = ("sfb-bir", "sfb", "voting", "voting-residual", "univfd-style", "decof-style", "frame-difference",
+           "mean-frame", "timesformer")  # fmt: skip
 """detectors :func:`build_detector` makes (``sfb`` and ``sfb-bir`` differ only in their loss)"""
 
 
@@ -451,15 +480,19 @@ def build_detector(
     timesformer_width: int = 80, timesformer_patch: int = 8, checkpoint: str | Path | None = None,
 ) -> nn.Module:  # fmt: skip
     """A fresh detector of ``system`` on a ``backbone`` (see :func:`build_backbone`, loaded from
-    ``checkpoint`` when given); ``univfd`` and ``decof`` freeze ``encoder`` (default: the
-    backbone)."""
+    ``checkpoint`` when given); ``univfd-style`` and ``decof-style`` freeze ``encoder`` (default:
+    the backbone). Their ``-style`` says what they are: UnivFD's recipe (a linear head on a frozen
+    encoder) and DeCoF's idea (a classifier on the steps between frozen frame features) on
+    whatever encoder is given, not CLIP ViT-L/14 and DeCoF's transformer."""
     check_choice(system, "system", SYSTEMS)
     if system == "timesformer":
         return TimeSformerDetector(image_size=size, frames=frames, patch_size=timesformer_patch,
                                    hidden_size=timesformer_width)  # fmt: skip
-    if system in ("univfd", "decof"):
+    if system in ("univfd-style", "decof-style"):
         frozen = encoder if encoder is not None else build_backbone(backbone, checkpoint)
-        return FrameVoting(frozen, frozen=True) if system == "univfd" else DeCoF(frozen)
+        return FrameVoting(frozen, frozen=True) if system == "univfd-style" else DeCoF(frozen)
+    if system in ("sfb", "sfb-bir"):
+        StochasticFrameBlend.fixed_weights(frames, blends)  # more blends than frames give: refused
     image = build_backbone(backbone, checkpoint)
     if system in ("voting", "voting-residual"):
         return FrameVoting(image, residual=system == "voting-residual")
