@@ -144,10 +144,12 @@ def test_load_run_refuses_a_checkpoint_of_another_config(tmp_path: Path) -> None
     @dataclass
     class Config(ExperimentConfig):
         sizes: tuple[int, ...] = (1, 2)
+        workers: int = 2
 
     Checkpointer(tmp_path).save_run(3, Config(), cells=[1, 2])
     resumed = Checkpointer(tmp_path, resume=True)
     assert resumed.load_run(Config(device="cpu"))["cells"] == [1, 2]  # the device may change
+    assert resumed.load_run(Config(workers=1))["cells"] == [1, 2]  # and the worker count
     with pytest.raises(ValueError, match=r"other values of \['sizes'\]"):
         resumed.load_run(Config(sizes=(3,)))
     Checkpointer(tmp_path).save(1, {"cells": []})

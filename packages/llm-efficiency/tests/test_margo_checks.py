@@ -297,15 +297,15 @@ def test_cli_refuses_data_without_prompt_or_answer_and_a_missing_model(model_fol
         data.write_text(json.dumps(row) + "\n")
         assert main(["margo", "eval", "--model", str(model_folder), "--data", str(data)]) == 2
         err = capsys.readouterr().err
-        assert f"--data: line 1 has no {column}" in err
+        assert f"--data: line 1 of {str(data)!r} has no {column}" in err
         assert len(err.strip().splitlines()) == 1
-    wrong = (({"prompt": 3, "answer": "y"}, "'prompt' must be non-empty text"),
-             ({"prompt": "x", "answer": ["y"]}, "'answer' must be text or a number"))  # fmt: skip
+    wrong = (({"prompt": 3, "answer": "y"}, ": 'prompt' must be non-empty text"),
+             ({"prompt": "x", "answer": ["y"]}, " has no 'answer' (text)"))  # fmt: skip
     for row, message in wrong:  # a row of wrong types trained 0 steps and exited 0 (issue 80)
         data.write_text(json.dumps(row) + "\n")
         assert main(["margo", "train", "--model", str(model_folder), "--data", str(data),
                      "--out", str(tmp_path / "o")]) == 2  # fmt: skip
-        assert f"--data: line 1: {message}" in capsys.readouterr().err
+        assert f"--data: line 1 of {str(data)!r}{message}" in capsys.readouterr().err
     data.write_text(json.dumps({"prompt": "city of x ?", "answer": "y"}) + "\n")
     assert main(["margo", "eval", "--model", str(tmp_path / "none"), "--data", str(data)]) == 2
     assert "--model" in capsys.readouterr().err

@@ -308,8 +308,9 @@ class Checkpointer:
     def load_run(self, config: ExperimentConfig) -> dict[str, Any] | None:
         """The newest state :meth:`save_run` wrote when resuming, else None.
 
-        A checkpoint made under another config (the device aside: a run may move) is refused with
-        a ValueError naming the fields that differ, so a resumed run never mixes two configs.
+        A checkpoint made under another config (the execution settings aside,
+        :data:`EXECUTION_SETTINGS`: a run may move to another device or worker count) is refused
+        with a ValueError naming the fields that differ, so a resumed run never mixes two configs.
         """
         last = self.load_latest()
         if last is None:
@@ -345,9 +346,16 @@ def checkpoint_spacing(steps: int) -> int:
     return max(1, min(100, steps // 2))
 
 
+EXECUTION_SETTINGS = ("device", "workers")
+"""config fields that say how a run executes, not what it computes: ``--resume`` accepts them
+changed (issue 80: a run started with two workers may resume with one)"""
+
+
 def _recorded(config: ExperimentConfig) -> dict[str, Any]:
-    """The config as a checkpoint stores it: JSON values (tuples as lists), without the device."""
-    return json.loads(json.dumps({k: v for k, v in config.to_dict().items() if k != "device"}))
+    """The config as a checkpoint stores it: JSON values (tuples as lists), without the
+    execution settings."""
+    kept = {k: v for k, v in config.to_dict().items() if k not in EXECUTION_SETTINGS}
+    return json.loads(json.dumps(kept))
 
 
 def _run_named(run_cell: Callable[[dict[str, Any]], Any], name: str, cell: dict[str, Any]) -> Any:

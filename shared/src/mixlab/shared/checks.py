@@ -142,12 +142,17 @@ __all__ = [
 
 
 def read_jsonl(
-    path: Path, option: str, fields: tuple[str, ...], *, text: tuple[str, ...] = ()
+    path: Path,
+    option: str,
+    fields: tuple[str, ...],
+    *,
+    text: tuple[str, ...] = (),
+    suffixes: Iterable[str] = (),
 ) -> list[dict[str, Any]]:
-    """The records of a JSON-lines file, each an object with ``fields`` holding text (or a
-    number; those in ``text`` non-empty text only, e.g. a prompt); a ValueError naming
-    ``option`` and the line otherwise."""
-    check_input_file(path, option)
+    """The records of a JSON-lines file (named with one of ``suffixes``, when given), each an
+    object with ``fields`` holding text (or a number; those in ``text`` non-empty text only,
+    e.g. a prompt); a ValueError naming ``option`` and the line otherwise."""
+    check_input_file(path, option, suffixes)
     records = []
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():

@@ -25,11 +25,11 @@ from mixlab.shared.checks import (
     check_choice,
     check_count,
     check_fresh_output,
-    check_input_file,
     check_number,
     check_output_file,
     check_output_folder,
     check_seed,
+    read_jsonl,
 )
 
 app = typer.Typer(
@@ -49,32 +49,10 @@ MaxNew = Annotated[int, typer.Option(help="generated tokens per completion")]
 
 
 def read_rows(path: Path, option: str = "--data") -> list[dict[str, Any]]:
-    """The JSONL rows of ``path``; each must be an object with ``prompt`` and ``answer``."""
-    check_input_file(path, option, suffixes=(".jsonl",))
-    rows = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{option}: line {number} is not JSON ({error.msg})") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{option}: line {number} is not a JSON object")
-        for column in ("prompt", "answer"):
-            if column not in row:
-                raise ValueError(
-                    f"{option}: line {number} has no {column!r} (columns: {sorted(row)})"
-                )
-        # a row of other types trained 0 steps and saved the untrained model (issue 80)
-        if not isinstance(row["prompt"], str) or not row["prompt"].strip():
-            raise ValueError(f"{option}: line {number}: 'prompt' must be non-empty text")
-        if isinstance(row["answer"], bool) or not isinstance(row["answer"], str | int | float):
-            raise ValueError(f"{option}: line {number}: 'answer' must be text or a number")
-        rows.append(row)
-    if not rows:
-        raise ValueError(f"{option}: {path} holds no rows")
-    return rows
+    """The JSONL rows of ``path``, each an object with a non-empty text ``prompt`` and an
+    ``answer`` (text or a number): a row of other types trained 0 steps and saved the untrained
+    model (issue 80)."""
+    return read_jsonl(path, option, ("prompt", "answer"), text=("prompt",), suffixes=(".jsonl",))
 
 
 def _direct_prefix(direct_prefix: str | None, tokenizer: Any) -> str:
