@@ -118,7 +118,7 @@ def _counts(values: object, minimum: int = 1) -> bool:
 class Config(ExperimentConfig):
     """Defaults are the quick profile: TinyMem Math-Noise on a 4-layer, 96-wide byte Llama and
     its clean-only reference (trained once and cached, about 6.5 minutes on 2 CPU cores), 3 seeds
-    of calibration draws and baseline runs in two worker processes (about 8 minutes once
+    of calibration draws and baseline runs in two worker processes (about 6 minutes once
     cached). Full: all three tasks, a 6-layer, 256-wide model, layer, K and δ sweeps, 5 seeds
     (one large GPU)."""
 
